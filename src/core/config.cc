@@ -1,0 +1,65 @@
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace uroce::core {
+
+namespace {
+
+constexpr EnvVarDoc kDocs[] = {
+    {"UROCE_DEVICE", "uroce0", "Name of the uroce device reported by ibv_get_device_list."},
+    {"UROCE_PORT", "4791",
+     "Preferred UDP port of the device; when it is taken another port below 0xC000 is bound. "
+     "The bound port is the port's LID."},
+    {"UROCE_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
+    {"UROCE_ICRC_CHECK", "1",
+     "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
+     "without checking (for peers that are not uroce)."},
+    {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
+    {"UROCE_MTU", "(from the interface)",
+     "Active MTU of the port in bytes (256, 512, 1024, 2048 or 4096)."},
+    {"UROCE_FAULT", "(none)",
+     "Fault injection on every packet sent: comma-separated loss=P,dup=P,reorder=P,corrupt=P "
+     "(probabilities 0-1), delay_us=N, seed=S."},
+    {"UROCE_LIB", "(beside the launcher)", "Path of liburoce.so used by `uroce run`."},
+};
+
+LogLevel parse_level(std::string_view s) {
+  if (s == "error") return LogLevel::kError;
+  if (s == "info") return LogLevel::kInfo;
+  if (s == "debug") return LogLevel::kDebug;
+  return LogLevel::kWarn;
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+Config load() {
+  Config c;
+  if (const char* v = env("UROCE_DEVICE")) c.device_name = v;
+  if (const char* v = env("UROCE_PORT")) {
+    long p = std::strtol(v, nullptr, 0);
+    if (p > 0 && p < 0xC000) c.udp_port = uint16_t(p);
+  }
+  if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
+  if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_STATS")) c.stats_at_exit = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_MTU")) c.mtu_override = uint32_t(std::strtoul(v, nullptr, 0));
+  if (const char* v = env("UROCE_FAULT")) c.fault = v;
+  return c;
+}
+
+}  // namespace
+
+std::span<const EnvVarDoc> env_var_docs() { return kDocs; }
+
+const Config& config() {
+  static const Config c = load();
+  return c;
+}
+
+}  // namespace uroce::core

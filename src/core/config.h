@@ -1,0 +1,34 @@
+// Run-time configuration from UROCE_* environment variables (design §3).
+// Every variable is documented in env_var_docs(), which `uroce help env` prints.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace uroce::core {
+
+struct EnvVarDoc {
+  const char* name;
+  const char* default_value;
+  const char* meaning;
+};
+
+std::span<const EnvVarDoc> env_var_docs();
+
+enum class LogLevel : uint8_t { kError, kWarn, kInfo, kDebug };
+
+struct Config {
+  std::string device_name = "uroce0";
+  uint16_t udp_port = 4791;
+  LogLevel log_level = LogLevel::kWarn;
+  bool icrc_check = true;
+  bool stats_at_exit = false;
+  uint32_t mtu_override = 0;  // 0: derived from the interface
+  std::string fault;          // fault-injection spec, see UROCE_FAULT
+};
+
+// Parsed once, on first use; thread-safe.
+const Config& config();
+
+}  // namespace uroce::core

@@ -1,0 +1,127 @@
+#include "core/context.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/limits.h"
+
+namespace uroce::core {
+
+ibv_mtu mtu_enum_for_bytes(unsigned bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+unsigned mtu_bytes(ibv_mtu mtu) { return 128u << unsigned(mtu); }
+
+Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
+  ibv_context& c = vctx.context;
+  c.device = &dev->ibdev;
+  c.cmd_fd = -1;
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  vctx.sz = sizeof(verbs_context);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) == 0) {
+    c.async_fd = fds[0];
+    async_write_fd_ = fds[1];
+  } else {
+    c.async_fd = -1;
+  }
+
+  // Active MTU as rxe: largest IB MTU <= interface MTU - 80 (headers); the
+  // interface is that of GID 0.
+  unsigned if_mtu = addrs_.empty() ? 1500 : addrs_.front().if_mtu;
+  active_mtu_ = mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256);
+  if (config().mtu_override) active_mtu_ = mtu_enum_for_bytes(config().mtu_override);
+}
+
+Context::~Context() {
+  if (vctx.context.async_fd >= 0) close(vctx.context.async_fd);
+  if (async_write_fd_ >= 0) close(async_write_fd_);
+}
+
+bool Context::gid_ip(unsigned index, uint32_t* ip) const {
+  if (index >= addrs_.size()) return false;
+  *ip = addrs_[index].ip;
+  return true;
+}
+
+void Context::query_device(ibv_device_attr* a) const {
+  std::memset(a, 0, sizeof *a);
+  std::snprintf(a->fw_ver, sizeof a->fw_ver, "uroce 0.1");
+  a->node_guid = __builtin_bswap64(device->guid);
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = kMaxMrSize;
+  a->page_size_cap = 0xFFFFF000;
+  a->vendor_id = kVendorId;
+  a->vendor_part_id = kVendorPartId;
+  a->hw_ver = kHwVersion;
+  a->max_qp = int(kMaxQp);
+  a->max_qp_wr = int(kMaxQpWr);
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                        IBV_DEVICE_CHANGE_PHY_PORT;
+  a->max_sge = int(kMaxSge);
+  a->max_sge_rd = int(kMaxSge);
+  a->max_cq = int(kMaxCq);
+  a->max_cqe = int(kMaxCqe);
+  a->max_mr = int(kMaxMr);
+  a->max_pd = int(kMaxPd);
+  a->max_qp_rd_atom = int(kMaxRdAtomic);
+  a->max_ee_rd_atom = 0;
+  a->max_res_rd_atom = int(kMaxRdAtomic) * 1024;
+  a->max_qp_init_rd_atom = int(kMaxRdAtomic);
+  a->atomic_cap = IBV_ATOMIC_NONE;  // atomics arrive with a later issue
+  a->max_ah = int(kMaxAh);
+  a->max_srq = 0;
+  a->max_srq_wr = 0;
+  a->max_srq_sge = 0;
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+}
+
+int Context::query_port(uint8_t port, ibv_port_attr* a) const {
+  if (port != 1) return EINVAL;
+  std::memset(a, 0, sizeof *a);
+  a->state = IBV_PORT_ACTIVE;
+  a->max_mtu = kMaxMtu;
+  a->active_mtu = active_mtu_;
+  a->gid_tbl_len = int(addrs_.size());
+  a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+  a->max_msg_sz = kMaxMsgSize;
+  a->pkey_tbl_len = 1;
+  a->lid = lid_;
+  a->sm_lid = 0;
+  a->lmc = 0;
+  a->max_vl_num = 1;
+  a->active_width = 2;   // 4x
+  a->active_speed = 32;  // EDR-ish; informational only
+  a->phys_state = 5;     // LinkUp
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  a->flags = 0;
+  return 0;
+}
+
+int Context::query_gid(uint8_t port, int index, ibv_gid* gid) const {
+  if (port != 1 || index < 0 || size_t(index) >= addrs_.size()) return EINVAL;
+  *gid = ipv4_to_gid(addrs_[size_t(index)].ip);
+  return 0;
+}
+
+int Context::query_pkey(uint8_t port, int index, uint16_t* pkey) const {
+  if (port != 1 || index != 0) return EINVAL;
+  *pkey = 0xFFFF;  // returned in network order; 0xFFFF is symmetric
+  return 0;
+}
+
+}  // namespace uroce::core

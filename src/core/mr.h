@@ -1,0 +1,89 @@
+// Memory regions: records of (address, length, access, keys). Every local and
+// remote access is checked against them (design §5); nothing outside a
+// registered range is ever read or written. Nothing is pinned.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+
+#include "core/container_of.h"
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "core/pd.h"
+#include "core/result.h"
+
+namespace uroce::core {
+
+struct Mr {
+  ibv_mr ibmr{};  // ABI object (addr, length, lkey, rkey)
+  Pd* pd = nullptr;
+  uint8_t* host = nullptr;  // where iova maps to in this process
+  uint64_t iova = 0;        // address remote peers use
+  uint64_t length = 0;
+  unsigned access = 0;
+
+  static Mr* from(ibv_mr* m) { return UROCE_CONTAINER_OF(m, Mr, ibmr); }
+};
+
+// Outcome of a key check, named after what IBA reports for it.
+enum class KeyCheck : uint8_t {
+  kOk,
+  kBadKey,         // no MR with this key
+  kPdMismatch,     // MR belongs to another PD
+  kOutOfBounds,    // range not inside the MR
+  kNoPermission,   // access flag missing
+};
+
+// Access flags uroce accepts on registration.
+inline constexpr unsigned kSupportedAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+    IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
+    IBV_ACCESS_RELAXED_ORDERING;
+
+// Registration-time validation (rdma-core/kernel rules): remote write or
+// atomic access needs local write.
+int validate_mr_access(unsigned access);
+
+// The table of a context's MRs, indexed by key.
+//
+// Lock contract: lookups on the data path hold the shared lock for as long as
+// they touch the MR's memory (see with_range); registration and
+// deregistration take the exclusive lock, so a deregistered MR's memory is
+// never touched after ibv_dereg_mr returns.
+class MrTable {
+ public:
+  [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access);
+  [[nodiscard]] int remove(Mr* mr);
+
+  // Checks [va, va+len) against the MR named by `key` and, when allowed, calls
+  // f(host_pointer) under the shared lock. `remote` selects rkey semantics
+  // (va is an iova) vs lkey semantics (va is a local address).
+  template <class F>
+  KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
+                      F&& f) const {
+    std::shared_lock lock(mu_);
+    const Mr* mr = nullptr;
+    KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr);
+    if (c == KeyCheck::kOk) f(mr->host + (va - (remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host))));
+    return c;
+  }
+
+  KeyCheck check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote) const;
+
+  // Holds the table shared while a caller copies through several ranges.
+  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
+  KeyCheck check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
+                        const Mr** out) const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::vector<Mr*> slots_{nullptr};  // slot 0 unused: key 0 is never valid
+  std::vector<uint32_t> free_;
+  uint8_t generation_ = 0;
+};
+
+}  // namespace uroce::core

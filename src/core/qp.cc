@@ -1,0 +1,206 @@
+#include "core/qp.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/context.h"
+#include "core/cq.h"
+#include "core/limits.h"
+#include "core/qp_attr_rules.h"
+#include "wire/psn.h"
+
+namespace uroce::core {
+
+int validate_qp_caps(ibv_qp_type type, const ibv_qp_cap& r, QpCaps* out) {
+  (void)type;
+  if (r.max_send_wr > kMaxQpWr || r.max_recv_wr > kMaxQpWr || r.max_send_sge > kMaxSge ||
+      r.max_recv_sge > kMaxSge || r.max_inline_data > kMaxInlineData)
+    return EINVAL;
+  out->max_send_wr = round_up_pow2(r.max_send_wr ? r.max_send_wr : 1);
+  out->max_recv_wr = round_up_pow2(r.max_recv_wr ? r.max_recv_wr : 1);
+  out->max_send_sge = r.max_send_sge ? r.max_send_sge : 1;
+  out->max_recv_sge = r.max_recv_sge ? r.max_recv_sge : 1;
+  // Inline data is copied into the WQE; report at least a useful minimum, as
+  // rxe rounds it up to the WQE size.
+  out->max_inline_data = r.max_inline_data < 64 ? 64 : r.max_inline_data;
+  return 0;
+}
+
+Qp::Qp(Context* c, Pd* p, Cq* scq, Cq* rcq, ibv_qp_type t, const QpCaps& cp, bool sig_all, uint32_t qp_num,
+       void* qp_context)
+    : ctx(c), pd(p), send_cq(scq), recv_cq(rcq), type(t), sq_sig_all(sig_all), caps(cp) {
+  ibv_qp& q = ibqp.qp_base;
+  q.context = c->ib();
+  q.qp_context = qp_context;
+  q.pd = &p->ibpd;
+  q.send_cq = scq ? reinterpret_cast<ibv_cq*>(&scq->ibcq) : nullptr;
+  q.recv_cq = rcq ? reinterpret_cast<ibv_cq*>(&rcq->ibcq) : nullptr;
+  q.handle = qp_num;
+  q.qp_num = qp_num;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = t;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  attr.qp_state = IBV_QPS_RESET;
+  attr.path_mtu = IBV_MTU_1024;
+  attr.port_num = 1;
+  sq.init(cp.max_send_wr, cp.max_send_sge, cp.max_inline_data);
+  rq.init(cp.max_recv_wr, cp.max_recv_sge);
+}
+
+Qp::~Qp() = default;
+
+int Qp::check_values(const ibv_qp_attr& a, int mask) const {
+  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) &&
+      (a.qp_access_flags & ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC)))
+    return EINVAL;
+  if (mask & IBV_QP_AV) {
+    // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
+    if (!a.ah_attr.is_global) return EINVAL;
+    if (a.ah_attr.port_num != 0 && a.ah_attr.port_num != 1) return EINVAL;
+    if (a.ah_attr.grh.sgid_index >= ctx->gid_count()) return EINVAL;
+    uint32_t ip;
+    if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return EINVAL;  // IPv6 GIDs: not supported yet
+  }
+  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > Context::kMaxMtu)) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > wire::kPsnMask) return EINVAL;
+  if ((mask & IBV_QP_QKEY) && (a.qkey & 0x80000000u)) return EPERM;  // privileged Q_Key
+  if ((mask & IBV_QP_CAP)) return EINVAL;  // resizing work queues is not supported
+  return 0;
+}
+
+int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
+  ibv_qp_state cur = attr.qp_state;
+  ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+  if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
+  if (int e = check_modify_mask(type, cur, next, mask)) return e;
+  if (int e = check_values(a, mask)) return e;
+
+  if (mask & IBV_QP_ACCESS_FLAGS) attr.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) attr.pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) attr.port_num = a.port_num;
+  if (mask & IBV_QP_QKEY) attr.qkey = a.qkey;
+  if (mask & IBV_QP_AV) attr.ah_attr = a.ah_attr;
+  if (mask & IBV_QP_PATH_MTU) attr.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_TIMEOUT) attr.timeout = a.timeout;
+  if (mask & IBV_QP_RETRY_CNT) attr.retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) attr.rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_RQ_PSN) attr.rq_psn = a.rq_psn & wire::kPsnMask;
+  if (mask & IBV_QP_SQ_PSN) attr.sq_psn = a.sq_psn & wire::kPsnMask;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) attr.max_rd_atomic = a.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) attr.min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_DEST_QPN) attr.dest_qp_num = a.dest_qp_num;
+  if (mask & IBV_QP_ALT_PATH) attr.alt_ah_attr = a.alt_ah_attr;
+  if (mask & IBV_QP_PATH_MIG_STATE) attr.path_mig_state = a.path_mig_state;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
+  attr.qp_state = next;
+  attr.cur_qp_state = next;
+  ibqp.qp_base.state = next;
+  return 0;
+}
+
+void Qp::query(ibv_qp_attr* a, ibv_qp_init_attr* init) const {
+  *a = attr;
+  a->cap.max_send_wr = caps.max_send_wr;
+  a->cap.max_recv_wr = caps.max_recv_wr;
+  a->cap.max_send_sge = caps.max_send_sge;
+  a->cap.max_recv_sge = caps.max_recv_sge;
+  a->cap.max_inline_data = caps.max_inline_data;
+  a->sq_draining = 0;
+  if (init) {
+    std::memset(init, 0, sizeof *init);
+    init->qp_context = ibqp.qp_base.qp_context;
+    init->send_cq = ibqp.qp_base.send_cq;
+    init->recv_cq = ibqp.qp_base.recv_cq;
+    init->srq = ibqp.qp_base.srq;
+    init->cap = a->cap;
+    init->qp_type = type;
+    init->sq_sig_all = sq_sig_all;
+  }
+}
+
+int Qp::check_send_opcode(const ibv_send_wr& wr) const {
+  switch (type) {
+    case IBV_QPT_RC:
+      switch (wr.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_RDMA_READ:
+          return 0;
+        default:
+          return EOPNOTSUPP;  // atomics, MW, invalidate: not supported yet
+      }
+    default:
+      return EOPNOTSUPP;
+  }
+}
+
+int Qp::enqueue_send(const ibv_send_wr& wr) {
+  if (int e = check_send_opcode(wr)) return e;
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > caps.max_send_sge) return EINVAL;
+  if (sq.full()) return ENOMEM;
+  uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (total > kMaxMsgSize) return EINVAL;
+  bool is_inline = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ;
+  if (is_inline && total > caps.max_inline_data) return EINVAL;
+
+  uint32_t index = sq.posted;
+  SendWqe& w = sq.at(index);
+  w = SendWqe{};
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags;
+  w.imm_data = wr.imm_data;
+  w.remote_addr = wr.wr.rdma.remote_addr;
+  w.rkey = wr.wr.rdma.rkey;
+  w.length = uint32_t(total);
+  w.is_inline = is_inline;
+  w.signaled = sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
+  if (is_inline) {
+    // Inline data is copied now; no lkey is checked (IBA: inline needs none).
+    uint8_t* dst = sq.inline_buf(index);
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      dst += wr.sg_list[i].length;
+    }
+    w.num_sge = 0;
+  } else {
+    Sge* s = sq.sges(index);
+    for (int i = 0; i < wr.num_sge; ++i) s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    w.num_sge = uint16_t(wr.num_sge);
+  }
+  ++sq.posted;
+  return 0;
+}
+
+int Qp::enqueue_recv(const ibv_recv_wr& wr) {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > caps.max_recv_sge) return EINVAL;
+  if (rq.full()) return ENOMEM;
+  uint32_t index = rq.posted;
+  RecvWqe& w = rq.at(index);
+  w.wr_id = wr.wr_id;
+  w.num_sge = uint16_t(wr.num_sge);
+  w.length = 0;
+  Sge* s = rq.sges(index);
+  for (int i = 0; i < wr.num_sge; ++i) {
+    s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    w.length += wr.sg_list[i].length;
+  }
+  ++rq.posted;
+  return 0;
+}
+
+}  // namespace uroce::core

@@ -1,0 +1,176 @@
+#include "engine/engine_context.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "engine/roles.h"
+#include "transport/udp_transport.h"
+#include "wire/headers.h"
+#include "wire/psn.h"
+
+namespace uroce::engine {
+
+namespace {
+constexpr int kTimerTickMs = 1;
+constexpr size_t kRxBurst = 64;
+}  // namespace
+
+EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t)
+    : core::Context(dev), transport_(std::move(t)), next_qpn_(0x11 + (uint32_t(getpid()) & 0xFF) * 0x100) {
+  set_lid(transport_->local_port());
+  touched_.reserve(256);
+}
+
+EngineContext::~EngineContext() = default;
+
+EngineContext* EngineContext::open(core::Device* dev) {
+  transport::UdpConfig cfg;
+  cfg.preferred_port = core::config().udp_port;
+  auto t = transport::UdpTransport::open(cfg);
+  if (!t) return nullptr;
+  return open_with(dev, std::move(t), true);
+}
+
+EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
+                                        bool start_thread) {
+  auto* e = new (std::nothrow) EngineContext(dev, std::move(t));
+  if (!e) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (start_thread) e->thread_ = std::thread([e] { e->progress_loop(); });
+  LOG_INFO("device %s opened, UDP port %u", dev->ibdev.name, e->lid());
+  return e;
+}
+
+void EngineContext::close() {
+  stop_.store(true);
+  transport_->wake();
+  if (thread_.joinable()) thread_.join();
+  if (core::config().stats_at_exit) print_stats();
+  delete this;
+}
+
+void EngineContext::print_stats() const {
+  std::fprintf(stderr,
+               "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
+               "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
+               "rnr_naks %llu\n",
+               device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
+               (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
+               (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
+               (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
+               (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
+               (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load());
+}
+
+uint32_t EngineContext::allocate_qp_num() {
+  for (;;) {
+    uint32_t n = next_qpn_.fetch_add(1) & wire::kPsnMask;
+    if (n < 2) continue;  // QP0/QP1 are special
+    std::shared_lock lock(qps_mu_);
+    if (!qps_.count(n)) return n;
+  }
+}
+
+void EngineContext::register_qp(EngineQp* qp) {
+  std::unique_lock lock(qps_mu_);
+  qps_[qp->qp_num()] = qp;
+}
+
+void EngineContext::unregister_qp(EngineQp* qp) {
+  // The progress thread holds qps_mu_ shared for a whole burst, so taking it
+  // exclusively also waits for any use of `qp` to finish.
+  std::unique_lock lock(qps_mu_);
+  qps_.erase(qp->qp_num());
+}
+
+void EngineContext::progress_loop() {
+  std::vector<transport::RxDatagram> rx(kRxBurst);
+  auto next_timers = Clock::now();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    size_t n = transport_->recv_burst(rx, kTimerTickMs);
+    if (n) process_burst(std::span(rx.data(), n));
+    auto now = Clock::now();
+    if (now >= next_timers) {
+      run_timers(now);
+      next_timers = now + std::chrono::milliseconds(kTimerTickMs);
+    }
+  }
+}
+
+void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
+  TxBatch& tx = TxBatch::local();
+  tx.use(transport_.get());
+  std::shared_lock lock(qps_mu_);
+  for (auto& d : burst) dispatch(d, touched_);
+  // ACK coalescing: one ACK per QP per burst, covering every request in it.
+  for (EngineQp* qp : touched_) {
+    std::lock_guard ql(qp->mu);
+    qp->in_touched_list = false;
+    responder_flush_ack(*qp, tx);
+  }
+  touched_.clear();
+  tx.flush();
+}
+
+void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
+  stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  wire::PacketView pkt;
+  if (d.truncated || wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
+    stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (core::config().icrc_check) {
+    wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, lid()};
+    if (wire::icrc_ipv4(flow, d.data, d.len) != pkt.icrc_wire()) {
+      stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  uint8_t opcode = pkt.bth().opcode();
+  if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
+  auto it = qps_.find(pkt.bth().dest_qp());
+  if (it == qps_.end()) {
+    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  EngineQp& qp = *it->second;
+  // rxe: the opcode's service must match the QP type.
+  wire::Service want = qp.type == IBV_QPT_UC ? wire::Service::kUc
+                       : qp.type == IBV_QPT_UD ? wire::Service::kUd
+                                               : wire::Service::kRc;
+  if (wire::service_of(opcode) != want) {
+    stats.rx_wrong_service.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::lock_guard ql(qp.mu);
+  if (pkt.info->flags & wire::kOpResponse) {
+    completer_receive(qp, pkt, TxBatch::local());
+  } else {
+    responder_receive(qp, pkt, TxBatch::local());
+    if (qp.resp.ack_pending && !qp.in_touched_list) {
+      qp.in_touched_list = true;
+      touched.push_back(&qp);
+    }
+  }
+}
+
+void EngineContext::run_timers(Clock::time_point now) {
+  TxBatch& tx = TxBatch::local();
+  tx.use(transport_.get());
+  {
+    std::shared_lock lock(qps_mu_);
+    for (auto& [num, qp] : qps_) {
+      std::lock_guard ql(qp->mu);
+      completer_check_timers(*qp, now, tx);
+    }
+  }
+  tx.flush();
+}
+
+}  // namespace uroce::engine

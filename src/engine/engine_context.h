@@ -1,0 +1,73 @@
+// One engine instance per device context (design §3, §5): one UDP socket, a
+// progress thread that receives packets and runs timers, and the table that
+// routes packets to QPs. Posting threads transmit directly.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/context.h"
+#include "engine/engine_qp.h"
+#include "transport/datagram.h"
+
+namespace uroce::engine {
+
+// Packet counters, readable at any time (relaxed atomics).
+struct Stats {
+  std::atomic<uint64_t> rx_packets{0};
+  std::atomic<uint64_t> rx_malformed{0};
+  std::atomic<uint64_t> rx_bad_icrc{0};
+  std::atomic<uint64_t> rx_no_qp{0};
+  std::atomic<uint64_t> rx_wrong_service{0};
+  std::atomic<uint64_t> rx_dropped_state{0};
+  std::atomic<uint64_t> rx_duplicates{0};
+  std::atomic<uint64_t> rx_out_of_sequence{0};
+  std::atomic<uint64_t> tx_retransmits{0};
+  std::atomic<uint64_t> tx_naks{0};
+  std::atomic<uint64_t> rnr_naks_sent{0};
+};
+
+class EngineContext : public core::Context {
+ public:
+  // Opens the transport and starts the progress thread; nullptr + errno on failure.
+  static EngineContext* open(core::Device* dev);
+  // For tests: an engine over a given transport, without a progress thread.
+  static EngineContext* open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
+                                  bool start_thread);
+  void close();  // stops the thread and deletes this
+
+  transport::DatagramTransport& transport() { return *transport_; }
+  Stats stats;
+
+  // QP numbers and routing.
+  uint32_t allocate_qp_num();
+  void register_qp(EngineQp* qp);
+  void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
+
+  // Receive path: one burst of datagrams (progress thread, or tests).
+  void process_burst(std::span<transport::RxDatagram> burst);
+  void run_timers(Clock::time_point now);
+
+  static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
+
+ private:
+  EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t);
+  ~EngineContext();
+  void progress_loop();
+  void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched);
+  void print_stats() const;
+
+  std::unique_ptr<transport::DatagramTransport> transport_;
+  std::shared_mutex qps_mu_;
+  std::unordered_map<uint32_t, EngineQp*> qps_;
+  std::atomic<uint32_t> next_qpn_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<EngineQp*> touched_;  // progress thread only
+};
+
+}  // namespace uroce::engine

@@ -1,0 +1,108 @@
+#include "engine/engine_qp.h"
+
+#include "core/cq.h"
+#include "core/device.h"
+#include "engine/engine_context.h"
+#include "engine/roles.h"
+
+namespace uroce::engine {
+
+EngineContext* EngineQp::engine() const { return static_cast<EngineContext*>(ctx); }
+
+Clock::duration EngineQp::local_ack_timeout() const {
+  // 4.096 us * 2^timeout (roce-facts §4.4); 0 means no timer.
+  return std::chrono::nanoseconds(uint64_t(4096) << attr.timeout);
+}
+
+int EngineQp::modify(const ibv_qp_attr& a, int mask) {
+  ibv_qp_state before = state();
+  if (int e = apply_modify(a, mask)) return e;
+  ibv_qp_state after = state();
+
+  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU)) && type != IBV_QPT_UD) {
+    uint32_t dst_ip = 0;
+    core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
+    ctx->gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
+    // LID = UDP port (design §3): dlid 0 means the standard RoCEv2 port.
+    path.dst = transport::Endpoint{dst_ip, attr.ah_attr.dlid ? attr.ah_attr.dlid : uint16_t(4791)};
+    path.mtu = core::mtu_bytes(attr.path_mtu);
+    path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
+  }
+  if (after == before) return 0;
+
+  switch (after) {
+    case IBV_QPS_RESET:
+      // Queues and in-flight state are discarded without completions.
+      sq.posted = sq.retired = 0;
+      rq.posted = rq.consumed = 0;
+      req = RequesterState{};
+      comp = CompleterState{};
+      resp = ResponderState{};
+      timers = QpTimers{};
+      break;
+    case IBV_QPS_RTR:
+      resp = ResponderState{};
+      resp.epsn = attr.rq_psn;
+      resp.resources.assign(attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1, ResponderResource{});
+      break;
+    case IBV_QPS_RTS:
+      if (before == IBV_QPS_RTR) {
+        req = RequesterState{};
+        req.index = sq.retired;
+        req.psn = attr.sq_psn;
+        comp = CompleterState{};
+        comp.unacked_psn = attr.sq_psn;
+        comp.retry_left = attr.retry_cnt;
+        comp.rnr_retry_left = attr.rnr_retry;
+      }
+      // WRs posted before RTS (not allowed) or during SQD start now.
+      requester_run(*this, TxBatch::local());
+      break;
+    case IBV_QPS_ERR:
+      flush_send_queue();
+      flush_recv_queue();
+      break;
+    default:
+      break;
+  }
+  return 0;
+}
+
+void EngineQp::enter_error() {
+  if (state() == IBV_QPS_ERR) return;
+  attr.qp_state = IBV_QPS_ERR;
+  attr.cur_qp_state = IBV_QPS_ERR;
+  ibqp.qp_base.state = IBV_QPS_ERR;
+  timers.retransmit_armed = false;
+  flush_send_queue();
+  flush_recv_queue();
+}
+
+void EngineQp::flush_send_queue() {
+  // Every outstanding WQE completes with FLUSH_ERR, signaled or not (IBA
+  // 10.3.1: errors are always reported).
+  for (uint32_t i = sq.retired; i != sq.posted; ++i) {
+    core::SendWqe& w = sq.at(i);
+    if (!w.completed) complete_send_wqe(*this, w, IBV_WC_WR_FLUSH_ERR);
+  }
+  retire_send_wqes(*this);
+  req.index = sq.posted;
+  req.offset = 0;
+  req.reads_outstanding = 0;
+  timers.retransmit_armed = false;
+}
+
+void EngineQp::flush_recv_queue() {
+  if (!recv_cq) return;
+  for (; rq.consumed != rq.posted; ++rq.consumed) {
+    ibv_wc wc{};
+    wc.wr_id = rq.at(rq.consumed).wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qp_num();
+    recv_cq->push(wc, true);
+  }
+  resp.have_rwqe = false;
+}
+
+}  // namespace uroce::engine

@@ -1,0 +1,107 @@
+// The engine's view of a QP: the verbs-level core::Qp plus the state of the
+// three IBA roles acting on it (design §5). Each role owns its own state
+// struct; the only cross-role signals are the explicit calls declared in
+// roles.h (the completer rewinding the requester, the timers in QpTimers).
+//
+// Lock contract: everything here is guarded by core::Qp::mu.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "core/qp.h"
+#include "transport/datagram.h"
+#include "wire/icrc.h"
+
+namespace uroce::engine {
+
+class EngineContext;
+using Clock = std::chrono::steady_clock;
+
+// Where the QP's packets go (RC/UC: fixed at RTR from the address vector).
+struct Path {
+  transport::Endpoint dst;
+  uint32_t src_ip = 0;
+  uint32_t mtu = 1024;
+  wire::Ipv4Flow flow;  // for the ICRC of packets we send on this path
+};
+
+struct RequesterState {
+  uint32_t index = 0;   // SQ index of the WQE being transmitted
+  uint32_t offset = 0;  // bytes of that WQE already packetized
+  uint32_t psn = 0;     // PSN of the next packet
+  uint32_t pkts_since_ack_req = 0;
+  uint32_t reads_outstanding = 0;  // READ WQEs started and not completed
+  bool rnr_wait = false;           // paused until timers.rnr_deadline
+};
+
+struct CompleterState {
+  uint32_t unacked_psn = 0;  // oldest PSN not yet acknowledged
+  uint32_t read_offset = 0;  // bytes of the oldest READ already scattered
+  uint8_t retry_left = 0;
+  uint8_t rnr_retry_left = 0;
+  bool rewound = false;      // go-back-N already requested for unacked_psn
+};
+
+// A saved READ (or, later, ATOMIC) context for duplicate replay (C9-…: the
+// responder keeps max_dest_rd_atomic of them).
+struct ResponderResource {
+  bool valid = false;
+  uint32_t first_psn = 0;
+  uint32_t last_psn = 0;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+};
+
+enum class InMessage : uint8_t { kNone, kSend, kWrite };
+
+struct ResponderState {
+  uint32_t epsn = 0;   // expected PSN
+  uint32_t msn = 0;    // messages completed
+  bool nak_sent = false;  // one sequence NAK per gap (C9-…)
+  InMessage in_message = InMessage::kNone;
+  bool have_rwqe = false;   // receive WQE taken for the current message
+  uint32_t recv_offset = 0;
+  uint64_t write_va = 0;
+  uint32_t write_rkey = 0;
+  uint32_t write_remaining = 0;
+  uint32_t write_length = 0;
+  bool ack_pending = false;  // coalesced ACK to send at the end of the burst
+  uint32_t ack_psn = 0;
+  std::vector<ResponderResource> resources;
+  uint32_t next_resource = 0;
+};
+
+struct QpTimers {
+  bool retransmit_armed = false;
+  Clock::time_point retransmit_deadline{};
+  Clock::time_point rnr_deadline{};
+};
+
+class EngineQp : public core::Qp {
+ public:
+  using core::Qp::Qp;
+
+  EngineContext* engine() const;
+
+  Path path;
+  RequesterState req;
+  CompleterState comp;
+  ResponderState resp;
+  QpTimers timers;
+  bool in_touched_list = false;  // progress thread only
+
+  // Modify with the engine's reactions to the new state (caller holds mu).
+  int modify(const ibv_qp_attr& a, int mask);
+  // Moves the QP to ERR and flushes both queues (IBA 10.3.1).
+  void enter_error();
+  // Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR.
+  void flush_send_queue();
+  void flush_recv_queue();
+
+  Clock::duration local_ack_timeout() const;
+};
+
+}  // namespace uroce::engine

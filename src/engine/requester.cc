@@ -1,0 +1,209 @@
+// Requester (IBA 9.7, rxe_req.c): send WQEs -> request packets.
+//
+// The requester walks the send queue from req.index, cutting each message
+// into path-MTU packets. It stops when the PSN window is full, when a READ
+// has no initiator credit left (max_rd_atomic), when a fenced WQE waits for
+// earlier READs, or while an RNR NAK's timer runs. The completer moves it
+// back (requester_rewind) for go-back-N retransmission.
+#include "core/context.h"
+#include "core/cq.h"
+#include "engine/engine_context.h"
+#include "engine/roles.h"
+#include "wire/psn.h"
+
+namespace uroce::engine {
+
+namespace {
+
+using wire::Operation;
+
+// rxe: at most 128 unacknowledged PSNs; AckReq at least every 64 packets.
+constexpr uint32_t kWindowPsns = 128;
+constexpr uint32_t kMaxPacketsPerAckReq = 64;
+
+uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
+
+bool is_read(const core::SendWqe& w) { return w.opcode == IBV_WR_RDMA_READ; }
+
+Operation send_operation(const core::SendWqe& w, bool first, bool last) {
+  bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  bool wimm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (write) {
+    if (first && last) return wimm ? Operation::kWriteOnlyImm : Operation::kWriteOnly;
+    if (first) return Operation::kWriteFirst;
+    if (last) return wimm ? Operation::kWriteLastImm : Operation::kWriteLast;
+    return Operation::kWriteMiddle;
+  }
+  if (first && last) return imm ? Operation::kSendOnlyImm : Operation::kSendOnly;
+  if (first) return Operation::kSendFirst;
+  if (last) return imm ? Operation::kSendLastImm : Operation::kSendLast;
+  return Operation::kSendMiddle;
+}
+
+wire::Service service_for(const EngineQp& qp) {
+  return qp.type == IBV_QPT_UC ? wire::Service::kUc : wire::Service::kRc;
+}
+
+// Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
+// false if a local key check fails (C10-…: local protection error).
+bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len,
+                    TxBatch& tx) {
+  if (w.is_inline) {
+    tx.add_payload(qp.sq.inline_buf(index) + offset, len);
+    return true;
+  }
+  const core::Sge* sge = qp.sq.sges(index);
+  uint32_t skip = offset;
+  for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
+    if (skip >= sge[i].length) {
+      skip -= sge[i].length;
+      continue;
+    }
+    uint32_t n = std::min(sge[i].length - skip, len);
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, 0, false, &mr) != core::KeyCheck::kOk)
+      return false;
+    tx.add_payload(reinterpret_cast<const uint8_t*>(sge[i].addr + skip), n);
+    len -= n;
+    skip = 0;
+  }
+  return true;
+}
+
+// Validates every SGE of a WQE against the MR table before its first packet.
+bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigned need) {
+  const core::Sge* sge = qp.sq.sges(index);
+  for (uint16_t i = 0; i < w.num_sge; ++i) {
+    if (sge[i].length == 0) continue;
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, false, &mr) !=
+        core::KeyCheck::kOk)
+      return false;
+  }
+  return true;
+}
+
+void arm_retransmit(EngineQp& qp) {
+  if (qp.type != IBV_QPT_RC || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
+  qp.timers.retransmit_armed = true;
+  qp.timers.retransmit_deadline = Clock::now() + qp.local_ack_timeout();
+}
+
+// Builds the READ request for the rest of a READ WQE.
+void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
+  uint32_t remaining = w.length - qp.req.offset;
+  const wire::OpcodeInfo& info = wire::opcode_info(wire::make_opcode(wire::Service::kRc, Operation::kReadRequest));
+  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+  wire::Bth(h).fill(wire::make_opcode(wire::Service::kRc, Operation::kReadRequest), false, 0, wire::kDefaultPkey,
+                    qp.attr.dest_qp_num, true, qp.req.psn);
+  wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
+  tx.end_packet(qp.path.flow);
+  qp.req.psn = wire::psn_add(qp.req.psn, packets_for(remaining, qp.path.mtu));
+  qp.req.pkts_since_ack_req = 0;
+}
+
+// Builds the next packet of a SEND/WRITE WQE; returns false on a local error.
+bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+  uint32_t mtu = qp.path.mtu;
+  uint32_t offset = qp.req.offset;
+  uint32_t len = std::min(mtu, w.length - offset);
+  bool first = offset == 0;
+  bool last = offset + len == w.length;
+  uint8_t opcode = wire::make_opcode(service_for(qp), send_operation(w, first, last));
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  bool ack_req = qp.type == IBV_QPT_RC && (last || ++qp.req.pkts_since_ack_req >= kMaxPacketsPerAckReq);
+  if (ack_req) qp.req.pkts_since_ack_req = 0;
+  bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
+
+  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, se, (4 - (len & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, ack_req, qp.req.psn);
+  if (info.has(wire::Hdr::kReth))
+    wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr, w.rkey, w.length);
+  if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(h + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(w.imm_data);
+  if (!gather_payload(qp, index, w, offset, len, tx)) {
+    tx.abort_packet();
+    return false;
+  }
+  tx.end_packet(qp.path.flow);
+  qp.req.psn = wire::psn_add(qp.req.psn, 1);
+  qp.req.offset += len;
+  return true;
+}
+
+void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
+  complete_send_wqe(qp, w, status);
+  qp.enter_error();
+}
+
+}  // namespace
+
+void requester_rewind(EngineQp& qp, uint32_t psn) {
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+    core::SendWqe& w = qp.sq.at(i);
+    if (!w.started) break;
+    if (w.completed) continue;
+    if (wire::psn_diff(psn, w.first_psn) >= 0 && wire::psn_diff(psn, w.last_psn) <= 0) {
+      qp.req.index = i;
+      qp.req.offset = wire::psn_diff(psn, w.first_psn) * qp.path.mtu;
+      qp.req.psn = psn;
+      qp.req.pkts_since_ack_req = 0;
+      return;
+    }
+  }
+}
+
+void requester_run(EngineQp& qp, TxBatch& tx) {
+  if (qp.state() != IBV_QPS_RTS || qp.req.rnr_wait) return;
+  tx.use(&qp.engine()->transport());
+  bool sent = false;
+  {
+    auto mr_lock = qp.ctx->mrs.read_lock();
+    while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
+      uint32_t index = qp.req.index;
+      core::SendWqe& w = qp.sq.at(index);
+      uint32_t mtu = qp.path.mtu;
+      if (!w.started) {
+        uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
+        if (is_read(w) && qp.req.reads_outstanding >= max_reads) break;
+        // Fence: wait until every earlier READ/ATOMIC has completed.
+        if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
+        if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+          fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+          break;
+        }
+        w.started = true;
+        w.first_psn = qp.req.psn;
+        w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);
+        qp.req.offset = 0;
+        if (is_read(w)) ++qp.req.reads_outstanding;
+      }
+      uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
+      uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
+      if (in_flight > 0 && in_flight + need > kWindowPsns) break;
+
+      if (is_read(w)) {
+        send_read_request(qp, w, tx);
+        qp.req.offset = 0;
+        ++qp.req.index;
+      } else {
+        if (!send_data_packet(qp, index, w, tx)) {
+          fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+          break;
+        }
+        if (qp.req.offset >= w.length) {
+          qp.req.offset = 0;
+          ++qp.req.index;
+          // UC has no acknowledgements: the WQE is done once sent.
+          if (qp.type == IBV_QPT_UC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+        }
+      }
+      sent = true;
+    }
+  }
+  if (qp.type == IBV_QPT_UC) retire_send_wqes(qp);
+  if (sent) arm_retransmit(qp);
+  tx.flush();
+}
+
+}  // namespace uroce::engine

@@ -1,0 +1,431 @@
+// Responder (IBA 9.7.4–9.7.5, rxe_resp.c): request packets -> receive
+// completions, memory writes, READ responses and ACK/NAKs.
+//
+// Each request packet walks an explicit state machine; every state is one
+// small function named after the IBA check it performs, and every error
+// state after the NAK class it produces.
+#include "core/context.h"
+#include "core/cq.h"
+#include "core/log.h"
+#include "engine/engine_context.h"
+#include "engine/roles.h"
+#include "wire/psn.h"
+
+namespace uroce::engine {
+
+namespace {
+
+using wire::Operation;
+
+enum class RespState : uint8_t {
+  kCheckPsn,
+  kCheckOpSeq,
+  kCheckOpValid,
+  kCheckResource,
+  kCheckLength,
+  kCheckRkey,
+  kExecute,
+  kComplete,
+  kAcknowledge,
+  kDuplicate,
+  kErrPsnSequence,      // NAK 0x60
+  kErrRnr,              // RNR NAK
+  kErrInvalidRequest,   // NAK 0x61, class C/D fatal
+  kErrRemoteAccess,     // NAK 0x62
+  kErrRemoteOperation,  // NAK 0x63
+  kDrop,                // silently discarded (UC errors, repeated sequence errors)
+  kDone,
+};
+
+[[maybe_unused]] constexpr const char* kRespStateNames[] = {
+    "CHECK_PSN",       "CHECK_OP_SEQ",     "CHECK_OP_VALID",      "CHECK_RESOURCE",     "CHECK_LENGTH",
+    "CHECK_RKEY",      "EXECUTE",          "COMPLETE",            "ACKNOWLEDGE",        "DUPLICATE",
+    "ERR_PSN_SEQUENCE", "ERR_RNR",         "ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS",  "ERR_REMOTE_OPERATION",
+    "DROP",            "DONE"};
+
+// What the state functions share while one packet is processed.
+struct Request {
+  EngineQp& qp;
+  const wire::PacketView& pkt;
+  TxBatch& tx;
+  uint32_t psn;
+  uint32_t flags;  // OpcodeInfo flags
+  Operation op;
+  ibv_wc_status recv_status = IBV_WC_SUCCESS;  // for a receive WQE failed by this packet
+};
+
+bool is_rc(const EngineQp& qp) { return qp.type == IBV_QPT_RC; }
+
+void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
+  uint8_t opcode = wire::make_opcode(wire::Service::kRc, Operation::kAcknowledge);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
+  wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(syndrome, qp.resp.msn);
+  tx.end_packet(qp.path.flow);
+}
+
+void send_nak(Request& r, uint8_t syndrome, uint32_t psn) {
+  responder_flush_ack(r.qp, r.tx);  // keep ACK/NAK order
+  send_ack_packet(r.qp, r.tx, syndrome, psn);
+  r.qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
+
+// READ responses for [va, va+len) starting at `psn` (C9-…: responses take
+// consecutive PSNs starting with the request's).
+void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+  uint32_t mtu = qp.path.mtu;
+  uint32_t npkts = packets_for(len, mtu);
+  auto lock = qp.ctx->mrs.read_lock();
+  const core::Mr* mr = nullptr;
+  if (len && qp.ctx->mrs.check_locked(rkey, qp.pd, va, len, IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
+    return;  // key vanished since the check (deregistered): nothing is sent
+  const uint8_t* src = len ? mr->host + (va - mr->iova) : nullptr;
+  for (uint32_t i = 0; i < npkts; ++i) {
+    uint32_t off = i * mtu;
+    uint32_t n = std::min(mtu, len - off);
+    Operation op = npkts == 1           ? Operation::kReadResponseOnly
+                   : i == 0             ? Operation::kReadResponseFirst
+                   : i == npkts - 1     ? Operation::kReadResponseLast
+                                        : Operation::kReadResponseMiddle;
+    uint8_t opcode = wire::make_opcode(wire::Service::kRc, op);
+    const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+    uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+    wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
+                      wire::psn_add(psn, i));
+    if (info.has(wire::Hdr::kAeth))
+      wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
+    if (n) tx.add_payload(src + off, n);
+    tx.end_packet(qp.path.flow);
+  }
+}
+
+// --- the checks -------------------------------------------------------------
+
+// C9-… (9.7.4.1.x): PSN equal to ePSN is new, earlier is a duplicate, later
+// means packets were lost.
+RespState check_psn(Request& r) {
+  ResponderState& s = r.qp.resp;
+  int32_t d = wire::psn_diff(r.psn, s.epsn);
+  if (!is_rc(r.qp)) {
+    // UC (9.7.4.1.1 for UC): a gap drops the rest of the current message;
+    // resynchronize on the next FIRST/ONLY.
+    if (d != 0) {
+      s.in_message = InMessage::kNone;
+      s.recv_offset = 0;
+      s.epsn = r.psn;
+      if (!(r.flags & wire::kOpStart)) {
+        s.epsn = wire::psn_add(r.psn, 1);
+        return RespState::kDrop;
+      }
+    }
+    return RespState::kCheckOpSeq;
+  }
+  if (d > 0) {
+    r.qp.engine()->stats.rx_out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+    return s.nak_sent ? RespState::kDrop : RespState::kErrPsnSequence;
+  }
+  if (d < 0) return RespState::kDuplicate;
+  s.nak_sent = false;
+  return RespState::kCheckOpSeq;
+}
+
+// C9-… (9.7.4.1.3): FIRST/MIDDLE/LAST must follow each other within a message.
+RespState check_op_seq(Request& r) {
+  InMessage m = r.qp.resp.in_message;
+  bool send = r.flags & wire::kOpSend;
+  bool write = r.flags & wire::kOpWrite;
+  bool ok;
+  if (m == InMessage::kSend)
+    ok = send && !(r.flags & wire::kOpStart);
+  else if (m == InMessage::kWrite)
+    ok = write && !(r.flags & wire::kOpStart);
+  else
+    ok = r.flags & wire::kOpStart;
+  if (ok) return RespState::kCheckOpValid;
+  return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
+}
+
+// C9-… (9.7.4.1.4): the QP must permit the operation.
+RespState check_op_valid(Request& r) {
+  unsigned access = r.qp.attr.qp_access_flags;
+  if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE)) return RespState::kErrInvalidRequest;
+  if (r.flags & wire::kOpRead) {
+    if (!(access & IBV_ACCESS_REMOTE_READ) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
+  }
+  if (r.flags & wire::kOpAtomic) return RespState::kErrInvalidRequest;  // not supported yet
+  if (r.flags & wire::kOpInv) return RespState::kErrInvalidRequest;     // not supported yet
+  return RespState::kCheckResource;
+}
+
+// C9-… (9.7.5.2.8): a message that consumes a receive WQE needs one, else RNR NAK.
+RespState check_resource(Request& r) {
+  if ((r.flags & wire::kOpRwqe) && !r.qp.resp.have_rwqe) {
+    if (r.qp.rq.empty()) return is_rc(r.qp) ? RespState::kErrRnr : RespState::kDrop;
+    r.qp.resp.have_rwqe = true;
+    r.qp.resp.recv_offset = 0;
+  }
+  return RespState::kCheckLength;
+}
+
+// C9-… (9.7.4.1.6): packet payload lengths by position, and the receive buffer.
+RespState check_length(Request& r) {
+  uint32_t mtu = r.qp.path.mtu;
+  uint32_t len = r.pkt.payload_len;
+  bool start = r.flags & wire::kOpStart, end = r.flags & wire::kOpEnd;
+  if (r.flags & wire::kOpPayload) {
+    bool ok = (!end) ? len == mtu : (start ? len <= mtu : (len > 0 && len <= mtu));
+    if (!ok) return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
+  }
+  if (r.flags & wire::kOpSend) {
+    const core::RecvWqe& w = r.qp.rq.at(r.qp.rq.consumed);
+    if (uint64_t(r.qp.resp.recv_offset) + len > w.length) {
+      r.recv_status = IBV_WC_LOC_LEN_ERR;
+      return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
+    }
+  }
+  if (r.flags & wire::kOpWrite) {
+    if (start) {
+      uint32_t dma = r.pkt.reth().dma_len();
+      if (dma > (1u << 31) || (end && dma != len) || (!end && dma <= len))
+        return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
+    } else if (len > r.qp.resp.write_remaining || (end && len != r.qp.resp.write_remaining)) {
+      return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
+    }
+  }
+  return RespState::kCheckRkey;
+}
+
+// C9-88 / o9-…: R_Key, bounds and access of RDMA requests (zero-length
+// requests need no valid R_Key).
+RespState check_rkey(Request& r) {
+  bool write_start = (r.flags & wire::kOpWrite) && (r.flags & wire::kOpStart);
+  if (!write_start && !(r.flags & wire::kOpRead)) return RespState::kExecute;
+  wire::Reth reth = r.pkt.reth();
+  uint32_t len = reth.dma_len();
+  if (len != 0) {
+    unsigned need = (r.flags & wire::kOpRead) ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    if (r.qp.ctx->mrs.check(reth.rkey(), r.qp.pd, reth.va(), len, need, true) != core::KeyCheck::kOk)
+      return is_rc(r.qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
+  }
+  if (write_start) {
+    r.qp.resp.write_va = reth.va();
+    r.qp.resp.write_rkey = reth.rkey();
+    r.qp.resp.write_remaining = len;
+    r.qp.resp.write_length = len;
+  }
+  return RespState::kExecute;
+}
+
+// --- execution ---------------------------------------------------------------
+
+// Copies a SEND payload into the receive WQE's scatter list.
+bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
+  uint32_t index = qp.rq.consumed;
+  const core::RecvWqe& w = qp.rq.at(index);
+  const core::Sge* sge = qp.rq.sges(index);
+  auto lock = qp.ctx->mrs.read_lock();
+  uint32_t skip = qp.resp.recv_offset;
+  for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
+    if (skip >= sge[i].length) {
+      skip -= sge[i].length;
+      continue;
+    }
+    uint32_t n = std::min(sge[i].length - skip, len);
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+        core::KeyCheck::kOk)
+      return false;
+    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
+    data += n;
+    len -= n;
+    skip = 0;
+  }
+  return len == 0;
+}
+
+RespState execute(Request& r) {
+  EngineQp& qp = r.qp;
+  ResponderState& s = qp.resp;
+  uint32_t len = r.pkt.payload_len;
+  if (r.flags & wire::kOpSend) {
+    s.in_message = InMessage::kSend;
+    if (!scatter_send(qp, r.pkt.payload(), len)) {
+      r.recv_status = IBV_WC_LOC_PROT_ERR;
+      return is_rc(qp) ? RespState::kErrRemoteOperation : RespState::kDrop;
+    }
+    s.recv_offset += len;
+  } else if (r.flags & wire::kOpWrite) {
+    s.in_message = InMessage::kWrite;
+    if (len) {
+      bool ok = qp.ctx->mrs.with_range(s.write_rkey, qp.pd, s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
+                                       [&](uint8_t* dst) { std::memcpy(dst, r.pkt.payload(), len); }) ==
+                core::KeyCheck::kOk;
+      if (!ok) return is_rc(qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
+    }
+    s.write_va += len;
+    s.write_remaining -= len;
+  } else if (r.flags & wire::kOpRead) {
+    wire::Reth reth = r.pkt.reth();
+    uint32_t npkts = packets_for(reth.dma_len(), qp.path.mtu);
+    ResponderResource& res = s.resources[s.next_resource++ % s.resources.size()];
+    res = ResponderResource{true, r.psn, wire::psn_add(r.psn, npkts - 1), reth.va(), reth.rkey(), reth.dma_len()};
+    send_read_responses(qp, r.tx, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+    s.epsn = wire::psn_add(r.psn, npkts);
+    ++s.msn;
+    return RespState::kDone;
+  }
+  return (r.flags & wire::kOpEnd) ? RespState::kComplete : RespState::kAcknowledge;
+}
+
+void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool imm,
+                   uint32_t imm_data, bool solicited) {
+  ibv_wc wc{};
+  wc.wr_id = qp.rq.at(qp.rq.consumed).wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = qp.qp_num();
+  wc.src_qp = qp.attr.dest_qp_num;
+  wc.slid = qp.path.dst.port;
+  if (imm) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = imm_data;
+  }
+  ++qp.rq.consumed;
+  qp.resp.have_rwqe = false;
+  qp.resp.recv_offset = 0;
+  if (qp.recv_cq) qp.recv_cq->push(wc, solicited);
+}
+
+// End of a message: the receive completion (SEND, WRITE with immediate).
+RespState complete(Request& r) {
+  EngineQp& qp = r.qp;
+  ResponderState& s = qp.resp;
+  bool imm = r.flags & wire::kOpImm;
+  uint32_t imm_data = imm ? r.pkt.imm().raw() : 0;
+  if (r.flags & wire::kOpSend) {
+    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, imm, imm_data, r.pkt.bth().se());
+  } else if (r.flags & wire::kOpRcqe) {  // WRITE with immediate
+    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, s.write_length, true, imm_data, r.pkt.bth().se());
+  }
+  s.in_message = InMessage::kNone;
+  ++s.msn;
+  return RespState::kAcknowledge;
+}
+
+RespState acknowledge(Request& r) {
+  ResponderState& s = r.qp.resp;
+  s.epsn = wire::psn_add(r.psn, 1);
+  if (is_rc(r.qp) && r.pkt.bth().ack_req()) {
+    s.ack_pending = true;
+    s.ack_psn = r.psn;
+  }
+  return RespState::kDone;
+}
+
+// 9.7.5.1.x: duplicates are acknowledged, READs replayed, never re-executed.
+RespState duplicate(Request& r) {
+  EngineQp& qp = r.qp;
+  ResponderState& s = qp.resp;
+  qp.engine()->stats.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
+  if (r.flags & wire::kOpRead) {
+    wire::Reth reth = r.pkt.reth();
+    for (const ResponderResource& res : s.resources) {
+      if (!res.valid || wire::psn_diff(r.psn, res.first_psn) < 0 || wire::psn_diff(r.psn, res.last_psn) > 0) continue;
+      // The retried READ must ask for a part of the original range.
+      uint64_t end = res.va + res.length;
+      if (reth.rkey() != res.rkey || reth.va() < res.va || reth.va() + reth.dma_len() > end) return RespState::kDrop;
+      send_read_responses(qp, r.tx, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+      return RespState::kDone;
+    }
+    return RespState::kDrop;
+  }
+  if (r.flags & wire::kOpAtomic) return RespState::kDrop;
+  // ACK everything received so far (PSN ePSN-1).
+  uint32_t psn = wire::psn_add(s.epsn, wire::kPsnMask);
+  if (!s.ack_pending || wire::psn_diff(psn, s.ack_psn) > 0) s.ack_psn = psn;
+  s.ack_pending = true;
+  return RespState::kDone;
+}
+
+// --- errors -------------------------------------------------------------------
+
+RespState err_psn_sequence(Request& r) {
+  r.qp.resp.nak_sent = true;
+  send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kPsnSeqError)), r.qp.resp.epsn);
+  return RespState::kDone;
+}
+
+RespState err_rnr(Request& r) {
+  r.qp.engine()->stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+  send_nak(r, wire::syndrome(wire::AckType::kRnrNak, r.qp.attr.min_rnr_timer), r.psn);
+  return RespState::kDone;
+}
+
+// Class C/D errors (9.9.x): NAK, fail the receive WQE if one was taken, and
+// move the responder QP to ERR as rxe does.
+RespState err_fatal(Request& r, wire::NakCode code) {
+  EngineQp& qp = r.qp;
+  send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
+  if (qp.resp.have_rwqe && qp.recv_cq) {
+    ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS ? r.recv_status
+                       : code == wire::NakCode::kRemoteAccess ? IBV_WC_REM_ACCESS_ERR
+                                                               : IBV_WC_REM_INV_REQ_ERR;
+    complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, false, 0, true);
+  }
+  qp.enter_error();
+  return RespState::kDone;
+}
+
+RespState step(RespState s, Request& r) {
+  switch (s) {
+    case RespState::kCheckPsn: return check_psn(r);
+    case RespState::kCheckOpSeq: return check_op_seq(r);
+    case RespState::kCheckOpValid: return check_op_valid(r);
+    case RespState::kCheckResource: return check_resource(r);
+    case RespState::kCheckLength: return check_length(r);
+    case RespState::kCheckRkey: return check_rkey(r);
+    case RespState::kExecute: return execute(r);
+    case RespState::kComplete: return complete(r);
+    case RespState::kAcknowledge: return acknowledge(r);
+    case RespState::kDuplicate: return duplicate(r);
+    case RespState::kErrPsnSequence: return err_psn_sequence(r);
+    case RespState::kErrRnr: return err_rnr(r);
+    case RespState::kErrInvalidRequest: return err_fatal(r, wire::NakCode::kInvalidRequest);
+    case RespState::kErrRemoteAccess: return err_fatal(r, wire::NakCode::kRemoteAccess);
+    case RespState::kErrRemoteOperation: return err_fatal(r, wire::NakCode::kRemoteOp);
+    case RespState::kDrop:
+    case RespState::kDone: return RespState::kDone;
+  }
+  return RespState::kDone;
+}
+
+}  // namespace
+
+void responder_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+  ibv_qp_state st = qp.state();
+  if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
+    qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  tx.use(&qp.engine()->transport());
+  Request r{qp, pkt, tx, pkt.bth().psn(), pkt.info->flags, wire::operation_of(pkt.bth().opcode())};
+  RespState s = RespState::kCheckPsn;
+  while (s != RespState::kDone) {
+    RespState next = step(s, r);
+    if (core::log_enabled(core::LogLevel::kDebug) && next != RespState::kDone && s >= RespState::kDuplicate)
+      LOG_DEBUG("qp %u responder %s psn %u", qp.qp_num(), kRespStateNames[unsigned(s)], r.psn);
+    s = next;
+  }
+}
+
+void responder_flush_ack(EngineQp& qp, TxBatch& tx) {
+  if (!qp.resp.ack_pending) return;
+  qp.resp.ack_pending = false;
+  send_ack_packet(qp, tx, wire::kAckNoCredit, qp.resp.ack_psn);
+}
+
+}  // namespace uroce::engine

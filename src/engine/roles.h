@@ -1,0 +1,31 @@
+// The IBA roles acting on a QP (one file each), called with the QP's mutex held.
+#pragma once
+
+#include "engine/engine_qp.h"
+#include "engine/tx_batch.h"
+#include "wire/headers.h"
+
+namespace uroce::engine {
+
+// Requester (requester.cc): turns send WQEs into request packets while the
+// PSN window and the read/atomic credits allow.
+void requester_run(EngineQp& qp, TxBatch& tx);
+// Go-back-N: the next request packet sent will be `psn` again.
+void requester_rewind(EngineQp& qp, uint32_t psn);
+
+// Responder (responder.cc): one incoming request packet.
+void responder_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
+// Sends the coalesced ACK, if one is pending.
+void responder_flush_ack(EngineQp& qp, TxBatch& tx);
+
+// Completer (completer.cc): one incoming response (ACK/NAK/READ response).
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
+// Local ACK timeout and RNR timer.
+void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
+
+// Completion helpers shared by the roles.
+void complete_send_wqe(EngineQp& qp, core::SendWqe& w, ibv_wc_status status);
+// Retires completed WQEs from the head of the send queue, in order.
+void retire_send_wqes(EngineQp& qp);
+
+}  // namespace uroce::engine

@@ -1,0 +1,94 @@
+// Completion channels and completion queues.
+#include <infiniband/verbs.h>
+
+#include "core/comp_channel.h"
+#include "core/cq.h"
+#include "core/limits.h"
+#include "engine/engine_context.h"
+#include "verbs/export.h"
+#include "verbs/ops.h"
+
+using uroce::core::CompChannel;
+using uroce::core::Cq;
+using uroce::verbs::abi_guard;
+
+UROCE_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  return abi_guard<ibv_comp_channel*>(nullptr, [&]() -> ibv_comp_channel* {
+    if (!context) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    CompChannel* ch = CompChannel::create(context);
+    return ch ? &ch->ibch : nullptr;
+  });
+}
+
+UROCE_API int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (!channel) return EINVAL;
+  CompChannel* ch = CompChannel::from(channel);
+  if (ch->cq_users.load() != 0) return EBUSY;
+  delete ch;
+  return 0;
+}
+
+UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                int comp_vector) {
+  return abi_guard<ibv_cq*>(nullptr, [&]() -> ibv_cq* {
+    if (!context || cqe < 1 || uint32_t(cqe) > uroce::core::kMaxCqe || comp_vector < 0 ||
+        comp_vector >= context->num_comp_vectors) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    CompChannel* ch = channel ? CompChannel::from(channel) : nullptr;
+    auto* cq = new Cq(context, uint32_t(cqe), ch, cq_context);
+    if (ch) ch->cq_users.fetch_add(1);
+    return reinterpret_cast<ibv_cq*>(&cq->ibcq);
+  });
+}
+
+UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
+  if (!ibcq) return EINVAL;
+  Cq* cq = Cq::from(ibcq);
+  if (cq->qp_users.load() != 0) return EBUSY;
+  if (CompChannel* ch = cq->channel()) {
+    ch->forget(cq);
+    ch->cq_users.fetch_sub(1);
+  }
+  delete cq;
+  return 0;
+}
+
+UROCE_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (!channel || !cq || !cq_context) {
+    errno = EINVAL;
+    return -1;
+  }
+  auto r = CompChannel::from(channel)->get_event();
+  if (!r.ok()) {
+    errno = r.err();
+    return -1;
+  }
+  Cq* c = *r;
+  *cq = reinterpret_cast<ibv_cq*>(&c->ibcq);
+  *cq_context = c->ibcq.cq_context;
+  return 0;
+}
+
+UROCE_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (!cq) return;
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+namespace uroce::verbs {
+
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -EINVAL;
+  return Cq::from(cq)->poll(num_entries, wc);
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only != 0); }
+
+}  // namespace uroce::verbs

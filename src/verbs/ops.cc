@@ -1,0 +1,15 @@
+#include "verbs/ops.h"
+
+namespace uroce::verbs {
+
+void install_context_ops(verbs_context& vctx) {
+  ibv_context_ops& ops = vctx.context.ops;
+  ops.poll_cq = poll_cq;
+  ops.req_notify_cq = req_notify_cq;
+  ops.post_send = post_send;
+  ops.post_recv = post_recv;
+  vctx.query_port = query_port_ex;
+  vctx.query_device_ex = query_device_ex;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,139 @@
+// Queue pairs: create/modify/query/destroy and the posting data path.
+#include <infiniband/verbs.h>
+
+#include "core/cq.h"
+#include "engine/engine_context.h"
+#include "engine/roles.h"
+#include "verbs/export.h"
+#include "verbs/ops.h"
+
+using uroce::core::Cq;
+using uroce::core::Pd;
+using uroce::engine::EngineContext;
+using uroce::engine::EngineQp;
+using uroce::verbs::abi_guard;
+
+namespace {
+
+EngineQp* engine_qp(ibv_qp* qp) { return static_cast<EngineQp*>(uroce::core::Qp::from(qp)); }
+
+}  // namespace
+
+UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
+  return abi_guard<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
+    if (!ibpd || !init) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    if (init->qp_type != IBV_QPT_RC) {
+      errno = EOPNOTSUPP;  // UC/UD arrive with a later issue
+      return nullptr;
+    }
+    if (init->srq) {
+      errno = EOPNOTSUPP;
+      return nullptr;
+    }
+    if (!init->send_cq || !init->recv_cq) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    uroce::core::QpCaps caps;
+    if (int e = uroce::core::validate_qp_caps(init->qp_type, init->cap, &caps)) {
+      errno = e;
+      return nullptr;
+    }
+    EngineContext* ctx = EngineContext::from(ibpd->context);
+    Pd* pd = Pd::from(ibpd);
+    Cq* scq = Cq::from(init->send_cq);
+    Cq* rcq = Cq::from(init->recv_cq);
+    auto* qp = new EngineQp(ctx, pd, scq, rcq, init->qp_type, caps, init->sq_sig_all != 0,
+                            ctx->allocate_qp_num(), init->qp_context);
+    pd->users.fetch_add(1);
+    scq->qp_users.fetch_add(1);
+    rcq->qp_users.fetch_add(1);
+    ctx->register_qp(qp);
+    // Report what was granted (verbs: cap is an in/out parameter).
+    init->cap.max_send_wr = caps.max_send_wr;
+    init->cap.max_recv_wr = caps.max_recv_wr;
+    init->cap.max_send_sge = caps.max_send_sge;
+    init->cap.max_recv_sge = caps.max_recv_sge;
+    init->cap.max_inline_data = caps.max_inline_data;
+    return &qp->ibqp.qp_base;
+  });
+}
+
+UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
+  if (!ibqp || !attr) return EINVAL;
+  return abi_guard<int>(ENOMEM, [&] {
+    EngineQp* qp = engine_qp(ibqp);
+    std::lock_guard lock(qp->mu);
+    return qp->modify(*attr, attr_mask);
+  });
+}
+
+UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  (void)attr_mask;  // every attribute is reported, as rxe does
+  if (!ibqp || !attr) return EINVAL;
+  EngineQp* qp = engine_qp(ibqp);
+  std::lock_guard lock(qp->mu);
+  qp->query(attr, init_attr);
+  return 0;
+}
+
+UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
+  if (!ibqp) return EINVAL;
+  EngineQp* qp = engine_qp(ibqp);
+  EngineContext* ctx = qp->engine();
+  ctx->unregister_qp(qp);  // after this the progress thread never sees it again
+  qp->send_cq->purge_qp(qp->qp_num());
+  qp->recv_cq->purge_qp(qp->qp_num());
+  qp->send_cq->qp_users.fetch_sub(1);
+  qp->recv_cq->qp_users.fetch_sub(1);
+  qp->pd->users.fetch_sub(1);
+  delete qp;
+  return 0;
+}
+
+namespace uroce::verbs {
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  EngineQp* qp = engine_qp(ibqp);
+  std::lock_guard lock(qp->mu);
+  ibv_qp_state st = qp->state();
+  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) {
+    *bad_wr = wr;
+    return EINVAL;  // rxe: sends need RTS (or later states)
+  }
+  int err = 0;
+  for (; wr; wr = wr->next) {
+    if ((err = qp->enqueue_send(*wr)) != 0) {
+      *bad_wr = wr;
+      break;
+    }
+  }
+  if (qp->state() == IBV_QPS_ERR)
+    qp->flush_send_queue();
+  else
+    engine::requester_run(*qp, engine::TxBatch::local());
+  return err;
+}
+
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  EngineQp* qp = engine_qp(ibqp);
+  std::lock_guard lock(qp->mu);
+  if (qp->state() == IBV_QPS_RESET) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  int err = 0;
+  for (; wr; wr = wr->next) {
+    if ((err = qp->enqueue_recv(*wr)) != 0) {
+      *bad_wr = wr;
+      break;
+    }
+  }
+  if (qp->state() == IBV_QPS_ERR) qp->flush_recv_queue();
+  return err;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Captures the traffic of an ibv_rc_pingpong pair running over uroce on `lo` and checks it
+# with two independent tools:
+#   (a) tshark decodes every uroce packet as InfiniBand (RoCEv2), none malformed, no
+#       expert warning or error;
+#   (b) tests/tools/icrc_check.py recomputes every ICRC (zlib.crc32, facts sheet §3.1).
+#
+#   capture_check.sh [--outdir DIR] [--port TCPPORT] [--launcher PATH]
+#
+# Needs root to capture (CI runs as root); otherwise exits 77, which CTest reports as
+# skipped. Keeps cap.pcap and the logs in DIR (default: ./capture_check).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+outdir=capture_check
+tcp_port=18730
+launcher_args=()
+size=4097
+iters=20
+mtu=1024
+
+while (($#)); do
+  case $1 in
+    --outdir) outdir=$2; shift 2 ;;
+    --port) tcp_port=$2; shift 2 ;;
+    --launcher) launcher_args=(--launcher "$2"); shift 2 ;;
+    *) echo "capture_check: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "capture_check: FAILED: $*" >&2; exit 1; }
+
+((EUID == 0)) || skip "capturing on lo needs root (CI runs as root); run as root to check tshark decoding and ICRCs"
+for tool in dumpcap tshark python3; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh installs it)"
+done
+
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+pcap=$outdir/cap.pcap
+rm -f "$pcap" "$outdir"/*.log
+
+# 1. Capture: bounded in packets and time; pcap format (icrc_check.py reads pcapng too).
+dumpcap_pid=''
+cleanup() {
+  if [[ -n $dumpcap_pid ]] && kill -0 "$dumpcap_pid" 2>/dev/null; then
+    kill -TERM "$dumpcap_pid" 2>/dev/null || true
+    wait "$dumpcap_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+dumpcap -q -P -i lo -f "udp portrange 4791-49151" -c 20000 -a duration:120 -w "$pcap" \
+  >"$outdir/dumpcap.log" 2>&1 &
+dumpcap_pid=$!
+for _ in $(seq 100); do
+  grep -q "Capturing on" "$outdir/dumpcap.log" && break
+  kill -0 "$dumpcap_pid" 2>/dev/null || { cat "$outdir/dumpcap.log" >&2; fail "dumpcap did not start"; }
+  sleep 0.1
+done
+grep -q "Capturing on" "$outdir/dumpcap.log" || fail "dumpcap not capturing after 10 s"
+sleep 0.5   # the filter is attached before the message; a little margin costs nothing
+
+# 2. Traffic: one ping-pong pair with a message that is not a multiple of the MTU.
+"$here/run_pair.sh" ${launcher_args[@]+"${launcher_args[@]}"} --name pingpong \
+  --outdir "$outdir" --port "$tcp_port" \
+  --expect "^$((2 * size * iters)) bytes in" --expect "^$iters iters in" \
+  --reject 'invalid data in page' \
+  --server ibv_rc_pingpong -g 0 -c -s "$size" -n "$iters" -m "$mtu" -p "$tcp_port" \
+  --client ibv_rc_pingpong -g 0 -c -s "$size" -n "$iters" -m "$mtu" -p "$tcp_port" 127.0.0.1
+
+sleep 0.5
+kill -INT "$dumpcap_pid"
+wait "$dumpcap_pid" || true
+dumpcap_pid=''
+[[ -s $pcap ]] || fail "no capture file written"
+
+# 3. The UDP ports used: uroce reports its UDP port as the LID, and ibv_rc_pingpong prints
+#    both sides' LIDs ("local address:  LID 0x12b7, ..."). LID 0 would mean 4791.
+#    Only these ports are examined: other traffic on lo is none of this test's business.
+ports=()
+while read -r hex; do
+  port=$((16#$hex == 0 ? 4791 : 16#$hex))
+  [[ " ${ports[*]} " == *" $port "* ]] || ports+=("$port")
+done < <(grep -ohE 'LID 0x[0-9a-fA-F]+' "$outdir"/pingpong.*.log | sed 's/^LID 0x//')
+echo "capture_check: UDP ports of the pair: ${ports[*]}"
+((${#ports[@]} == 2)) || fail "expected the two sides' LIDs (UDP ports) in the output, found: ${ports[*]:-none}"
+
+decode_as=()
+for p in "${ports[@]}"; do decode_as+=(-d "udp.port==$p,infiniband"); done
+filter="udp.port in {$(IFS=,; echo "${ports[*]}")} && !icmp"
+
+# (a) tshark: every frame on those ports decoded as infiniband, nothing malformed, no
+#     expert info of severity warning (0x600000) or error (0x800000).
+tshark -r "$pcap" "${decode_as[@]}" -Y "$filter" -T fields -E separator=/t \
+  -e frame.number -e frame.protocols -e _ws.malformed -e _ws.expert.severity \
+  -e _ws.expert.message -e udp.srcport -e udp.dstport \
+  >"$outdir/tshark.tsv" 2>"$outdir/tshark.log" \
+  || { cat "$outdir/tshark.log" >&2; fail "tshark could not read the capture"; }
+frames=$(wc -l <"$outdir/tshark.tsv")
+bad=$(awk -F'\t' -v pair=" ${ports[*]} " '
+  index(pair, " " $6 " ") == 0 || index(pair, " " $7 " ") == 0 {
+    print "frame " $1 ": UDP " $6 " -> " $7 " is not between the two LID ports"; next }
+  $2 !~ /(^|:)infiniband(:|$)/ { print "frame " $1 ": not decoded as infiniband: " $2; next }
+  $3 != ""                     { print "frame " $1 ": malformed: " $5; next }
+  {
+    n = split($4, sev, ",")
+    for (i = 1; i <= n; i++)
+      if (sev[i] + 0 >= 6291456) { print "frame " $1 ": expert info: " $5; next }
+  }' "$outdir/tshark.tsv")
+echo "capture_check: tshark decoded $frames frames on ports ${ports[*]}; opcodes:"
+tshark -r "$pcap" "${decode_as[@]}" -Y "$filter" -T fields -e infiniband.bth.opcode \
+  2>/dev/null | sort | uniq -c | sed 's/^/    /'
+if [[ -n $bad ]]; then
+  echo "$bad" | head -20 >&2
+  fail "tshark: $(echo "$bad" | wc -l) bad frames (full list: $outdir/tshark.tsv)"
+fi
+
+# Every request packet of the exchange must be there: each side sends $iters messages of
+# ceil(size/mtu) packets (ACKs come on top).
+min_frames=$((2 * iters * ((size + mtu - 1) / mtu)))
+((frames >= min_frames)) || fail "only $frames frames captured, expected at least $min_frames"
+
+# (b) independent ICRC check over the same packets.
+port_args=()
+for p in "${ports[@]}"; do port_args+=(--port "$p"); done
+icrc_out=$(python3 "$here/../tools/icrc_check.py" "$pcap" "${port_args[@]}") \
+  || { echo "$icrc_out" | tail -20 >&2; fail "ICRC check failed"; }
+echo "capture_check: icrc_check: ${icrc_out##*$'\n'}"
+checked=$(sed -n 's/^\([0-9]*\) packets checked.*/\1/p' <<<"$icrc_out")
+((checked == frames)) || fail "icrc_check saw $checked packets but tshark $frames"
+
+echo "capture_check: passed"

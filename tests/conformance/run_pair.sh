@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Runs a server and a client program, both under `uroce run`, and checks their results.
+#
+#   run_pair.sh [options] --server PROGRAM [ARGS...] --client PROGRAM [ARGS...]
+#
+# Options (before --server):
+#   --name NAME            label; logs go to OUTDIR/NAME.server.log, OUTDIR/NAME.client.log
+#   --outdir DIR           where the logs go (default: current directory)
+#   --port PORT            TCP port the server listens on; the client starts only once the
+#                          port is listening (checked in /proc/net/tcp*, never by
+#                          connecting: servers like ibv_rc_pingpong accept one connection)
+#   --expect REGEX         both outputs must contain a line matching REGEX (grep -E);
+#                          repeatable
+#   --server-expect REGEX  only the server's output must match; repeatable
+#   --client-expect REGEX  only the client's output must match; repeatable
+#   --reject REGEX         neither output may contain a line matching REGEX; repeatable
+#   --timeout SECONDS      limit for each program (default 60)
+#   --launcher PATH        the uroce launcher (default: $UROCE_LAUNCHER, else
+#                          build/bin/uroce of this repository)
+#   --show                 print both outputs at the end, prefixed [server] / [client]
+#
+# Succeeds only if both programs exit 0 within the time limit and every expectation holds.
+# Every process started here is stopped when the script exits, whatever the reason.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+name=pair
+outdir=.
+port=
+timeout_s=60
+launcher=${UROCE_LAUNCHER:-$here/../../build/bin/uroce}
+show=0
+both_expect=() server_expect=() client_expect=() reject=()
+server_cmd=() client_cmd=()
+
+die() { echo "run_pair: $*" >&2; exit 2; }
+
+while (($#)); do
+  case $1 in
+    --name) name=$2; shift 2 ;;
+    --outdir) outdir=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --expect) both_expect+=("$2"); shift 2 ;;
+    --server-expect) server_expect+=("$2"); shift 2 ;;
+    --client-expect) client_expect+=("$2"); shift 2 ;;
+    --reject) reject+=("$2"); shift 2 ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    --launcher) launcher=$2; shift 2 ;;
+    --show) show=1; shift ;;
+    --server)
+      shift
+      while (($#)) && [[ $1 != --client ]]; do server_cmd+=("$1"); shift; done ;;
+    --client)
+      shift
+      while (($#)); do client_cmd+=("$1"); shift; done ;;
+    *) die "unknown option '$1' (see the comment at the top of $0)" ;;
+  esac
+done
+((${#server_cmd[@]})) || die "missing --server PROGRAM"
+((${#client_cmd[@]})) || die "missing --client PROGRAM"
+[[ -x $launcher ]] || die "launcher '$launcher' not found or not executable (build first, or set UROCE_LAUNCHER)"
+[[ -z $port || $port =~ ^[0-9]+$ ]] || die "--port must be a number"
+
+mkdir -p "$outdir"
+server_log=$outdir/$name.server.log
+client_log=$outdir/$name.client.log
+: >"$server_log"
+: >"$client_log"
+
+server_pid='' client_pid=''
+cleanup() {
+  local pid
+  for pid in $client_pid $server_pid; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  for pid in $client_pid $server_pid; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Each program runs as `timeout -k 5 LIMIT uroce run -- PROGRAM...`, started directly
+# (not through a function, so that $! is timeout's pid); timeout forwards a TERM to the
+# program and sends KILL 5 s later if it lingers.
+
+# Is TCP port $1 in LISTEN state (state 0A) in this network namespace?
+port_listening() {
+  local hex
+  hex=$(printf ':%04X' "$1")
+  awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 }
+                   END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+show_logs() {
+  sed 's/^/[server] /' "$server_log"
+  sed 's/^/[client] /' "$client_log"
+}
+
+fail() {
+  echo "run_pair: $name: FAILED: $*" >&2
+  if ((!show)); then
+    echo "--- server: ${server_cmd[*]}" >&2; cat "$server_log" >&2
+    echo "--- client: ${client_cmd[*]}" >&2; cat "$client_log" >&2
+    echo "---" >&2
+  fi
+  exit 1
+}
+
+echo "run_pair: $name: server: ${server_cmd[*]}"
+timeout -k 5 "$timeout_s" "$launcher" run -- "${server_cmd[@]}" >"$server_log" 2>&1 &
+server_pid=$!
+
+if [[ -n $port ]]; then
+  deadline=$((SECONDS + timeout_s))
+  until port_listening "$port"; do
+    kill -0 "$server_pid" 2>/dev/null || { wait "$server_pid" && rc=0 || rc=$?
+      server_pid=; ((show)) && show_logs
+      fail "server exited with status $rc before listening on TCP port $port"; }
+    ((SECONDS < deadline)) || { ((show)) && show_logs
+      fail "server not listening on TCP port $port after ${timeout_s}s"; }
+    sleep 0.05
+  done
+else
+  sleep 1
+fi
+
+echo "run_pair: $name: client: ${client_cmd[*]}"
+timeout -k 5 "$timeout_s" "$launcher" run -- "${client_cmd[@]}" >"$client_log" 2>&1 &
+client_pid=$!
+
+client_rc=0; wait "$client_pid" || client_rc=$?
+client_pid=
+if ((client_rc != 0)); then
+  # The server may wait for a peer that is gone: give it 5 s, then stop it.
+  for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -TERM "$server_pid" 2>/dev/null || true
+fi
+server_rc=0; wait "$server_pid" || server_rc=$?
+server_pid=
+
+((show)) && show_logs
+
+status_text() {
+  case $1 in
+    0) echo "0" ;;
+    124) echo "124 (timed out after ${timeout_s}s)" ;;
+    137) echo "137 (killed after not stopping on timeout)" ;;
+    143) echo "143 (terminated)" ;;
+    *) echo "$1" ;;
+  esac
+}
+problems=()
+((server_rc == 0)) || problems+=("server exited with status $(status_text "$server_rc")")
+((client_rc == 0)) || problems+=("client exited with status $(status_text "$client_rc")")
+
+for re in ${both_expect[@]+"${both_expect[@]}"} ${server_expect[@]+"${server_expect[@]}"}; do
+  grep -Eq -- "$re" "$server_log" || problems+=("server output has no line matching /$re/")
+done
+for re in ${both_expect[@]+"${both_expect[@]}"} ${client_expect[@]+"${client_expect[@]}"}; do
+  grep -Eq -- "$re" "$client_log" || problems+=("client output has no line matching /$re/")
+done
+for re in ${reject[@]+"${reject[@]}"}; do
+  if grep -Eq -- "$re" "$server_log"; then problems+=("server output matches /$re/"); fi
+  if grep -Eq -- "$re" "$client_log"; then problems+=("client output matches /$re/"); fi
+done
+
+if ((${#problems[@]})); then
+  fail "$(printf '%s; ' "${problems[@]}")"
+fi
+echo "run_pair: $name: passed"

@@ -1,0 +1,273 @@
+// uroce — the command-line launcher.
+//
+//   uroce run [--] PROGRAM [ARGS...]   run PROGRAM with liburoce.so preloaded
+//   uroce devices                      list uroce devices, their GIDs and UDP port (LID)
+//   uroce help [env]                   usage / every UROCE_* environment variable
+//
+// `run` execs PROGRAM with LD_PRELOAD=<absolute path of liburoce.so>, so the program's
+// ibv_* / rdma_* calls resolve to uroce instead of rdma-core; its exit status is the
+// program's. `devices` uses only the public libibverbs C API (the launcher is linked
+// against liburoce, which exports it).
+
+#include <infiniband/verbs.h>
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitCannotRun = 126;  // shell convention: found but not executable
+constexpr int kExitNotFound = 127;   // shell convention: command not found
+
+void usage(std::FILE* out) {
+  std::fputs(
+      "uroce - RDMA verbs (RoCEv2 over UDP) without RDMA hardware\n"
+      "\n"
+      "Usage:\n"
+      "  uroce run [--] PROGRAM [ARGS...]  run PROGRAM with the uroce library preloaded,\n"
+      "                                    so its libibverbs/librdmacm calls use uroce;\n"
+      "                                    exits with PROGRAM's status\n"
+      "  uroce devices                     list uroce devices with their GIDs and UDP port\n"
+      "  uroce help env                    list every UROCE_* environment variable\n"
+      "  uroce help                        this text\n"
+      "\n"
+      "Example:\n"
+      "  uroce run ibv_rc_pingpong -g 0 &  uroce run ibv_rc_pingpong -g 0 127.0.0.1\n",
+      out);
+}
+
+// Directory of the running executable (symlinks resolved), from /proc/self/exe.
+std::string self_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+// Absolute path of liburoce.so: $UROCE_LIB, else ../lib/liburoce.so next to this binary
+// (the build tree), else the installed library directory. Empty, after saying why, if
+// there is none.
+std::string library_path() {
+  std::vector<std::string> candidates;
+  const char* env = std::getenv("UROCE_LIB");
+  if (env && *env) {
+    candidates.push_back(env);
+  } else {
+    candidates.push_back(self_dir() + "/../lib/liburoce.so");
+#ifdef UROCE_INSTALL_LIBDIR
+    candidates.push_back(self_dir() + "/../" UROCE_INSTALL_LIBDIR "/liburoce.so");
+#endif
+  }
+  for (const auto& candidate : candidates) {
+    char resolved[PATH_MAX];
+    if (realpath(candidate.c_str(), resolved)) return resolved;
+  }
+  std::fprintf(stderr, "uroce: cannot find the uroce library at %s%s\n",
+               candidates.front().c_str(),
+               env && *env ? " (from UROCE_LIB)" : "; set UROCE_LIB to its path");
+  return {};
+}
+
+int cmd_run(std::span<char*> args) {
+  if (!args.empty() && std::string_view(args[0]) == "--") args = args.subspan(1);
+  if (args.empty()) {
+    std::fputs("uroce run: missing PROGRAM\n\n", stderr);
+    usage(stderr);
+    return kExitUsage;
+  }
+  std::string lib = library_path();
+  if (lib.empty()) return kExitNotFound;
+
+  // Prepend: our definitions must come before anything else that is preloaded.
+  std::string preload = lib;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  if (setenv("LD_PRELOAD", preload.c_str(), 1) != 0) {
+    std::perror("uroce run: setenv LD_PRELOAD");
+    return kExitCannotRun;
+  }
+
+  std::vector<char*> argv(args.begin(), args.end());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());  // returns only on failure
+
+  int err = errno;
+  if (err == ENOENT) {
+    std::fprintf(stderr, "uroce run: %s: command not found\n", argv[0]);
+    return kExitNotFound;
+  }
+  std::fprintf(stderr, "uroce run: cannot execute %s: %s\n", argv[0], std::strerror(err));
+  return kExitCannotRun;
+}
+
+// Prints `text` word-wrapped to 80 columns, each line indented by `indent` spaces.
+void print_wrapped(std::string_view text, size_t indent) {
+  constexpr size_t kWidth = 80;
+  size_t col = 0;
+  while (!text.empty()) {
+    size_t word_end = text.find(' ');
+    std::string_view word = text.substr(0, word_end);
+    text = word_end == std::string_view::npos ? std::string_view{} : text.substr(word_end + 1);
+    if (word.empty()) continue;
+    if (col > indent && col + 1 + word.size() > kWidth) {
+      std::putchar('\n');
+      col = 0;
+    }
+    if (col == 0) {
+      std::printf("%*s", int(indent), "");
+      col = indent;
+    } else {
+      std::putchar(' ');
+      ++col;
+    }
+    std::fwrite(word.data(), 1, word.size(), stdout);
+    col += word.size();
+  }
+  std::putchar('\n');
+}
+
+int cmd_help_env() {
+  std::puts("uroce's environment variables (uroce run passes the environment through, so\n"
+            "set them in front of the command, e.g. UROCE_LOG=debug uroce run PROGRAM):\n");
+  bool lists_lib = false;
+  for (const auto& v : uroce::core::env_var_docs()) {
+    std::printf("  %s\n", v.name);
+    print_wrapped(v.meaning, 6);
+    std::printf("      default: %s\n", v.default_value && *v.default_value ? v.default_value
+                                                                          : "(unset)");
+    lists_lib = lists_lib || std::string_view(v.name) == "UROCE_LIB";
+  }
+  if (!lists_lib) {
+    std::puts("  UROCE_LIB\n"
+              "      Path of the library that `uroce run` preloads.\n"
+              "      default: ../lib/liburoce.so relative to the uroce executable");
+  }
+  return 0;
+}
+
+std::string gid_text(const ibv_gid& gid) {
+  static constexpr unsigned char kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  char buf[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET6, gid.raw, buf, sizeof buf);
+  std::string text = buf;
+  if (std::memcmp(gid.raw, kV4Mapped, sizeof kV4Mapped) == 0) {
+    char v4[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, gid.raw + 12, v4, sizeof v4);
+    text += std::string(" (IPv4 ") + v4 + ")";
+  }
+  return text;
+}
+
+const char* gid_type_text(ibv_gid_type t) {
+  switch (t) {
+    case IBV_GID_TYPE_IB: return "IB/RoCE v1";
+    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+  }
+  return "unknown type";
+}
+
+int mtu_bytes(ibv_mtu mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0; }
+
+void print_port(ibv_context* ctx, uint8_t port) {
+  ibv_port_attr attr{};
+  if (int rc = ibv_query_port(ctx, port, &attr); rc != 0) {
+    std::printf("  port %u: ibv_query_port failed: %s\n", port, std::strerror(rc));
+    return;
+  }
+  std::printf("  port %u: %s, link layer %s, active MTU %d, UDP port (LID) %u\n", port,
+              ibv_port_state_str(attr.state),
+              attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
+              mtu_bytes(attr.active_mtu), attr.lid);
+  for (int i = 0; i < attr.gid_tbl_len; ++i) {
+    ibv_gid gid{};
+    if (ibv_query_gid(ctx, port, i, &gid) != 0) break;
+    static constexpr ibv_gid kZero{};
+    if (std::memcmp(&gid, &kZero, sizeof gid) == 0) continue;
+    ibv_gid_entry entry{};
+    const char* type = ibv_query_gid_ex(ctx, port, i, &entry, 0) == 0
+                           ? gid_type_text(static_cast<ibv_gid_type>(entry.gid_type))
+                           : "type unknown";
+    std::printf("    GID[%d] %s, %s\n", i, gid_text(gid).c_str(), type);
+  }
+}
+
+int cmd_devices() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list) {
+    std::perror("uroce devices: ibv_get_device_list");
+    return 1;
+  }
+  if (n == 0) std::puts("no uroce devices");
+  int status = 0;
+  for (int d = 0; d < n; ++d) {
+    const char* name = ibv_get_device_name(list[d]);
+    ibv_context* ctx = ibv_open_device(list[d]);
+    if (!ctx) {
+      std::printf("%s: cannot open: %s\n", name, std::strerror(errno));
+      status = 1;
+      continue;
+    }
+    ibv_device_attr attr{};
+    if (ibv_query_device(ctx, &attr) == 0) {
+      uint64_t guid = be64toh(ibv_get_device_guid(list[d]));
+      std::printf("%s: node GUID %04x:%04x:%04x:%04x, %u port(s)\n", name,
+                  unsigned(guid >> 48), unsigned(guid >> 32) & 0xffff,
+                  unsigned(guid >> 16) & 0xffff, unsigned(guid) & 0xffff,
+                  attr.phys_port_cnt);
+      for (uint8_t p = 1; p <= attr.phys_port_cnt; ++p) print_port(ctx, p);
+    } else {
+      std::printf("%s: ibv_query_device failed\n", name);
+      status = 1;
+    }
+    ibv_close_device(ctx);
+  }
+  ibv_free_device_list(list);
+  if (n > 0) {
+    std::puts("\nThe UDP port is the one this process bound: every process that opens a\n"
+              "device gets its own (4791 when free, another one otherwise).");
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::span<char*> args(argv + 1, static_cast<size_t>(argc > 0 ? argc - 1 : 0));
+  if (args.empty()) {
+    usage(stdout);
+    return 0;
+  }
+  std::string_view cmd = args[0];
+  args = args.subspan(1);
+  if (cmd == "run") return cmd_run(args);
+  if (cmd == "devices") return cmd_devices();
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    if (!args.empty() && std::string_view(args[0]) == "env") return cmd_help_env();
+    if (!args.empty()) {
+      std::fprintf(stderr, "uroce help: unknown topic '%s'\n\n", args[0]);
+      usage(stderr);
+      return kExitUsage;
+    }
+    usage(stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "uroce: unknown command '%.*s'\n\n", int(cmd.size()), cmd.data());
+  usage(stderr);
+  return kExitUsage;
+}
