@@ -71,6 +71,7 @@ void acknowledge_before(EngineQp& qp, uint32_t psn) {
     advanced = true;
   }
   retire_send_wqes(qp);
+  requester_catch_up(qp);
   if (advanced) progress(qp);
 }
 
@@ -193,6 +194,7 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
     --qp.req.reads_outstanding;
     complete_send_wqe(qp, w, IBV_WC_SUCCESS);
     retire_send_wqes(qp);
+    requester_catch_up(qp);
     progress(qp);
     requester_run(qp, tx);
   } else {
@@ -219,10 +221,6 @@ void retire_send_wqes(EngineQp& qp) {
       wc.byte_len = w.opcode == IBV_WR_RDMA_READ ? w.length : 0;
       wc.qp_num = qp.qp_num();
       qp.send_cq->push(wc, true);
-    }
-    if (qp.req.index == qp.sq.retired) {
-      ++qp.req.index;
-      qp.req.offset = 0;
     }
     ++qp.sq.retired;
   }

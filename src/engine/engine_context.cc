@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "engine/roles.h"
+#include "transport/fault_injection.h"
 #include "transport/udp_transport.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
@@ -30,8 +31,18 @@ EngineContext::~EngineContext() = default;
 EngineContext* EngineContext::open(core::Device* dev) {
   transport::UdpConfig cfg;
   cfg.preferred_port = core::config().udp_port;
-  auto t = transport::UdpTransport::open(cfg);
+  std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
+  if (!core::config().fault.empty()) {
+    std::string error;
+    auto spec = transport::FaultSpec::parse(core::config().fault, &error);
+    if (!spec) {
+      LOG_ERROR("UROCE_FAULT: %s", error.c_str());
+      errno = EINVAL;
+      return nullptr;
+    }
+    if (spec->any()) t = std::make_unique<transport::FaultyTransport>(std::move(t), *spec);
+  }
   return open_with(dev, std::move(t), true);
 }
 
@@ -52,6 +63,14 @@ void EngineContext::close() {
   transport_->wake();
   if (thread_.joinable()) thread_.join();
   if (core::config().stats_at_exit) print_stats();
+  if (auto* f = dynamic_cast<transport::FaultyTransport*>(transport_.get())) {
+    const auto& c = f->counters();
+    std::fprintf(stderr, "uroce fault injection (port %u, seed %llu): %llu sent, %llu lost, %llu duplicated, "
+                 "%llu reordered, %llu corrupted\n",
+                 lid(), (unsigned long long)f->spec().seed, (unsigned long long)c.sent.load(),
+                 (unsigned long long)c.lost.load(), (unsigned long long)c.duplicated.load(),
+                 (unsigned long long)c.reordered.load(), (unsigned long long)c.corrupted.load());
+  }
   delete this;
 }
 

@@ -139,18 +139,35 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 }  // namespace
 
 void requester_rewind(EngineQp& qp, uint32_t psn) {
-  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+  // Acknowledged PSNs are never sent again (a late NAK may name one).
+  if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
+  uint32_t i = qp.sq.retired;
+  for (; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
     if (!w.started) break;
     if (w.completed) continue;
     if (wire::psn_diff(psn, w.first_psn) >= 0 && wire::psn_diff(psn, w.last_psn) <= 0) {
       qp.req.index = i;
-      qp.req.offset = wire::psn_diff(psn, w.first_psn) * qp.path.mtu;
+      qp.req.offset = uint32_t(wire::psn_diff(psn, w.first_psn)) * qp.path.mtu;
       qp.req.psn = psn;
       qp.req.pkts_since_ack_req = 0;
       return;
     }
   }
+  // `psn` follows every started WQE: continue with the first unstarted one.
+  if (psn == qp.req.psn || wire::psn_diff(psn, qp.req.psn) > 0) return;
+  bool follows_started = i == qp.sq.retired || wire::psn_add(qp.sq.at(i - 1).last_psn, 1) == psn;
+  if (follows_started) {
+    qp.req.index = i;
+    qp.req.offset = 0;
+    qp.req.psn = psn;
+  }
+}
+
+void requester_catch_up(EngineQp& qp) {
+  // An ACK may acknowledge packets the requester was about to resend after a
+  // rewind; never resend what is already acknowledged.
+  if (wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) < 0) requester_rewind(qp, qp.comp.unacked_psn);
 }
 
 void requester_run(EngineQp& qp, TxBatch& tx) {

@@ -415,10 +415,11 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   Request r{qp, pkt, tx, pkt.bth().psn(), pkt.info->flags, wire::operation_of(pkt.bth().opcode())};
   RespState s = RespState::kCheckPsn;
   while (s != RespState::kDone) {
-    RespState next = step(s, r);
-    if (core::log_enabled(core::LogLevel::kDebug) && next != RespState::kDone && s >= RespState::kDuplicate)
-      LOG_DEBUG("qp %u responder %s psn %u", qp.qp_num(), kRespStateNames[unsigned(s)], r.psn);
-    s = next;
+    if (s >= RespState::kErrInvalidRequest && s <= RespState::kErrRemoteOperation)
+      LOG_DEBUG("qp %u responder %s: %s psn %u epsn %u in_message %d payload %u", qp.qp_num(),
+                kRespStateNames[unsigned(s)], wire::opcode_name(pkt.bth().opcode()), r.psn, qp.resp.epsn,
+                int(qp.resp.in_message), pkt.payload_len);
+    s = step(s, r);
   }
 }
 

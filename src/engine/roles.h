@@ -12,6 +12,8 @@ namespace uroce::engine {
 void requester_run(EngineQp& qp, TxBatch& tx);
 // Go-back-N: the next request packet sent will be `psn` again.
 void requester_rewind(EngineQp& qp, uint32_t psn);
+// After an ACK: moves the requester past PSNs that are already acknowledged.
+void requester_catch_up(EngineQp& qp);
 
 // Responder (responder.cc): one incoming request packet.
 void responder_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);

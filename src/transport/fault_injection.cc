@@ -1,0 +1,148 @@
+#include "transport/fault_injection.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace uroce::transport {
+
+std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* error) {
+  FaultSpec s;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      *error = "expected key=value, got '" + item + "'";
+      return std::nullopt;
+    }
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') {
+      *error = "bad number '" + value + "' for " + key;
+      return std::nullopt;
+    }
+    bool probability = key == "loss" || key == "dup" || key == "reorder" || key == "corrupt";
+    if (probability && (v < 0 || v > 1)) {
+      *error = key + " must be a probability between 0 and 1";
+      return std::nullopt;
+    }
+    if (key == "loss") s.loss = v;
+    else if (key == "dup") s.dup = v;
+    else if (key == "reorder") s.reorder = v;
+    else if (key == "corrupt") s.corrupt = v;
+    else if (key == "delay_us" && v >= 0) s.delay_us = uint32_t(v);
+    else if (key == "seed" && v >= 0) s.seed = uint64_t(v);
+    else {
+      *error = "unknown or invalid key '" + key + "'";
+      return std::nullopt;
+    }
+  }
+  return s;
+}
+
+FaultyTransport::FaultyTransport(std::unique_ptr<DatagramTransport> inner, const FaultSpec& spec)
+    : inner_(std::move(inner)), spec_(spec), rng_(spec.seed * 0x9E3779B97F4A7C15ull + 1) {}
+
+double FaultyTransport::next_uniform() {
+  // splitmix64
+  uint64_t z = (rng_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53;
+}
+
+FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
+  Copy c{d.dst, d.src_ip, {}, {}};
+  for (unsigned i = 0; i < d.iovcnt; ++i) {
+    auto* p = static_cast<const uint8_t*>(d.iov[i].iov_base);
+    c.bytes.insert(c.bytes.end(), p, p + d.iov[i].iov_len);
+  }
+  return c;
+}
+
+void FaultyTransport::send_copies(std::vector<Copy>& copies) {
+  if (copies.empty()) return;
+  std::vector<TxDatagram> out(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    out[i].dst = copies[i].dst;
+    out[i].src_ip = copies[i].src_ip;
+    out[i].iovcnt = 1;
+    out[i].iov[0] = iovec{copies[i].bytes.data(), copies[i].bytes.size()};
+  }
+  inner_->send_burst(out);
+}
+
+void FaultyTransport::release_due(Clock::time_point now) {
+  std::vector<Copy> due;
+  while (!held_.empty() && held_.front().due <= now) {
+    due.push_back(std::move(held_.front()));
+    held_.pop_front();
+  }
+  send_copies(due);
+}
+
+size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
+  try {
+    std::lock_guard lock(mu_);
+    auto now = Clock::now();
+    std::vector<TxDatagram> pass;
+    std::vector<Copy> extra;  // corrupted and duplicated copies
+    pass.reserve(burst.size());
+    for (TxDatagram& d : burst) {
+      counters_.sent.fetch_add(1, std::memory_order_relaxed);
+      if (next_uniform() < spec_.loss) {
+        counters_.lost.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      bool corrupt = next_uniform() < spec_.corrupt;
+      bool dup = next_uniform() < spec_.dup;
+      bool reorder = next_uniform() < spec_.reorder;
+      if (corrupt || reorder) {
+        Copy c = copy_of(d);
+        if (corrupt && !c.bytes.empty()) {
+          size_t at = size_t(next_uniform() * double(c.bytes.size()));
+          c.bytes[at] ^= uint8_t(1u << unsigned(next_uniform() * 8));
+          counters_.corrupted.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (reorder) {
+          c.due = now + std::chrono::microseconds(spec_.delay_us);
+          held_.push_back(std::move(c));
+          counters_.reordered.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          extra.push_back(std::move(c));
+        }
+      } else {
+        pass.push_back(d);
+      }
+      if (dup) {
+        extra.push_back(copy_of(d));
+        counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!pass.empty()) inner_->send_burst(pass);
+    send_copies(extra);
+    release_due(now);
+  } catch (...) {
+    // Out of memory while copying: the burst counts as lost, as on a network.
+  }
+  return burst.size();
+}
+
+size_t FaultyTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    try {
+      release_due(Clock::now());
+    } catch (...) {
+    }
+    // Wake up in time for the next held datagram.
+    if (!held_.empty()) timeout_ms = std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+  }
+  return inner_->recv_burst(out, timeout_ms);
+}
+
+}  // namespace uroce::transport

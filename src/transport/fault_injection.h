@@ -1,0 +1,80 @@
+// Fault injection for every datagram a process sends (design §5): loss,
+// duplication, reordering (with extra delay), corruption — seeded and
+// reproducible, configured by UROCE_FAULT, so any program, prebuilt ones
+// included, can be run over a bad network.
+//
+// FaultyTransport decorates another DatagramTransport. Datagrams it must
+// alter or hold are copied first: the originals point into application
+// memory, which is never modified.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/datagram.h"
+
+namespace uroce::transport {
+
+struct FaultSpec {
+  double loss = 0;
+  double dup = 0;
+  double reorder = 0;
+  double corrupt = 0;
+  uint32_t delay_us = 200;  // how long a reordered datagram is held back
+  uint64_t seed = 1;
+
+  bool any() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0; }
+  // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,seed=7";
+  // nullopt (with a message in *error) on a malformed spec.
+  static std::optional<FaultSpec> parse(const std::string& text, std::string* error);
+};
+
+struct FaultCounters {
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> lost{0};
+  std::atomic<uint64_t> duplicated{0};
+  std::atomic<uint64_t> reordered{0};
+  std::atomic<uint64_t> corrupted{0};
+};
+
+class FaultyTransport final : public DatagramTransport {
+ public:
+  FaultyTransport(std::unique_ptr<DatagramTransport> inner, const FaultSpec& spec);
+
+  size_t send_burst(std::span<TxDatagram> burst) noexcept override;
+  size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
+  void wake() noexcept override { inner_->wake(); }
+  uint16_t local_port() const noexcept override { return inner_->local_port(); }
+
+  const FaultCounters& counters() const { return counters_; }
+  const FaultSpec& spec() const { return spec_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Copy {
+    Endpoint dst;
+    uint32_t src_ip;
+    std::vector<uint8_t> bytes;
+    Clock::time_point due;
+  };
+  double next_uniform();  // caller holds mu_
+  Copy copy_of(const TxDatagram& d) const;
+  void release_due(Clock::time_point now);  // caller holds mu_
+  void send_copies(std::vector<Copy>& copies);
+
+  std::unique_ptr<DatagramTransport> inner_;
+  FaultSpec spec_;
+  FaultCounters counters_;
+  std::mutex mu_;
+  uint64_t rng_;
+  std::deque<Copy> held_;
+};
+
+}  // namespace uroce::transport
