@@ -34,8 +34,25 @@ bool infinite(uint8_t count) { return count == 7; }  // rxe: 7 = retry forever
 
 void restart_timer(EngineQp& qp) {
   bool outstanding = qp.comp.unacked_psn != qp.req.psn;
+  auto now = Clock::now();
   qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
-  if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = Clock::now() + qp.local_ack_timeout();
+  if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
+  qp.timers.probe_interval = kFirstProbeInterval;
+  qp.timers.probe_deadline = now + kFirstProbeInterval;
+}
+
+// Resends from the oldest unacknowledged PSN (or the first missing READ response).
+void go_back_n(EngineQp& qp, TxBatch& tx) {
+  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  qp.comp.rewound = false;
+  core::SendWqe* w = nullptr;
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted && !w; ++i)
+    if (!qp.sq.at(i).completed) w = &qp.sq.at(i);
+  uint32_t from = qp.comp.unacked_psn;
+  if (w && w->opcode == IBV_WR_RDMA_READ && w->started)
+    from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
+  requester_rewind(qp, from);
+  requester_run(qp, tx);
 }
 
 // Forward progress: the retry budget is restored (IBA 9.7.5.1.x).
@@ -246,25 +263,25 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
     qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
     requester_run(qp, tx);
   }
-  if (!qp.timers.retransmit_armed || now < qp.timers.retransmit_deadline) return;
+  if (!qp.timers.retransmit_armed) return;
   if (qp.comp.unacked_psn == qp.req.psn && qp.req.index == qp.sq.retired) {
     qp.timers.retransmit_armed = false;
     return;
   }
-  // Local ACK timeout: retry from the oldest unacknowledged PSN (go-back-N).
+  if (now < qp.timers.retransmit_deadline) {
+    if (now >= qp.timers.probe_deadline && qp.timers.probe_interval * 2 < qp.local_ack_timeout()) {
+      go_back_n(qp, tx);
+      qp.timers.probe_interval *= 2;
+      qp.timers.probe_deadline = now + qp.timers.probe_interval;
+    }
+    return;
+  }
+  // Local ACK timeout (C9-140…): retry from the oldest unacknowledged PSN.
   if (!infinite(qp.attr.retry_cnt)) {
     if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
     --qp.comp.retry_left;
   }
-  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
-  qp.comp.rewound = false;
-  core::SendWqe* w = oldest_pending(qp);
-  uint32_t from = qp.comp.unacked_psn;
-  if (w && w->opcode == IBV_WR_RDMA_READ && w->started)
-    from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
-  requester_rewind(qp, from);
-  qp.timers.retransmit_armed = false;
-  requester_run(qp, tx);
+  go_back_n(qp, tx);
   restart_timer(qp);
 }
 

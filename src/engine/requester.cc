@@ -86,8 +86,11 @@ bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigne
 
 void arm_retransmit(EngineQp& qp) {
   if (qp.type != IBV_QPT_RC || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
+  auto now = Clock::now();
   qp.timers.retransmit_armed = true;
-  qp.timers.retransmit_deadline = Clock::now() + qp.local_ack_timeout();
+  qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
+  qp.timers.probe_interval = kFirstProbeInterval;
+  qp.timers.probe_deadline = now + kFirstProbeInterval;
 }
 
 // Builds the READ request for the rest of a READ WQE.
