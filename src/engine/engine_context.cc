@@ -59,6 +59,7 @@ EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<trans
 }
 
 void EngineContext::close() {
+  linger();
   stop_.store(true);
   transport_->wake();
   if (thread_.joinable()) thread_.join();
@@ -108,6 +109,57 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   qps_.erase(qp->qp_num());
 }
 
+namespace {
+// A tombstone lives until its peer has been quiet this long (bounded).
+constexpr auto kTombstoneQuiet = std::chrono::milliseconds(30);
+constexpr auto kTombstoneMax = std::chrono::milliseconds(500);
+}  // namespace
+
+void EngineContext::add_tombstone(const EngineQp& qp) {
+  if (qp.type != IBV_QPT_RC || (qp.state() != IBV_QPS_RTR && qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD))
+    return;
+  std::unique_lock lock(qps_mu_);
+  tombstones_.push_back(
+      Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, Clock::now()});
+}
+
+bool EngineContext::answer_tombstone(uint32_t qp_num, const wire::PacketView& pkt) {
+  std::lock_guard lock(tombstone_mu_);
+  for (Tombstone& t : tombstones_) {
+    if (t.qp_num != qp_num) continue;
+    t.last_heard = Clock::now();
+    // Only duplicates of what this QP already received are acknowledged.
+    if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
+        wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
+      TxBatch& tx = TxBatch::local();
+      uint8_t opcode = wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge);
+      const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+      uint8_t* h = tx.begin_packet(t.path.dst, t.path.src_ip, info.header_len);
+      wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, t.dest_qp_num, false,
+                        wire::psn_add(t.epsn, wire::kPsnMask));
+      wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, t.msn);
+      tx.end_packet(t.path.flow);
+    }
+    return true;
+  }
+  return false;
+}
+
+void EngineContext::linger() {
+  if (!thread_.joinable()) return;
+  auto start = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard lock(tombstone_mu_);
+      auto now = Clock::now();
+      bool quiet = true;
+      for (const Tombstone& t : tombstones_) quiet = quiet && now - t.last_heard >= kTombstoneQuiet;
+      if (quiet || now - start >= kTombstoneMax) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 void EngineContext::progress_loop() {
   std::vector<transport::RxDatagram> rx(kRxBurst);
   auto next_timers = Clock::now();
@@ -155,7 +207,8 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
   auto it = qps_.find(pkt.bth().dest_qp());
   if (it == qps_.end()) {
-    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
+    if (tombstones_.empty() || !answer_tombstone(pkt.bth().dest_qp(), pkt))
+      stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   EngineQp& qp = *it->second;

@@ -13,6 +13,7 @@
 #include "core/context.h"
 #include "engine/engine_qp.h"
 #include "transport/datagram.h"
+#include "wire/headers.h"
 
 namespace uroce::engine {
 
@@ -31,6 +32,19 @@ struct Stats {
   std::atomic<uint64_t> rnr_naks_sent{0};
 };
 
+// What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
+// enough to acknowledge the peer's retransmissions of requests this QP had
+// already received, so that a peer whose last ACK was lost still completes
+// its final WQE after this side tore down (and, typically, exited).
+struct Tombstone {
+  uint32_t qp_num = 0;
+  uint32_t dest_qp_num = 0;
+  uint32_t epsn = 0;
+  uint32_t msn = 0;
+  Path path;
+  Clock::time_point last_heard;
+};
+
 class EngineContext : public core::Context {
  public:
   // Opens the transport and starts the progress thread; nullptr + errno on failure.
@@ -47,6 +61,8 @@ class EngineContext : public core::Context {
   uint32_t allocate_qp_num();
   void register_qp(EngineQp* qp);
   void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
+  // Keeps answering duplicates for a destroyed connected QP (see Tombstone).
+  void add_tombstone(const EngineQp& qp);
 
   // Receive path: one burst of datagrams (progress thread, or tests).
   void process_burst(std::span<transport::RxDatagram> burst);
@@ -64,6 +80,10 @@ class EngineContext : public core::Context {
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
+  std::vector<Tombstone> tombstones_;  // guarded by qps_mu_ (exclusive to change)
+  std::mutex tombstone_mu_;            // progress thread updates last_heard under qps_mu_ shared
+  bool answer_tombstone(uint32_t qp_num, const wire::PacketView& pkt);
+  void linger();
   std::atomic<uint32_t> next_qpn_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -85,6 +85,7 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   EngineQp* qp = engine_qp(ibqp);
   EngineContext* ctx = qp->engine();
   ctx->unregister_qp(qp);  // after this the progress thread never sees it again
+  ctx->add_tombstone(*qp);
   qp->send_cq->purge_qp(qp->qp_num());
   qp->recv_cq->purge_qp(qp->qp_num());
   qp->send_cq->qp_users.fetch_sub(1);
