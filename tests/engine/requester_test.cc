@@ -1,0 +1,602 @@
+// Requester and completer protocol tests (roce-facts.md §2.3, §2.4, §4.1,
+// §4.3, §4.4, §5.2): work requests in, captured request packets out; crafted
+// ACK/NAK/READ responses in, send completions and retransmissions out.
+#include "engine_harness.h"
+
+namespace uroce::engine::test {
+namespace {
+
+class Requester : public EngineTest {
+protected:
+  void SetUp() override {
+    EngineTest::SetUp();
+    bring_up();
+    src = pattern(16384, 11);
+    src_mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  }
+
+  // Posts a signaled SEND of `len` bytes from src + off.
+  void send(uint64_t wr_id, uint32_t len, uint32_t off = 0,
+            ibv_wr_opcode op = IBV_WR_SEND) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = 0xABC000;
+    wr.wr.rdma.rkey = 0x1234;
+    post_send(wr, {sge(src.data() + off, len, src_mr)});
+  }
+
+  void ack(uint32_t psn, uint8_t syndrome = 0x1F) {
+    deliver(Craft{.opcode = kAck, .psn = psn, .syndrome = syndrome, .msn = 1});
+  }
+
+  std::vector<uint8_t> src;
+  core::Mr *src_mr = nullptr;
+};
+
+// Post a SEND of 2 MTU + 453 bytes / Expect SEND_FIRST, SEND_MIDDLE, SEND_LAST
+// with consecutive PSNs from sq_psn, AckReq only on LAST, PMTU-sized
+// FIRST/MIDDLE, pad 3 on LAST and the source bytes; then ACK(LAST PSN) / Expect
+// one SUCCESS completion.
+TEST_F(Requester, SendSegmentedByPathMtuThenAcked) {
+  const uint32_t len = 2 * kMtu + 453;
+  send(7, len);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 3u);
+  const uint8_t ops[3] = {kSendFirst, kSendMiddle, kSendLast};
+  const uint32_t sizes[3] = {kMtu, kMtu, 453};
+  uint32_t off = 0;
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(tx[i].opcode, ops[i]);
+    EXPECT_EQ(tx[i].psn, sq(uint32_t(i)));
+    EXPECT_EQ(tx[i].dest_qp, kPeerQpn);
+    EXPECT_EQ(tx[i].ack_req, i == 2);
+    EXPECT_FALSE(tx[i].se);
+    ASSERT_EQ(tx[i].payload.size(), sizes[i]);
+    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(),
+                           src.begin() + off));
+    off += sizes[i];
+  }
+  EXPECT_EQ(tx[0].pad, 0u);
+  EXPECT_EQ(tx[2].pad, 3u);
+  EXPECT_TRUE(poll(*scq).empty());
+
+  ack(sq(1)); // partial: not yet complete
+  EXPECT_TRUE(poll(*scq).empty());
+  ack(sq(2));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 7u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(wc[0].qp_num, qp->qp_num());
+  EXPECT_TRUE(take().empty()) << "nothing to send after the ACK";
+}
+
+// Post SEND_WITH_IMM (solicited) of 5 bytes / Expect one
+// SEND_ONLY_WITH_IMMEDIATE with SE, AckReq, ImmDt and pad 3.
+TEST_F(Requester, SendOnlyWithImmediateAndSolicited) {
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+  wr.imm_data = 0xA1B2C3D4;
+  post_send(wr, {sge(src.data(), 5, src_mr)});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kSendOnlyImm);
+  EXPECT_TRUE(tx[0].se);
+  EXPECT_TRUE(tx[0].ack_req);
+  ASSERT_TRUE(tx[0].imm.has_value());
+  EXPECT_EQ(*tx[0].imm, 0xA1B2C3D4u);
+  EXPECT_EQ(tx[0].pad, 3u);
+  EXPECT_EQ(tx[0].payload.size(), 5u);
+}
+
+// Post a zero-length SEND / Expect one SEND_ONLY with empty payload.
+TEST_F(Requester, ZeroLengthSend) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  post_send(wr, {});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kSendOnly);
+  EXPECT_TRUE(tx[0].payload.empty());
+  EXPECT_EQ(tx[0].pad, 0u);
+}
+
+// Post an RDMA WRITE of 2 MTU / Expect WRITE_FIRST with RETH (va, rkey, whole
+// length) then WRITE_LAST without RETH; ACK / Expect an RDMA_WRITE completion.
+TEST_F(Requester, WriteCarriesRethOnFirstOnly) {
+  send(3, 2 * kMtu, 0, IBV_WR_RDMA_WRITE);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 2u);
+  EXPECT_EQ(tx[0].opcode, kWriteFirst);
+  ASSERT_TRUE(tx[0].reth_va.has_value());
+  EXPECT_EQ(*tx[0].reth_va, 0xABC000u);
+  EXPECT_EQ(tx[0].reth_rkey, 0x1234u);
+  EXPECT_EQ(tx[0].reth_len, 2 * kMtu);
+  EXPECT_FALSE(tx[0].ack_req);
+  EXPECT_EQ(tx[1].opcode, kWriteLast);
+  EXPECT_FALSE(tx[1].reth_va.has_value());
+  EXPECT_TRUE(tx[1].ack_req);
+  EXPECT_EQ(tx[1].psn, sq(1));
+  ack(sq(1));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// Post three SENDs, ACK only the second / Expect the first two completed in
+// order (an ACK acknowledges every earlier PSN).
+TEST_F(Requester, AckIsCumulative) {
+  send(1, 10);
+  send(2, 10);
+  send(3, 10);
+  EXPECT_EQ(take().size(), 3u);
+  ack(sq(1));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  ack(sq(2));
+  wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 3u);
+}
+
+// Post an unsignaled SEND then a signaled one; ACK both / Expect only the
+// signaled completion.
+TEST_F(Requester, UnsignaledSendHasNoCompletion) {
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_SEND;
+  post_send(wr, {sge(src.data(), 4, src_mr)});
+  send(2, 4);
+  take();
+  ack(sq(1));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+}
+
+// Post two SENDs; receive NAK 0x62 for the first / Expect IBV_WC_REM_ACCESS_ERR
+// for it, IBV_WC_WR_FLUSH_ERR for the second, the QP in ERR.
+TEST_F(Requester, RemoteAccessNakFailsAndFlushes) {
+  send(1, 100);
+  send(2, 100);
+  EXPECT_EQ(take().size(), 2u);
+  ack(sq(0), nak(2));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+  EXPECT_TRUE(take().empty());
+}
+
+// Receive NAK 0x61 / 0x63 / Expect REM_INV_REQ_ERR / REM_OP_ERR (§2.3 table).
+TEST_F(Requester, InvalidRequestNak) {
+  send(1, 8);
+  take();
+  ack(sq(0), nak(1));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+TEST_F(Requester, RemoteOperationalNak) {
+  send(1, 8);
+  take();
+  ack(sq(0), nak(3));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_OP_ERR);
+}
+
+// Post two SENDs; receive NAK 0x62 naming the second / Expect the first
+// completed successfully (implicitly acknowledged), the second REM_ACCESS_ERR.
+TEST_F(Requester, NakImplicitlyAcksEarlierPsns) {
+  send(1, 8);
+  send(2, 8);
+  take();
+  ack(sq(1), nak(2));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_REM_ACCESS_ERR);
+}
+
+// Post three SENDs; receive NAK 0x60 (PSN sequence error) for the second /
+// Expect the first completed, and go-back-N: the second and third resent with
+// their PSNs and bytes; then ACK / Expect the rest completed.
+TEST_F(Requester, SequenceNakGoBackN) {
+  send(1, 100, 0);
+  send(2, 200, 100);
+  send(3, 300, 300);
+  auto orig = take();
+  ASSERT_EQ(orig.size(), 3u);
+  ack(sq(1), nak(0));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  auto re = take();
+  ASSERT_EQ(re.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(re[i].opcode, kSendOnly);
+    EXPECT_EQ(re[i].psn, sq(uint32_t(i + 1)));
+    EXPECT_EQ(re[i].payload, orig[i + 1].payload);
+    EXPECT_TRUE(re[i].ack_req);
+  }
+  ack(sq(2));
+  wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  EXPECT_EQ(wc[1].wr_id, 3u);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+}
+
+// Post one 3-packet SEND; receive NAK 0x60 for its second packet / Expect
+// SEND_MIDDLE and SEND_LAST resent (resume inside the message).
+TEST_F(Requester, SequenceNakInsideMessage) {
+  send(1, 2 * kMtu + 8);
+  auto orig = take();
+  ASSERT_EQ(orig.size(), 3u);
+  ack(sq(1), nak(0));
+  auto re = take();
+  ASSERT_EQ(re.size(), 2u);
+  EXPECT_EQ(re[0].opcode, kSendMiddle);
+  EXPECT_EQ(re[0].psn, sq(1));
+  EXPECT_EQ(re[0].payload, orig[1].payload);
+  EXPECT_EQ(re[1].opcode, kSendLast);
+  EXPECT_EQ(re[1].psn, sq(2));
+  EXPECT_EQ(re[1].payload, orig[2].payload);
+  EXPECT_TRUE(poll(*scq).empty());
+}
+
+// Timing note: run_timers(t) compares `t` with deadlines the engine set from
+// the real clock when it armed them. Tests pass either a time before the
+// deadline that matters, or a "now" just past it and before the deadlines
+// armed during the same call (tail-loss probe: 2 ms), as the progress thread
+// would; a far-future `t` would also fire timers armed within the same call.
+
+// Receive RNR NAK (timer code 0 = 655.36 ms) / Expect no retransmission before
+// the timer — neither by the local ACK timeout (67 ms) nor by a tail-loss
+// probe — and none for WRs posted during the wait.
+TEST_F(Requester, RnrNakStopsSendingUntilTimer) {
+  auto t0 = Clock::now();
+  send(1, 64);
+  ASSERT_EQ(take().size(), 1u);
+  ack(sq(0), rnr_nak(0));
+  EXPECT_TRUE(take().empty());
+  EXPECT_TRUE(poll(*scq).empty());
+  run_timers(t0 + std::chrono::milliseconds(3));
+  run_timers(t0 + std::chrono::milliseconds(500));
+  EXPECT_TRUE(take().empty());
+  send(2, 64);
+  EXPECT_TRUE(take().empty()) << "posting during the RNR wait sends nothing";
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+}
+
+// Receive RNR NAK (code 0) on a QP without ACK timer / Expect, once the 655 ms
+// have passed, the NAKed PSN resent and then the WR posted during the wait.
+class RequesterNoAckTimer : public Requester {
+protected:
+  void SetUp() override {
+    timeout = 0; // no local ACK timer, no probes
+    Requester::SetUp();
+  }
+};
+TEST_F(RequesterNoAckTimer, RnrNakRetransmitsAfterTimer) {
+  send(1, 64);
+  auto orig = take();
+  ASSERT_EQ(orig.size(), 1u);
+  auto t_nak = Clock::now();
+  ack(sq(0), rnr_nak(0));
+  send(2, 64);
+  run_timers(t_nak + std::chrono::milliseconds(600));
+  EXPECT_TRUE(take().empty());
+  run_timers(Clock::now() + std::chrono::milliseconds(700));
+  auto re = take();
+  ASSERT_EQ(re.size(), 2u);
+  EXPECT_EQ(re[0].opcode, kSendOnly);
+  EXPECT_EQ(re[0].psn, sq(0));
+  EXPECT_EQ(re[0].payload, orig[0].payload);
+  EXPECT_EQ(re[1].psn, sq(1));
+  ack(sq(1));
+  EXPECT_EQ(poll(*scq).size(), 2u);
+}
+
+// Receive an RNR NAK with timer code 14 (1.28 ms) / Expect nothing 1 ms after
+// it, the NAKed packet resent 1.5 ms after it (the wait comes from the
+// syndrome, §2.4).
+TEST_F(Requester, RnrNakTimerFromSyndrome) {
+  send(1, 64);
+  take();
+  auto t_before = Clock::now();
+  ack(sq(0), rnr_nak(14));
+  run_timers(t_before + std::chrono::microseconds(1000));
+  EXPECT_TRUE(take().empty());
+  run_timers(Clock::now() + std::chrono::microseconds(1500));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(0));
+}
+
+// Receive rnr_retry+1 RNR NAKs / Expect rnr_retry resends, then
+// IBV_WC_RNR_RETRY_EXC_ERR and the QP in ERR.
+TEST_F(Requester, RnrRetryExhausted) {
+  send(1, 64);
+  take();
+  for (int i = 0; i < rnr_retry; ++i) {
+    ack(sq(0), rnr_nak(1)); // 0.01 ms
+    run_timers(Clock::now() + std::chrono::milliseconds(1));
+    auto re = take();
+    ASSERT_EQ(re.size(), 1u) << "retry " << i;
+    EXPECT_TRUE(poll(*scq).empty());
+  }
+  ack(sq(0), rnr_nak(1));
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// Nothing acknowledged for 2 ms / Expect a tail-loss probe (go-back-N resend)
+// that does not use up retry_cnt: retry_cnt timeouts later the QP is still in
+// RTS.
+TEST_F(Requester, TailLossProbeDoesNotUseRetryBudget) {
+  auto t_before = Clock::now();
+  send(1, 10);
+  auto t_after = Clock::now();
+  take();
+  run_timers(t_before + std::chrono::microseconds(1500));
+  EXPECT_TRUE(take().empty());
+  run_timers(t_after + std::chrono::milliseconds(3));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(0));
+  for (int i = 0; i < retry_cnt; ++i)
+    run_timers(Clock::now() + std::chrono::seconds(1));
+  EXPECT_EQ(take().size(), size_t(retry_cnt));
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(poll(*scq).empty());
+}
+
+// No ACK arrives / Expect nothing resent before the timer, a go-back-N resend
+// of the outstanding packets after the local ACK timeout, retry_cnt such
+// resends, then IBV_WC_RETRY_EXC_ERR for the WR, FLUSH_ERR for the next and the
+// QP in ERR.
+TEST_F(Requester, LocalAckTimeoutRetransmitsThenRetryExceeded) {
+  auto t0 = Clock::now();
+  send(1, 2 * kMtu);
+  send(2, 10);
+  auto orig = take();
+  ASSERT_EQ(orig.size(), 3u);
+  run_timers(t0);
+  EXPECT_TRUE(take().empty());
+  for (int i = 0; i < retry_cnt; ++i) {
+    run_timers(Clock::now() + std::chrono::seconds(1));
+    auto re = take();
+    ASSERT_EQ(re.size(), 3u) << "retry " << i;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(re[k].psn, orig[k].psn);
+      EXPECT_EQ(re[k].opcode, orig[k].opcode);
+      EXPECT_EQ(re[k].payload, orig[k].payload);
+    }
+    EXPECT_TRUE(poll(*scq).empty());
+  }
+  run_timers(Clock::now() + std::chrono::seconds(1));
+  EXPECT_TRUE(take().empty());
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// A timeout resend followed by an ACK / Expect the retry budget restored by the
+// forward progress (the next WR gets retry_cnt resends again).
+TEST_F(Requester, ProgressRestoresRetryBudget) {
+  send(1, 10);
+  take();
+  for (int i = 0; i < retry_cnt; ++i)
+    run_timers(Clock::now() + std::chrono::seconds(1));
+  EXPECT_EQ(take().size(), size_t(retry_cnt));
+  ack(sq(0));
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  send(2, 10);
+  take();
+  for (int i = 0; i < retry_cnt; ++i)
+    run_timers(Clock::now() + std::chrono::seconds(1));
+  EXPECT_EQ(take().size(), size_t(retry_cnt));
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(poll(*scq).empty());
+}
+
+// Post an RDMA READ of 2 MTU + 452 into a 3-entry SGE list / Expect one
+// READ_REQUEST with RETH (va, rkey, length) and AckReq; receive READ_RESPONSE
+// FIRST/MIDDLE/LAST / Expect the data scattered over the SGEs and an RDMA_READ
+// completion with byte_len; the next request takes the PSN after the responses.
+TEST_F(Requester, ReadScattersResponses) {
+  std::vector<uint8_t> d1(1000, 0), d2(1500, 0), d3(600, 0);
+  core::Mr *m1 = reg(d1, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr *m2 = reg(d2, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr *m3 = reg(d3, IBV_ACCESS_LOCAL_WRITE);
+  const uint32_t len =
+      2 * kMtu + 452; // 2500 bytes: 1000 + 1000 + 500 over the three SGEs
+  ibv_send_wr wr{};
+  wr.wr_id = 21;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x9000000;
+  wr.wr.rdma.rkey = 0x5151;
+  post_send(wr, {sge(d1.data(), 1000, m1), sge(d2.data(), 1000, m2),
+                 sge(d3.data(), len - 2000, m3)});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(0));
+  EXPECT_TRUE(tx[0].ack_req);
+  ASSERT_TRUE(tx[0].reth_va.has_value());
+  EXPECT_EQ(*tx[0].reth_va, 0x9000000u);
+  EXPECT_EQ(tx[0].reth_rkey, 0x5151u);
+  EXPECT_EQ(tx[0].reth_len, len);
+  EXPECT_TRUE(tx[0].payload.empty());
+
+  auto data = pattern(len, 42);
+  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu),
+      b(data.begin() + kMtu, data.begin() + 2 * kMtu),
+      c(data.begin() + 2 * kMtu, data.end());
+  deliver(
+      Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = a});
+  deliver(Craft{.opcode = kReadRespMiddle, .psn = sq(1), .payload = b});
+  EXPECT_TRUE(poll(*scq).empty());
+  deliver(Craft{.opcode = kReadRespLast, .psn = sq(2), .msn = 1, .payload = c});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 21u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(wc[0].byte_len, len);
+  EXPECT_TRUE(std::equal(data.begin(), data.begin() + 1000, d1.begin()));
+  EXPECT_TRUE(std::equal(data.begin() + 1000, data.begin() + 2000, d2.begin()));
+  EXPECT_TRUE(std::equal(data.begin() + 2000, data.end(), d3.begin()));
+  EXPECT_EQ(d2[1000], 0) << "nothing beyond the SGE length";
+  EXPECT_EQ(d3[len - 2000], 0);
+
+  send(22, 4);
+  auto next = take();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].psn, sq(3));
+}
+
+// Receive READ_RESPONSE_ONLY for a small READ / Expect completion and data.
+TEST_F(Requester, ReadResponseOnly) {
+  std::vector<uint8_t> d(64, 0);
+  core::Mr *m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x1000;
+  wr.wr.rdma.rkey = 0x22;
+  post_send(wr, {sge(d.data(), 13, m)});
+  ASSERT_EQ(take().size(), 1u);
+  auto data = pattern(13, 1);
+  deliver(
+      Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = data});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].byte_len, 13u);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
+}
+
+// Lose READ_RESPONSE_MIDDLE (LAST arrives after FIRST) / Expect the READ
+// re-requested from the first missing response: RETH va/len advanced by one
+// MTU, PSN sq(1).
+TEST_F(Requester, ReadResponseGapReRequests) {
+  std::vector<uint8_t> d(4096, 0);
+  core::Mr *m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x100000;
+  wr.wr.rdma.rkey = 0x22;
+  const uint32_t len = 2 * kMtu + 100;
+  post_send(wr, {sge(d.data(), len, m)});
+  take();
+  auto data = pattern(len, 3);
+  deliver(Craft{.opcode = kReadRespFirst,
+                .psn = sq(0),
+                .payload = {data.begin(), data.begin() + kMtu}});
+  deliver(Craft{.opcode = kReadRespLast,
+                .psn = sq(2),
+                .payload = {data.begin() + 2 * kMtu, data.end()}});
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].opcode, kReadRequest);
+  EXPECT_EQ(re[0].psn, sq(1));
+  EXPECT_EQ(*re[0].reth_va, 0x100000u + kMtu);
+  EXPECT_EQ(re[0].reth_len, len - kMtu);
+  EXPECT_TRUE(poll(*scq).empty());
+  // The re-requested responses complete the READ.
+  deliver(Craft{.opcode = kReadRespFirst,
+                .psn = sq(1),
+                .payload = {data.begin() + kMtu, data.begin() + 2 * kMtu}});
+  deliver(Craft{.opcode = kReadRespLast,
+                .psn = sq(2),
+                .payload = {data.begin() + 2 * kMtu, data.end()}});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
+}
+
+// sq_psn near the wrap: a 3-packet SEND from 0xFFFFFE / Expect PSNs 0xFFFFFE,
+// 0xFFFFFF, 0 and completion on ACK(0).
+class RequesterWrap : public Requester {
+protected:
+  void SetUp() override {
+    sq_psn = 0xFFFFFE;
+    Requester::SetUp();
+  }
+};
+TEST_F(RequesterWrap, PsnWrapsAt24Bits) {
+  send(1, 2 * kMtu + 1);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 3u);
+  EXPECT_EQ(tx[0].psn, 0xFFFFFEu);
+  EXPECT_EQ(tx[1].psn, 0xFFFFFFu);
+  EXPECT_EQ(tx[2].psn, 0u);
+  ack(0xFFFFFF);
+  EXPECT_TRUE(poll(*scq).empty());
+  ack(0);
+  EXPECT_EQ(poll(*scq).size(), 1u);
+}
+
+// A WR whose SGE names an invalid lkey / Expect IBV_WC_LOC_PROT_ERR, nothing
+// sent.
+TEST_F(Requester, BadLkeyIsLocalProtectionError) {
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_sge bad{reinterpret_cast<uint64_t>(src.data()), 16,
+              src_mr->ibmr.lkey + 0x100};
+  post_send(wr, {bad});
+  EXPECT_TRUE(take().empty());
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 9u);
+  EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// Inline SEND / Expect the bytes copied at post time (buffer may change
+// afterwards).
+TEST_F(Requester, InlineSendCopiesAtPost) {
+  std::vector<uint8_t> inl = pattern(40, 77);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+  ibv_sge s{reinterpret_cast<uint64_t>(inl.data()), 40, 0};
+  post_send(wr, {s});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].payload, inl);
+}
+
+} // namespace
+} // namespace uroce::engine::test
