@@ -40,14 +40,14 @@ static atomic_bool stop_sending;
 static atomic_bool stop_receiving;
 
 struct sender_args {
-  const struct config *cfg;
+  const struct config* cfg;
   int fd;
   struct sockaddr_in dst;
   uint64_t sent;
 };
 
 struct receiver_args {
-  const struct config *cfg;
+  const struct config* cfg;
   int fd;
   uint64_t packets;
   uint64_t bytes;
@@ -59,17 +59,17 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void die(const char *what) {
+static void die(const char* what) {
   perror(what);
   exit(1);
 }
 
-static void *sender(void *p) {
-  struct sender_args *a = p;
+static void* sender(void* p) {
+  struct sender_args* a = p;
   unsigned burst = a->cfg->burst;
-  char *buf = calloc(1, a->cfg->payload);
-  struct mmsghdr *msgs = calloc(burst, sizeof *msgs);
-  struct iovec *iov = calloc(burst, sizeof *iov);
+  char* buf = calloc(1, a->cfg->payload);
+  struct mmsghdr* msgs = calloc(burst, sizeof *msgs);
+  struct iovec* iov = calloc(burst, sizeof *iov);
   if (!buf || !msgs || !iov) die("calloc");
   for (unsigned i = 0; i < burst; ++i) {
     iov[i].iov_base = buf;
@@ -93,13 +93,13 @@ static void *sender(void *p) {
   return NULL;
 }
 
-static void *receiver(void *p) {
-  struct receiver_args *a = p;
+static void* receiver(void* p) {
+  struct receiver_args* a = p;
   unsigned burst = a->cfg->burst;
   size_t size = a->cfg->payload;
-  char *buf = malloc(size * burst);
-  struct mmsghdr *msgs = calloc(burst, sizeof *msgs);
-  struct iovec *iov = calloc(burst, sizeof *iov);
+  char* buf = malloc(size * burst);
+  struct mmsghdr* msgs = calloc(burst, sizeof *msgs);
+  struct iovec* iov = calloc(burst, sizeof *iov);
   if (!buf || !msgs || !iov) die("malloc");
   for (unsigned i = 0; i < burst; ++i) {
     iov[i].iov_base = buf + i * size;
@@ -122,7 +122,7 @@ static void *receiver(void *p) {
   return NULL;
 }
 
-static void usage(const char *argv0) {
+static void usage(const char* argv0) {
   fprintf(stderr,
           "usage: %s [-s PAYLOAD_BYTES] [-b BURST] [-t SECONDS]\n"
           "  -s  UDP payload per datagram (default 4156, max 65507)\n"
@@ -132,19 +132,26 @@ static void usage(const char *argv0) {
   exit(2);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   struct config cfg = {.payload = 4096 + 60, .burst = 32, .seconds = 3.0};
   int opt;
   while ((opt = getopt(argc, argv, "s:b:t:h")) != -1) {
     switch (opt) {
-      case 's': cfg.payload = strtoul(optarg, NULL, 0); break;
-      case 'b': cfg.burst = (unsigned)strtoul(optarg, NULL, 0); break;
-      case 't': cfg.seconds = strtod(optarg, NULL); break;
-      default: usage(argv[0]);
+      case 's':
+        cfg.payload = strtoul(optarg, NULL, 0);
+        break;
+      case 'b':
+        cfg.burst = (unsigned)strtoul(optarg, NULL, 0);
+        break;
+      case 't':
+        cfg.seconds = strtod(optarg, NULL);
+        break;
+      default:
+        usage(argv[0]);
     }
   }
-  if (optind != argc || cfg.payload < 1 || cfg.payload > 65507 || cfg.burst < 1 ||
-      cfg.burst > MAX_BURST || !(cfg.seconds > 0))
+  if (optind != argc || cfg.payload < 1 || cfg.payload > 65507 || cfg.burst < 1 || cfg.burst > MAX_BURST ||
+      !(cfg.seconds > 0))
     usage(argv[0]);
 
   int rx = socket(AF_INET, SOCK_DGRAM, 0);
@@ -160,9 +167,9 @@ int main(int argc, char **argv) {
 
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(rx, (struct sockaddr *)&addr, sizeof addr) != 0) die("bind");
+  if (bind(rx, (struct sockaddr*)&addr, sizeof addr) != 0) die("bind");
   socklen_t len = sizeof addr;
-  if (getsockname(rx, (struct sockaddr *)&addr, &len) != 0) die("getsockname");
+  if (getsockname(rx, (struct sockaddr*)&addr, &len) != 0) die("getsockname");
 
   struct receiver_args ra = {.cfg = &cfg, .fd = rx};
   struct sender_args sa = {.cfg = &cfg, .fd = tx, .dst = addr};
@@ -187,9 +194,10 @@ int main(int argc, char **argv) {
   double mpps = (double)ra.packets / elapsed / 1e6;
   double sent_mpps = (double)sa.sent / elapsed / 1e6;
   double lost = sa.sent ? 100.0 * (double)(sa.sent - ra.packets) / (double)sa.sent : 0;
-  printf("udp_burst: payload %zu B, burst %u, %.2f s: %.3f Gbit/s, %.3f Mpps received "
-         "(%.3f Mpps sent, %.1f%% not received)\n",
-         cfg.payload, cfg.burst, elapsed, gbits, mpps, sent_mpps, lost);
+  printf(
+      "udp_burst: payload %zu B, burst %u, %.2f s: %.3f Gbit/s, %.3f Mpps received "
+      "(%.3f Mpps sent, %.1f%% not received)\n",
+      cfg.payload, cfg.burst, elapsed, gbits, mpps, sent_mpps, lost);
   close(tx);
   close(rx);
   return 0;

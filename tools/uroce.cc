@@ -9,10 +9,9 @@
 // program's. `devices` uses only the public libibverbs C API (the launcher is linked
 // against liburoce, which exports it).
 
-#include <infiniband/verbs.h>
-
 #include <arpa/inet.h>
 #include <endian.h>
+#include <infiniband/verbs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,8 +76,7 @@ std::string library_path() {
     char resolved[PATH_MAX];
     if (realpath(candidate.c_str(), resolved)) return resolved;
   }
-  std::fprintf(stderr, "uroce: cannot find the uroce library at %s%s\n",
-               candidates.front().c_str(),
+  std::fprintf(stderr, "uroce: cannot find the uroce library at %s%s\n", candidates.front().c_str(),
                env && *env ? " (from UROCE_LIB)" : "; set UROCE_LIB to its path");
   return {};
 }
@@ -141,20 +139,21 @@ void print_wrapped(std::string_view text, size_t indent) {
 }
 
 int cmd_help_env() {
-  std::puts("uroce's environment variables (uroce run passes the environment through, so\n"
-            "set them in front of the command, e.g. UROCE_LOG=debug uroce run PROGRAM):\n");
+  std::puts(
+      "uroce's environment variables (uroce run passes the environment through, so\n"
+      "set them in front of the command, e.g. UROCE_LOG=debug uroce run PROGRAM):\n");
   bool lists_lib = false;
   for (const auto& v : uroce::core::env_var_docs()) {
     std::printf("  %s\n", v.name);
     print_wrapped(v.meaning, 6);
-    std::printf("      default: %s\n", v.default_value && *v.default_value ? v.default_value
-                                                                          : "(unset)");
+    std::printf("      default: %s\n", v.default_value && *v.default_value ? v.default_value : "(unset)");
     lists_lib = lists_lib || std::string_view(v.name) == "UROCE_LIB";
   }
   if (!lists_lib) {
-    std::puts("  UROCE_LIB\n"
-              "      Path of the library that `uroce run` preloads.\n"
-              "      default: ../lib/liburoce.so relative to the uroce executable");
+    std::puts(
+        "  UROCE_LIB\n"
+        "      Path of the library that `uroce run` preloads.\n"
+        "      default: ../lib/liburoce.so relative to the uroce executable");
   }
   return 0;
 }
@@ -174,9 +173,12 @@ std::string gid_text(const ibv_gid& gid) {
 
 const char* gid_type_text(ibv_gid_type t) {
   switch (t) {
-    case IBV_GID_TYPE_IB: return "IB/RoCE v1";
-    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
-    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+    case IBV_GID_TYPE_IB:
+      return "IB/RoCE v1";
+    case IBV_GID_TYPE_ROCE_V1:
+      return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2:
+      return "RoCE v2";
   }
   return "unknown type";
 }
@@ -189,10 +191,9 @@ void print_port(ibv_context* ctx, uint8_t port) {
     std::printf("  port %u: ibv_query_port failed: %s\n", port, std::strerror(rc));
     return;
   }
-  std::printf("  port %u: %s, link layer %s, active MTU %d, UDP port (LID) %u\n", port,
-              ibv_port_state_str(attr.state),
-              attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
-              mtu_bytes(attr.active_mtu), attr.lid);
+  std::printf("  port %u: %s, link layer %s, active MTU %d, UDP port (LID) %u\n", port, ibv_port_state_str(attr.state),
+              attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand", mtu_bytes(attr.active_mtu),
+              attr.lid);
   for (int i = 0; i < attr.gid_tbl_len; ++i) {
     ibv_gid gid{};
     if (ibv_query_gid(ctx, port, i, &gid) != 0) break;
@@ -226,9 +227,8 @@ int cmd_devices() {
     ibv_device_attr attr{};
     if (ibv_query_device(ctx, &attr) == 0) {
       uint64_t guid = be64toh(ibv_get_device_guid(list[d]));
-      std::printf("%s: node GUID %04x:%04x:%04x:%04x, %u port(s)\n", name,
-                  unsigned(guid >> 48), unsigned(guid >> 32) & 0xffff,
-                  unsigned(guid >> 16) & 0xffff, unsigned(guid) & 0xffff,
+      std::printf("%s: node GUID %04x:%04x:%04x:%04x, %u port(s)\n", name, unsigned(guid >> 48),
+                  unsigned(guid >> 32) & 0xffff, unsigned(guid >> 16) & 0xffff, unsigned(guid) & 0xffff,
                   attr.phys_port_cnt);
       for (uint8_t p = 1; p <= attr.phys_port_cnt; ++p) print_port(ctx, p);
     } else {
@@ -239,8 +239,9 @@ int cmd_devices() {
   }
   ibv_free_device_list(list);
   if (n > 0) {
-    std::puts("\nThe UDP port is the one this process bound: every process that opens a\n"
-              "device gets its own (4791 when free, another one otherwise).");
+    std::puts(
+        "\nThe UDP port is the one this process bound: every process that opens a\n"
+        "device gets its own (4791 when free, another one otherwise).");
   }
   return status;
 }

@@ -9,11 +9,10 @@
 
 #include <atomic>
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <deque>
 #include <mutex>
 
+#include "core/container_of.h"
 #include "core/result.h"
 
 namespace uroce::core {
@@ -35,9 +34,7 @@ class CompChannel {
   // Drops queued events of a CQ being destroyed.
   void forget(Cq* cq);
 
-  static CompChannel* from(ibv_comp_channel* c) {
-    return UROCE_CONTAINER_OF(c, CompChannel, ibch);
-  }
+  static CompChannel* from(ibv_comp_channel* c) { return UROCE_CONTAINER_OF(c, CompChannel, ibch); }
 
  private:
   CompChannel() = default;

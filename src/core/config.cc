@@ -18,8 +18,7 @@ constexpr EnvVarDoc kDocs[] = {
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
      "without checking (for peers that are not uroce)."},
     {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
-    {"UROCE_MTU", "(from the interface)",
-     "Active MTU of the port in bytes (256, 512, 1024, 2048 or 4096)."},
+    {"UROCE_MTU", "(from the interface)", "Active MTU of the port in bytes (256, 512, 1024, 2048 or 4096)."},
     {"UROCE_FAULT", "(none)",
      "Fault injection on every packet sent: comma-separated loss=P,dup=P,reorder=P,corrupt=P "
      "(probabilities 0-1), delay_us=N, seed=S."},

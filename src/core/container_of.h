@@ -6,10 +6,9 @@
 
 #include <cstddef>
 
-#define UROCE_CONTAINER_OF(ptr, Type, member)                                            \
-  ([](auto* p_) {                                                                        \
-    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Winvalid-offsetof\"") \
-    constexpr std::size_t off_ = offsetof(Type, member);                                 \
-    _Pragma("GCC diagnostic pop")                                                        \
-    return reinterpret_cast<Type*>(reinterpret_cast<char*>(p_) - off_);                  \
+#define UROCE_CONTAINER_OF(ptr, Type, member)                                                                         \
+  ([](auto* p_) {                                                                                                     \
+    _Pragma("GCC diagnostic push")                                                                                    \
+        _Pragma("GCC diagnostic ignored \"-Winvalid-offsetof\"") constexpr std::size_t off_ = offsetof(Type, member); \
+    _Pragma("GCC diagnostic pop") return reinterpret_cast<Type*>(reinterpret_cast<char*>(p_) - off_);                 \
   }(ptr))

@@ -68,8 +68,8 @@ void Context::query_device(ibv_device_attr* a) const {
   a->hw_ver = kHwVersion;
   a->max_qp = int(kMaxQp);
   a->max_qp_wr = int(kMaxQpWr);
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_CHANGE_PHY_PORT;
+  a->device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
   a->max_sge = int(kMaxSge);
   a->max_sge_rd = int(kMaxSge);
   a->max_cq = int(kMaxCq);

@@ -5,11 +5,10 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <cstdint>
 #include <vector>
 
+#include "core/container_of.h"
 #include "core/device.h"
 #include "core/mr.h"
 
@@ -27,9 +26,7 @@ class Context {
   MrTable mrs;
 
   ibv_context* ib() { return &vctx.context; }
-  static Context* from(ibv_context* c) {
-    return UROCE_CONTAINER_OF(verbs_get_ctx(c), Context, vctx);
-  }
+  static Context* from(ibv_context* c) { return UROCE_CONTAINER_OF(verbs_get_ctx(c), Context, vctx); }
 
   // Port 1 (the only port).
   uint16_t lid() const { return lid_; }

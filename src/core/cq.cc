@@ -6,8 +6,7 @@
 
 namespace uroce::core {
 
-Cq::Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_context)
-    : channel_(channel), ring_(entries) {
+Cq::Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_context) : channel_(channel), ring_(entries) {
   ibcq.context = ctx;
   ibcq.channel = channel ? &channel->ibch : nullptr;
   ibcq.cq_context = cq_context;

@@ -12,12 +12,11 @@
 
 #include <atomic>
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "core/container_of.h"
 #include "core/result.h"
 
 namespace uroce::core {

@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <cstring>
 #include <memory>
 
 #include "core/config.h"
+#include "core/container_of.h"
 
 namespace uroce::core {
 
@@ -90,9 +89,7 @@ Device::Device(const std::string& name, unsigned index) : ibdev{} {
   guid = (fnv1a(std::string(host) + "/" + name) & 0x0000FFFFFFFFFFFFull) | 0x0200000000000000ull;
 }
 
-Device* Device::from(ibv_device* d) {
-  return UROCE_CONTAINER_OF(d, Device, ibdev);
-}
+Device* Device::from(ibv_device* d) { return UROCE_CONTAINER_OF(d, Device, ibdev); }
 
 std::span<Device* const> devices() {
   static const std::vector<Device*> list = [] {

@@ -31,7 +31,7 @@ class Device {
  public:
   explicit Device(const std::string& name, unsigned index);
 
-  ibv_device ibdev;  // ABI object handed to the application
+  ibv_device ibdev;   // ABI object handed to the application
   uint64_t guid = 0;  // host byte order
 
   static Device* from(ibv_device* d);

@@ -19,7 +19,7 @@ inline constexpr uint32_t kMaxSrq = 1 << 14;
 inline constexpr uint32_t kMaxSrqWr = 1 << 15;
 inline constexpr uint32_t kMaxAh = 1 << 16;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
-inline constexpr uint32_t kVendorId = 0xFFFFFF;  // no IEEE OUI: a software device
+inline constexpr uint32_t kVendorId = 0xFFFFFF;    // no IEEE OUI: a software device
 inline constexpr uint32_t kVendorPartId = 0x5552;  // "UR"
 inline constexpr uint32_t kHwVersion = 1;
 

@@ -10,8 +10,8 @@ void log_message(LogLevel level, const char* fmt, ...) __attribute__((format(pri
 
 }  // namespace uroce::core
 
-#define UROCE_LOG(level, ...)                                                        \
-  do {                                                                                \
+#define UROCE_LOG(level, ...)                                                              \
+  do {                                                                                     \
     if (::uroce::core::log_enabled(level)) ::uroce::core::log_message(level, __VA_ARGS__); \
   } while (0)
 #define LOG_ERROR(...) UROCE_LOG(::uroce::core::LogLevel::kError, __VA_ARGS__)

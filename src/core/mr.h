@@ -6,13 +6,12 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
 
+#include "core/container_of.h"
 #include "core/pd.h"
 #include "core/result.h"
 
@@ -32,17 +31,16 @@ struct Mr {
 // Outcome of a key check, named after what IBA reports for it.
 enum class KeyCheck : uint8_t {
   kOk,
-  kBadKey,         // no MR with this key
-  kPdMismatch,     // MR belongs to another PD
-  kOutOfBounds,    // range not inside the MR
-  kNoPermission,   // access flag missing
+  kBadKey,        // no MR with this key
+  kPdMismatch,    // MR belongs to another PD
+  kOutOfBounds,   // range not inside the MR
+  kNoPermission,  // access flag missing
 };
 
 // Access flags uroce accepts on registration.
-inline constexpr unsigned kSupportedAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-    IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
-    IBV_ACCESS_RELAXED_ORDERING;
+inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                             IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                             IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
 // Registration-time validation (rdma-core/kernel rules): remote write or
 // atomic access needs local write.
@@ -63,8 +61,7 @@ class MrTable {
   // f(host_pointer) under the shared lock. `remote` selects rkey semantics
   // (va is an iova) vs lkey semantics (va is a local address).
   template <class F>
-  KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
-                      F&& f) const {
+  KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote, F&& f) const {
     std::shared_lock lock(mu_);
     const Mr* mr = nullptr;
     KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr);

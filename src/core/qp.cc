@@ -13,8 +13,8 @@ namespace uroce::core {
 
 int validate_qp_caps(ibv_qp_type type, const ibv_qp_cap& r, QpCaps* out) {
   (void)type;
-  if (r.max_send_wr > kMaxQpWr || r.max_recv_wr > kMaxQpWr || r.max_send_sge > kMaxSge ||
-      r.max_recv_sge > kMaxSge || r.max_inline_data > kMaxInlineData)
+  if (r.max_send_wr > kMaxQpWr || r.max_recv_wr > kMaxQpWr || r.max_send_sge > kMaxSge || r.max_recv_sge > kMaxSge ||
+      r.max_inline_data > kMaxInlineData)
     return EINVAL;
   out->max_send_wr = round_up_pow2(r.max_send_wr ? r.max_send_wr : 1);
   out->max_recv_wr = round_up_pow2(r.max_recv_wr ? r.max_recv_wr : 1);
@@ -54,8 +54,8 @@ int Qp::check_values(const ibv_qp_attr& a, int mask) const {
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
-      (a.qp_access_flags & ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                     IBV_ACCESS_REMOTE_ATOMIC)))
+      (a.qp_access_flags &
+       ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
     return EINVAL;
   if (mask & IBV_QP_AV) {
     // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
@@ -74,7 +74,7 @@ int Qp::check_values(const ibv_qp_attr& a, int mask) const {
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
   if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > wire::kPsnMask) return EINVAL;
   if ((mask & IBV_QP_QKEY) && (a.qkey & 0x80000000u)) return EPERM;  // privileged Q_Key
-  if ((mask & IBV_QP_CAP)) return EINVAL;  // resizing work queues is not supported
+  if ((mask & IBV_QP_CAP)) return EINVAL;                            // resizing work queues is not supported
   return 0;
 }
 

@@ -8,11 +8,10 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
-
-#include "core/container_of.h"
 #include <cstdint>
 #include <mutex>
 
+#include "core/container_of.h"
 #include "core/work_queue.h"
 
 namespace uroce::core {
@@ -67,9 +66,7 @@ class Qp {
   int enqueue_send(const ibv_send_wr& wr);
   int enqueue_recv(const ibv_recv_wr& wr);
 
-  static Qp* from(ibv_qp* q) {
-    return UROCE_CONTAINER_OF(reinterpret_cast<ibv_qp_ex*>(q), Qp, ibqp);
-  }
+  static Qp* from(ibv_qp* q) { return UROCE_CONTAINER_OF(reinterpret_cast<ibv_qp_ex*>(q), Qp, ibqp); }
 
  private:
   int check_values(const ibv_qp_attr& a, int mask) const;

@@ -10,12 +10,18 @@ enum TypeIdx { kRc, kUc, kUd, kXrcIni, kXrcTgt, kTypes };
 
 int type_index(ibv_qp_type t) {
   switch (t) {
-    case IBV_QPT_RC: return kRc;
-    case IBV_QPT_UC: return kUc;
-    case IBV_QPT_UD: return kUd;
-    case IBV_QPT_XRC_SEND: return kXrcIni;
-    case IBV_QPT_XRC_RECV: return kXrcTgt;
-    default: return -1;
+    case IBV_QPT_RC:
+      return kRc;
+    case IBV_QPT_UC:
+      return kUc;
+    case IBV_QPT_UD:
+      return kUd;
+    case IBV_QPT_XRC_SEND:
+      return kXrcIni;
+    case IBV_QPT_XRC_RECV:
+      return kXrcTgt;
+    default:
+      return -1;
   }
 }
 
@@ -43,41 +49,69 @@ constexpr Entry kTable[kStates][kStates] = {
      {true,
       {PKEY | PORT | ACCESS, PKEY | PORT | ACCESS, PKEY | PORT | QKEY, PKEY | PORT | ACCESS, PKEY | PORT | ACCESS},
       {}},
-     kNone, kNone, kNone, kNone, kNone},
+     kNone,
+     kNone,
+     kNone,
+     kNone,
+     kNone},
     // from INIT
     {kValid,
-     {true, {}, {PKEY | PORT | ACCESS, PKEY | PORT | ACCESS, PKEY | PORT | QKEY, PKEY | PORT | ACCESS,
-                 PKEY | PORT | ACCESS}},
+     {true,
+      {},
+      {PKEY | PORT | ACCESS, PKEY | PORT | ACCESS, PKEY | PORT | QKEY, PKEY | PORT | ACCESS, PKEY | PORT | ACCESS}},
      {true,
       {AV | MTU | DQPN | RQPSN | DRD | RNRT, AV | MTU | DQPN | RQPSN, 0, AV | MTU | DQPN | RQPSN,
        AV | MTU | DQPN | RQPSN | DRD | RNRT},
       {ALT | ACCESS | PKEY, ALT | ACCESS | PKEY, PKEY | QKEY, ALT | ACCESS | PKEY, ALT | ACCESS | PKEY}},
-     kNone, kNone, kNone, kValid},
+     kNone,
+     kNone,
+     kNone,
+     kValid},
     // from RTR
-    {kValid, kNone, kNone,
+    {kValid,
+     kNone,
+     kNone,
      {true,
       {SQPSN | TMO | RETRY | RNRR | RD, SQPSN, SQPSN, SQPSN | TMO | RETRY | RNRR | RD, SQPSN | TMO},
       {CUR | ALT | ACCESS | RNRT | MIG, CUR | ALT | ACCESS | MIG, CUR | QKEY, CUR | ALT | ACCESS | RNRT | MIG,
        CUR | ALT | ACCESS | RNRT | MIG}},
-     kNone, kNone, kValid},
+     kNone,
+     kNone,
+     kValid},
     // from RTS
-    {kValid, kNone, kNone,
-     {true, {}, {CUR | ACCESS | ALT | MIG | RNRT, CUR | ACCESS | ALT | MIG, CUR | QKEY, CUR | ACCESS | ALT | MIG | RNRT,
-                 CUR | ACCESS | ALT | MIG | RNRT}},
-     {true, {}, {SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY}}, kNone, kValid},
+    {kValid,
+     kNone,
+     kNone,
+     {true,
+      {},
+      {CUR | ACCESS | ALT | MIG | RNRT, CUR | ACCESS | ALT | MIG, CUR | QKEY, CUR | ACCESS | ALT | MIG | RNRT,
+       CUR | ACCESS | ALT | MIG | RNRT}},
+     {true, {}, {SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY, SQD_NOTIFY}},
+     kNone,
+     kValid},
     // from SQD
-    {kValid, kNone, kNone,
-     {true, {}, {CUR | ALT | ACCESS | MIG | RNRT, CUR | ALT | ACCESS | MIG, CUR | QKEY, CUR | ALT | ACCESS | MIG | RNRT,
-                 CUR | ALT | ACCESS | MIG | RNRT}},
+    {kValid,
+     kNone,
+     kNone,
+     {true,
+      {},
+      {CUR | ALT | ACCESS | MIG | RNRT, CUR | ALT | ACCESS | MIG, CUR | QKEY, CUR | ALT | ACCESS | MIG | RNRT,
+       CUR | ALT | ACCESS | MIG | RNRT}},
      {true,
       {},
       {PORT | AV | TMO | RETRY | RNRR | RD | DRD | ALT | ACCESS | PKEY | RNRT | MIG, AV | ALT | ACCESS | PKEY | MIG,
        PKEY | QKEY, PORT | AV | TMO | RETRY | RNRR | RD | ALT | ACCESS | PKEY | MIG,
        PORT | AV | TMO | DRD | ALT | ACCESS | PKEY | RNRT | MIG}},
-     kNone, kValid},
+     kNone,
+     kValid},
     // from SQE
-    {kValid, kNone, kNone, {true, {}, {CUR | ACCESS, CUR | ACCESS, CUR | QKEY, CUR | ACCESS, CUR | ACCESS}}, kNone,
-     kNone, kValid},
+    {kValid,
+     kNone,
+     kNone,
+     {true, {}, {CUR | ACCESS, CUR | ACCESS, CUR | QKEY, CUR | ACCESS, CUR | ACCESS}},
+     kNone,
+     kNone,
+     kValid},
     // from ERR
     {kValid, kNone, kNone, kNone, kNone, kNone, kValid},
 };
@@ -93,8 +127,7 @@ TransitionRule transition_rule(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state 
 
 int check_modify_mask(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, int mask) {
   if (!(mask & IBV_QP_STATE)) next = cur;
-  if ((mask & IBV_QP_CUR_STATE) && cur != IBV_QPS_RTR && cur != IBV_QPS_RTS && cur != IBV_QPS_SQD &&
-      cur != IBV_QPS_SQE)
+  if ((mask & IBV_QP_CUR_STATE) && cur != IBV_QPS_RTR && cur != IBV_QPS_RTS && cur != IBV_QPS_SQD && cur != IBV_QPS_SQE)
     return EINVAL;
   TransitionRule r = transition_rule(type, cur, next);
   if (!r.valid) return EINVAL;

@@ -46,8 +46,8 @@ struct SendWqe {
   // Requester/completer bookkeeping.
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
-  bool started = false;   // first packet assigned its PSN
-  bool completed = false; // completion decided (status below)
+  bool started = false;    // first packet assigned its PSN
+  bool completed = false;  // completion decided (status below)
   ibv_wc_status status = IBV_WC_SUCCESS;
   uint64_t atomic_orig = 0;  // returned value of an atomic
 };

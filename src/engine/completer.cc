@@ -13,53 +13,49 @@ namespace {
 using wire::Operation;
 
 // RNR NAK timer codes in microseconds (roce-facts §2.4).
-constexpr uint32_t kRnrTimerUs[32] = {
-    655360, 10,    20,    30,     40,     60,     80,     120,
-    160,    240,   320,   480,    640,    960,    1280,   1920,
-    2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
-    40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+                                      480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
+                                      20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
   switch (op) {
-  case IBV_WR_RDMA_WRITE:
-  case IBV_WR_RDMA_WRITE_WITH_IMM:
-    return IBV_WC_RDMA_WRITE;
-  case IBV_WR_RDMA_READ:
-    return IBV_WC_RDMA_READ;
-  case IBV_WR_ATOMIC_CMP_AND_SWP:
-    return IBV_WC_COMP_SWAP;
-  case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    return IBV_WC_FETCH_ADD;
-  case IBV_WR_LOCAL_INV:
-    return IBV_WC_LOCAL_INV;
-  case IBV_WR_BIND_MW:
-    return IBV_WC_BIND_MW;
-  default:
-    return IBV_WC_SEND;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    default:
+      return IBV_WC_SEND;
   }
 }
 
-bool infinite(uint8_t count) { return count == 7; } // rxe: 7 = retry forever
+bool infinite(uint8_t count) { return count == 7; }  // rxe: 7 = retry forever
 
-void restart_timer(EngineQp &qp) {
+void restart_timer(EngineQp& qp) {
   bool outstanding = qp.comp.unacked_psn != qp.req.psn;
   auto now = Clock::now();
   qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
-  if (qp.timers.retransmit_armed)
-    qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
+  if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
   qp.timers.probe_interval = kFirstProbeInterval;
   qp.timers.probe_deadline = now + kFirstProbeInterval;
 }
 
 // Resends from the oldest unacknowledged PSN (or the first missing READ
 // response).
-void go_back_n(EngineQp &qp, TxBatch &tx) {
+void go_back_n(EngineQp& qp, TxBatch& tx) {
   qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
   qp.comp.rewound = false;
-  core::SendWqe *w = nullptr;
+  core::SendWqe* w = nullptr;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted && !w; ++i)
-    if (!qp.sq.at(i).completed)
-      w = &qp.sq.at(i);
+    if (!qp.sq.at(i).completed) w = &qp.sq.at(i);
   uint32_t from = qp.comp.unacked_psn;
   if (w && w->opcode == IBV_WR_RDMA_READ && w->started)
     from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
@@ -68,7 +64,7 @@ void go_back_n(EngineQp &qp, TxBatch &tx) {
 }
 
 // Forward progress: the retry budget is restored (IBA 9.7.5.1.x).
-void progress(EngineQp &qp) {
+void progress(EngineQp& qp) {
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_retry_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
@@ -78,19 +74,16 @@ void progress(EngineQp &qp) {
 // Everything before `psn` is acknowledged: complete SEND/WRITE WQEs whose last
 // PSN precedes it. Stops at a READ that has not completed; if the ACK passed
 // such a READ, its responses were lost and the READ is retried.
-void acknowledge_before(EngineQp &qp, uint32_t psn) {
+void acknowledge_before(EngineQp& qp, uint32_t psn) {
   bool advanced = false;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
-    core::SendWqe &w = qp.sq.at(i);
-    if (!w.started)
-      break;
-    if (w.completed)
-      continue;
+    core::SendWqe& w = qp.sq.at(i);
+    if (!w.started) break;
+    if (w.completed) continue;
     if (w.opcode == IBV_WR_RDMA_READ) {
       // Only the READ's own responses acknowledge it: PSNs from its first
       // missing response on are not acknowledged, whatever `psn` says.
-      uint32_t missing =
-          wire::psn_add(w.first_psn, qp.comp.read_offset / qp.path.mtu);
+      uint32_t missing = wire::psn_add(w.first_psn, qp.comp.read_offset / qp.path.mtu);
       if (wire::psn_diff(psn, missing) > 0) {
         if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
           // The ACK passed the whole READ: its responses were lost.
@@ -101,8 +94,7 @@ void acknowledge_before(EngineQp &qp, uint32_t psn) {
       }
       break;
     }
-    if (wire::psn_diff(w.last_psn, psn) >= 0)
-      break; // not fully acknowledged
+    if (wire::psn_diff(w.last_psn, psn) >= 0) break;  // not fully acknowledged
     complete_send_wqe(qp, w, IBV_WC_SUCCESS);
     advanced = true;
   }
@@ -112,84 +104,77 @@ void acknowledge_before(EngineQp &qp, uint32_t psn) {
   }
   retire_send_wqes(qp);
   requester_catch_up(qp);
-  if (advanced)
-    progress(qp);
+  if (advanced) progress(qp);
 }
 
-core::SendWqe *oldest_pending(EngineQp &qp) {
+core::SendWqe* oldest_pending(EngineQp& qp) {
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
-    core::SendWqe &w = qp.sq.at(i);
-    if (!w.completed)
-      return &w;
+    core::SendWqe& w = qp.sq.at(i);
+    if (!w.completed) return &w;
   }
   return nullptr;
 }
 
-void fail_oldest(EngineQp &qp, ibv_wc_status status) {
-  if (core::SendWqe *w = oldest_pending(qp))
-    complete_send_wqe(qp, *w, status);
+void fail_oldest(EngineQp& qp, ibv_wc_status status) {
+  if (core::SendWqe* w = oldest_pending(qp)) complete_send_wqe(qp, *w, status);
   qp.enter_error();
 }
 
-void on_nak(EngineQp &qp, uint32_t psn, wire::Aeth aeth, TxBatch &tx) {
+void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
   acknowledge_before(qp, psn);
   switch (wire::NakCode(aeth.code())) {
-  case wire::NakCode::kPsnSeqError:
-    // The responder missed packets: go back to the PSN it expects.
-    if (!infinite(qp.attr.retry_cnt)) {
-      if (qp.comp.retry_left == 0)
-        return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-      --qp.comp.retry_left;
-    }
-    qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
-    requester_rewind(qp, psn);
-    requester_run(qp, tx);
-    return;
-  case wire::NakCode::kInvalidRequest:
-    return fail_oldest(qp, IBV_WC_REM_INV_REQ_ERR);
-  case wire::NakCode::kRemoteAccess:
-    return fail_oldest(qp, IBV_WC_REM_ACCESS_ERR);
-  default:
-    return fail_oldest(qp, IBV_WC_REM_OP_ERR);
+    case wire::NakCode::kPsnSeqError:
+      // The responder missed packets: go back to the PSN it expects.
+      if (!infinite(qp.attr.retry_cnt)) {
+        if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
+        --qp.comp.retry_left;
+      }
+      qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+      requester_rewind(qp, psn);
+      requester_run(qp, tx);
+      return;
+    case wire::NakCode::kInvalidRequest:
+      return fail_oldest(qp, IBV_WC_REM_INV_REQ_ERR);
+    case wire::NakCode::kRemoteAccess:
+      return fail_oldest(qp, IBV_WC_REM_ACCESS_ERR);
+    default:
+      return fail_oldest(qp, IBV_WC_REM_OP_ERR);
   }
 }
 
-void on_rnr_nak(EngineQp &qp, uint32_t psn, wire::Aeth aeth) {
+void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   acknowledge_before(qp, psn);
   if (!infinite(qp.attr.rnr_retry)) {
-    if (qp.comp.rnr_retry_left == 0)
-      return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
+    if (qp.comp.rnr_retry_left == 0) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
     --qp.comp.rnr_retry_left;
   }
   requester_rewind(qp, psn);
   qp.req.rnr_wait = true;
-  qp.timers.rnr_deadline =
-      Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
+  qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
   qp.timers.retransmit_armed = false;
 }
 
-void on_ack(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
+void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   uint32_t psn = pkt.bth().psn();
   wire::Aeth aeth = pkt.aeth();
   switch (aeth.type()) {
-  case wire::AckType::kAck:
-    acknowledge_before(qp, wire::psn_add(psn, 1));
-    requester_run(qp, tx);
-    return;
-  case wire::AckType::kRnrNak:
-    return on_rnr_nak(qp, psn, aeth);
-  case wire::AckType::kNak:
-    return on_nak(qp, psn, aeth, tx);
-  default:
-    return; // reserved syndrome: ignore
+    case wire::AckType::kAck:
+      acknowledge_before(qp, wire::psn_add(psn, 1));
+      requester_run(qp, tx);
+      return;
+    case wire::AckType::kRnrNak:
+      return on_rnr_nak(qp, psn, aeth);
+    case wire::AckType::kNak:
+      return on_nak(qp, psn, aeth, tx);
+    default:
+      return;  // reserved syndrome: ignore
   }
 }
 
 // Scatters a READ response payload into the READ WQE's local buffers.
-bool scatter(EngineQp &qp, uint32_t index, uint32_t offset, const uint8_t *data,
-             uint32_t len) {
-  const core::Sge *sge = qp.sq.sges(index);
-  const core::SendWqe &w = qp.sq.at(index);
+bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data, uint32_t len) {
+  const core::Sge* sge = qp.sq.sges(index);
+  const core::SendWqe& w = qp.sq.at(index);
   auto lock = qp.ctx->mrs.read_lock();
   uint32_t skip = offset;
   for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
@@ -198,12 +183,11 @@ bool scatter(EngineQp &qp, uint32_t index, uint32_t offset, const uint8_t *data,
       continue;
     }
     uint32_t n = std::min(sge[i].length - skip, len);
-    const core::Mr *mr = nullptr;
-    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n,
-                                 IBV_ACCESS_LOCAL_WRITE, false,
-                                 &mr) != core::KeyCheck::kOk)
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+        core::KeyCheck::kOk)
       return false;
-    std::memcpy(reinterpret_cast<void *>(sge[i].addr + skip), data, n);
+    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
     data += n;
     len -= n;
     skip = 0;
@@ -211,22 +195,18 @@ bool scatter(EngineQp &qp, uint32_t index, uint32_t offset, const uint8_t *data,
   return len == 0;
 }
 
-void on_read_response(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
+void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   uint32_t psn = pkt.bth().psn();
   acknowledge_before(qp, psn);
-  if (qp.state() == IBV_QPS_ERR)
-    return;
+  if (qp.state() == IBV_QPS_ERR) return;
   uint32_t index = qp.sq.retired;
-  if (index == qp.sq.posted)
-    return;
-  core::SendWqe &w = qp.sq.at(index);
-  if (w.opcode != IBV_WR_RDMA_READ || !w.started || w.completed)
-    return;
+  if (index == qp.sq.posted) return;
+  core::SendWqe& w = qp.sq.at(index);
+  if (w.opcode != IBV_WR_RDMA_READ || !w.started || w.completed) return;
   uint32_t mtu = qp.path.mtu;
   uint32_t expected = wire::psn_add(w.first_psn, qp.comp.read_offset / mtu);
   int32_t d = wire::psn_diff(psn, expected);
-  if (d < 0)
-    return; // duplicate response
+  if (d < 0) return;  // duplicate response
   if (d > 0) {
     // A response was lost: ask again from the first missing one.
     if (!qp.comp.rewound) {
@@ -241,15 +221,11 @@ void on_read_response(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
   // continue the original request and FIRST/ONLY answer a re-request, which
   // restarts there.
   bool first_expected = qp.comp.read_offset == 0;
-  bool starts =
-      op == Operation::kReadResponseFirst || op == Operation::kReadResponseOnly;
-  bool ends =
-      op == Operation::kReadResponseLast || op == Operation::kReadResponseOnly;
+  bool starts = op == Operation::kReadResponseFirst || op == Operation::kReadResponseOnly;
+  bool ends = op == Operation::kReadResponseLast || op == Operation::kReadResponseOnly;
   uint32_t remaining = w.length - qp.comp.read_offset;
-  bool size_ok = ends ? pkt.payload_len == remaining
-                      : pkt.payload_len == mtu && remaining > mtu;
-  if ((first_expected && !starts) || !size_ok)
-    return fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
+  bool size_ok = ends ? pkt.payload_len == remaining : pkt.payload_len == mtu && remaining > mtu;
+  if ((first_expected && !starts) || !size_ok) return fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
   if (!scatter(qp, index, qp.comp.read_offset, pkt.payload(), pkt.payload_len))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.read_offset += pkt.payload_len;
@@ -267,19 +243,17 @@ void on_read_response(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
   }
 }
 
-} // namespace
+}  // namespace
 
-void complete_send_wqe(EngineQp & /*qp*/, core::SendWqe &w,
-                       ibv_wc_status status) {
+void complete_send_wqe(EngineQp& /*qp*/, core::SendWqe& w, ibv_wc_status status) {
   w.completed = true;
   w.status = status;
 }
 
-void retire_send_wqes(EngineQp &qp) {
+void retire_send_wqes(EngineQp& qp) {
   while (qp.sq.retired != qp.sq.posted) {
-    core::SendWqe &w = qp.sq.at(qp.sq.retired);
-    if (!w.completed)
-      break;
+    core::SendWqe& w = qp.sq.at(qp.sq.retired);
+    if (!w.completed) break;
     if ((w.signaled || w.status != IBV_WC_SUCCESS) && qp.send_cq) {
       ibv_wc wc{};
       wc.wr_id = w.wr_id;
@@ -293,7 +267,7 @@ void retire_send_wqes(EngineQp &qp) {
   }
 }
 
-void completer_receive(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -306,23 +280,20 @@ void completer_receive(EngineQp &qp, const wire::PacketView &pkt, TxBatch &tx) {
   }
 }
 
-void completer_check_timers(EngineQp &qp, Clock::time_point now, TxBatch &tx) {
-  if (qp.state() != IBV_QPS_RTS)
-    return;
+void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
+  if (qp.state() != IBV_QPS_RTS) return;
   if (qp.req.rnr_wait && now >= qp.timers.rnr_deadline) {
     qp.req.rnr_wait = false;
     qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
     requester_run(qp, tx);
   }
-  if (!qp.timers.retransmit_armed)
-    return;
+  if (!qp.timers.retransmit_armed) return;
   if (qp.comp.unacked_psn == qp.req.psn && qp.req.index == qp.sq.retired) {
     qp.timers.retransmit_armed = false;
     return;
   }
   if (now < qp.timers.retransmit_deadline) {
-    if (now >= qp.timers.probe_deadline &&
-        qp.timers.probe_interval * 2 < qp.local_ack_timeout()) {
+    if (now >= qp.timers.probe_deadline && qp.timers.probe_interval * 2 < qp.local_ack_timeout()) {
       go_back_n(qp, tx);
       qp.timers.probe_interval *= 2;
       qp.timers.probe_deadline = now + qp.timers.probe_interval;
@@ -331,12 +302,11 @@ void completer_check_timers(EngineQp &qp, Clock::time_point now, TxBatch &tx) {
   }
   // Local ACK timeout (C9-140…): retry from the oldest unacknowledged PSN.
   if (!infinite(qp.attr.retry_cnt)) {
-    if (qp.comp.retry_left == 0)
-      return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
+    if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
     --qp.comp.retry_left;
   }
   go_back_n(qp, tx);
   restart_timer(qp);
 }
 
-} // namespace uroce::engine
+}  // namespace uroce::engine

@@ -66,7 +66,8 @@ void EngineContext::close() {
   if (core::config().stats_at_exit) print_stats();
   if (auto* f = dynamic_cast<transport::FaultyTransport*>(transport_.get())) {
     const auto& c = f->counters();
-    std::fprintf(stderr, "uroce fault injection (port %u, seed %llu): %llu sent, %llu lost, %llu duplicated, "
+    std::fprintf(stderr,
+                 "uroce fault injection (port %u, seed %llu): %llu sent, %llu lost, %llu duplicated, "
                  "%llu reordered, %llu corrupted\n",
                  lid(), (unsigned long long)f->spec().seed, (unsigned long long)c.sent.load(),
                  (unsigned long long)c.lost.load(), (unsigned long long)c.duplicated.load(),
@@ -119,8 +120,7 @@ void EngineContext::add_tombstone(const EngineQp& qp) {
   if (qp.type != IBV_QPT_RC || (qp.state() != IBV_QPS_RTR && qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD))
     return;
   std::unique_lock lock(qps_mu_);
-  tombstones_.push_back(
-      Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, Clock::now()});
+  tombstones_.push_back(Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, Clock::now()});
 }
 
 bool EngineContext::answer_tombstone(uint32_t qp_num, const wire::PacketView& pkt) {
@@ -213,7 +213,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   EngineQp& qp = *it->second;
   // rxe: the opcode's service must match the QP type.
-  wire::Service want = qp.type == IBV_QPT_UC ? wire::Service::kUc
+  wire::Service want = qp.type == IBV_QPT_UC   ? wire::Service::kUc
                        : qp.type == IBV_QPT_UD ? wire::Service::kUd
                                                : wire::Service::kRc;
   if (wire::service_of(opcode) != want) {

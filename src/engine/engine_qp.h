@@ -41,7 +41,7 @@ struct CompleterState {
   uint32_t read_offset = 0;  // bytes of the oldest READ already scattered
   uint8_t retry_left = 0;
   uint8_t rnr_retry_left = 0;
-  bool rewound = false;      // go-back-N already requested for unacked_psn
+  bool rewound = false;  // go-back-N already requested for unacked_psn
 };
 
 // A saved READ (or, later, ATOMIC) context for duplicate replay (C9-…: the
@@ -58,11 +58,11 @@ struct ResponderResource {
 enum class InMessage : uint8_t { kNone, kSend, kWrite };
 
 struct ResponderState {
-  uint32_t epsn = 0;   // expected PSN
-  uint32_t msn = 0;    // messages completed
+  uint32_t epsn = 0;      // expected PSN
+  uint32_t msn = 0;       // messages completed
   bool nak_sent = false;  // one sequence NAK per gap (C9-…)
   InMessage in_message = InMessage::kNone;
-  bool have_rwqe = false;   // receive WQE taken for the current message
+  bool have_rwqe = false;  // receive WQE taken for the current message
   uint32_t recv_offset = 0;
   uint64_t write_va = 0;
   uint32_t write_rkey = 0;

@@ -47,8 +47,7 @@ wire::Service service_for(const EngineQp& qp) {
 
 // Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
 // false if a local key check fails (C10-…: local protection error).
-bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len,
-                    TxBatch& tx) {
+bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
   if (w.is_inline) {
     tx.add_payload(qp.sq.inline_buf(index) + offset, len);
     return true;

@@ -37,11 +37,23 @@ enum class RespState : uint8_t {
   kDone,
 };
 
-[[maybe_unused]] constexpr const char* kRespStateNames[] = {
-    "CHECK_PSN",       "CHECK_OP_SEQ",     "CHECK_OP_VALID",      "CHECK_RESOURCE",     "CHECK_LENGTH",
-    "CHECK_RKEY",      "EXECUTE",          "COMPLETE",            "ACKNOWLEDGE",        "DUPLICATE",
-    "ERR_PSN_SEQUENCE", "ERR_RNR",         "ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS",  "ERR_REMOTE_OPERATION",
-    "DROP",            "DONE"};
+[[maybe_unused]] constexpr const char* kRespStateNames[] = {"CHECK_PSN",
+                                                            "CHECK_OP_SEQ",
+                                                            "CHECK_OP_VALID",
+                                                            "CHECK_RESOURCE",
+                                                            "CHECK_LENGTH",
+                                                            "CHECK_RKEY",
+                                                            "EXECUTE",
+                                                            "COMPLETE",
+                                                            "ACKNOWLEDGE",
+                                                            "DUPLICATE",
+                                                            "ERR_PSN_SEQUENCE",
+                                                            "ERR_RNR",
+                                                            "ERR_INVALID_REQUEST",
+                                                            "ERR_REMOTE_ACCESS",
+                                                            "ERR_REMOTE_OPERATION",
+                                                            "DROP",
+                                                            "DONE"};
 
 // What the state functions share while one packet is processed.
 struct Request {
@@ -86,10 +98,10 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
   for (uint32_t i = 0; i < npkts; ++i) {
     uint32_t off = i * mtu;
     uint32_t n = std::min(mtu, len - off);
-    Operation op = npkts == 1           ? Operation::kReadResponseOnly
-                   : i == 0             ? Operation::kReadResponseFirst
-                   : i == npkts - 1     ? Operation::kReadResponseLast
-                                        : Operation::kReadResponseMiddle;
+    Operation op = npkts == 1       ? Operation::kReadResponseOnly
+                   : i == 0         ? Operation::kReadResponseFirst
+                   : i == npkts - 1 ? Operation::kReadResponseLast
+                                    : Operation::kReadResponseMiddle;
     uint8_t opcode = wire::make_opcode(wire::Service::kRc, op);
     const wire::OpcodeInfo& info = wire::opcode_info(opcode);
     uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
@@ -260,9 +272,9 @@ RespState execute(Request& r) {
   } else if (r.flags & wire::kOpWrite) {
     s.in_message = InMessage::kWrite;
     if (len) {
-      bool ok = qp.ctx->mrs.with_range(s.write_rkey, qp.pd, s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
-                                       [&](uint8_t* dst) { std::memcpy(dst, r.pkt.payload(), len); }) ==
-                core::KeyCheck::kOk;
+      bool ok =
+          qp.ctx->mrs.with_range(s.write_rkey, qp.pd, s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
+                                 [&](uint8_t* dst) { std::memcpy(dst, r.pkt.payload(), len); }) == core::KeyCheck::kOk;
       if (!ok) return is_rc(qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
     }
     s.write_va += len;
@@ -371,9 +383,9 @@ RespState err_fatal(Request& r, wire::NakCode code) {
   EngineQp& qp = r.qp;
   send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
   if (qp.resp.have_rwqe && qp.recv_cq) {
-    ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS ? r.recv_status
+    ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS        ? r.recv_status
                        : code == wire::NakCode::kRemoteAccess ? IBV_WC_REM_ACCESS_ERR
-                                                               : IBV_WC_REM_INV_REQ_ERR;
+                                                              : IBV_WC_REM_INV_REQ_ERR;
     complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, false, 0, true);
   }
   qp.enter_error();
@@ -382,23 +394,39 @@ RespState err_fatal(Request& r, wire::NakCode code) {
 
 RespState step(RespState s, Request& r) {
   switch (s) {
-    case RespState::kCheckPsn: return check_psn(r);
-    case RespState::kCheckOpSeq: return check_op_seq(r);
-    case RespState::kCheckOpValid: return check_op_valid(r);
-    case RespState::kCheckResource: return check_resource(r);
-    case RespState::kCheckLength: return check_length(r);
-    case RespState::kCheckRkey: return check_rkey(r);
-    case RespState::kExecute: return execute(r);
-    case RespState::kComplete: return complete(r);
-    case RespState::kAcknowledge: return acknowledge(r);
-    case RespState::kDuplicate: return duplicate(r);
-    case RespState::kErrPsnSequence: return err_psn_sequence(r);
-    case RespState::kErrRnr: return err_rnr(r);
-    case RespState::kErrInvalidRequest: return err_fatal(r, wire::NakCode::kInvalidRequest);
-    case RespState::kErrRemoteAccess: return err_fatal(r, wire::NakCode::kRemoteAccess);
-    case RespState::kErrRemoteOperation: return err_fatal(r, wire::NakCode::kRemoteOp);
+    case RespState::kCheckPsn:
+      return check_psn(r);
+    case RespState::kCheckOpSeq:
+      return check_op_seq(r);
+    case RespState::kCheckOpValid:
+      return check_op_valid(r);
+    case RespState::kCheckResource:
+      return check_resource(r);
+    case RespState::kCheckLength:
+      return check_length(r);
+    case RespState::kCheckRkey:
+      return check_rkey(r);
+    case RespState::kExecute:
+      return execute(r);
+    case RespState::kComplete:
+      return complete(r);
+    case RespState::kAcknowledge:
+      return acknowledge(r);
+    case RespState::kDuplicate:
+      return duplicate(r);
+    case RespState::kErrPsnSequence:
+      return err_psn_sequence(r);
+    case RespState::kErrRnr:
+      return err_rnr(r);
+    case RespState::kErrInvalidRequest:
+      return err_fatal(r, wire::NakCode::kInvalidRequest);
+    case RespState::kErrRemoteAccess:
+      return err_fatal(r, wire::NakCode::kRemoteAccess);
+    case RespState::kErrRemoteOperation:
+      return err_fatal(r, wire::NakCode::kRemoteOp);
     case RespState::kDrop:
-    case RespState::kDone: return RespState::kDone;
+    case RespState::kDone:
+      return RespState::kDone;
   }
   return RespState::kDone;
 }

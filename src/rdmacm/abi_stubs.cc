@@ -28,140 +28,317 @@ extern "C" {
 // ---- default versions (NAME@@NODE), overridable ----
 
 // raccept@@RDMACM_1.0
-UROCE_ABI_STUB int raccept() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int raccept() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rbind@@RDMACM_1.0
-UROCE_ABI_STUB int rbind() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rbind() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rclose@@RDMACM_1.0
-UROCE_ABI_STUB int rclose() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rclose() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rconnect@@RDMACM_1.0
-UROCE_ABI_STUB int rconnect() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rconnect() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rdma_accept@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_accept() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_accept() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_ack_cm_event@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_ack_cm_event() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_ack_cm_event() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_bind_addr@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_bind_addr() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_bind_addr() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_connect@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_connect() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_connect() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_ep@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_ep() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_ep() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_event_channel@@RDMACM_1.0
-UROCE_ABI_STUB void *rdma_create_event_channel() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* rdma_create_event_channel() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // rdma_create_id@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_id() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_id() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_qp@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_qp() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_qp() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_qp_ex@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_qp_ex() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_qp_ex() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_srq@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_srq() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_srq() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_create_srq_ex@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_create_srq_ex() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_create_srq_ex() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_destroy_ep@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_destroy_ep() noexcept {}
 // rdma_destroy_event_channel@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_destroy_event_channel() noexcept {}
 // rdma_destroy_id@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_destroy_id() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_destroy_id() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_destroy_qp@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_destroy_qp() noexcept {}
 // rdma_destroy_srq@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_destroy_srq() noexcept {}
 // rdma_disconnect@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_disconnect() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_disconnect() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_establish@@RDMACM_1.2
-UROCE_ABI_STUB int rdma_establish() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_establish() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_event_str@@RDMACM_1.0
-UROCE_ABI_STUB const char *rdma_event_str() noexcept { return "UNKNOWN EVENT"; }
+UROCE_ABI_STUB const char* rdma_event_str() noexcept { return "UNKNOWN EVENT"; }
 // rdma_free_devices@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_free_devices() noexcept {}
 // rdma_freeaddrinfo@@RDMACM_1.0
 UROCE_ABI_STUB void rdma_freeaddrinfo() noexcept {}
 // rdma_get_cm_event@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_get_cm_event() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_get_cm_event() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_get_devices@@RDMACM_1.0
-UROCE_ABI_STUB void *rdma_get_devices() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* rdma_get_devices() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // rdma_get_dst_port@@RDMACM_1.0
 UROCE_ABI_STUB std::uint16_t rdma_get_dst_port() noexcept { return 0; }
 // rdma_get_remote_ece@@RDMACM_1.3
-UROCE_ABI_STUB int rdma_get_remote_ece() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_get_remote_ece() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_get_request@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_get_request() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_get_request() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_get_src_port@@RDMACM_1.0
 UROCE_ABI_STUB std::uint16_t rdma_get_src_port() noexcept { return 0; }
 // rdma_getaddrinfo@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_getaddrinfo() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_getaddrinfo() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_init_qp_attr@@RDMACM_1.2
-UROCE_ABI_STUB int rdma_init_qp_attr() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_init_qp_attr() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_join_multicast@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_join_multicast() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rdma_join_multicast() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rdma_join_multicast_ex@@RDMACM_1.1
-UROCE_ABI_STUB int rdma_join_multicast_ex() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rdma_join_multicast_ex() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rdma_leave_multicast@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_leave_multicast() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rdma_leave_multicast() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rdma_listen@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_listen() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_listen() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_migrate_id@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_migrate_id() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_migrate_id() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_notify@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_notify() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_notify() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_reject@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_reject() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_reject() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_reject_ece@@RDMACM_1.3
-UROCE_ABI_STUB int rdma_reject_ece() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_reject_ece() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_resolve_addr@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_resolve_addr() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_resolve_addr() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_resolve_route@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_resolve_route() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_resolve_route() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_set_local_ece@@RDMACM_1.3
-UROCE_ABI_STUB int rdma_set_local_ece() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_set_local_ece() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rdma_set_option@@RDMACM_1.0
-UROCE_ABI_STUB int rdma_set_option() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int rdma_set_option() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // rfcntl@@RDMACM_1.0
-UROCE_ABI_STUB int rfcntl() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rfcntl() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rgetpeername@@RDMACM_1.0
-UROCE_ABI_STUB int rgetpeername() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rgetpeername() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rgetsockname@@RDMACM_1.0
-UROCE_ABI_STUB int rgetsockname() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rgetsockname() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rgetsockopt@@RDMACM_1.0
-UROCE_ABI_STUB int rgetsockopt() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rgetsockopt() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // riomap@@RDMACM_1.0
-UROCE_ABI_STUB off_t riomap() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB off_t riomap() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // riounmap@@RDMACM_1.0
-UROCE_ABI_STUB int riounmap() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int riounmap() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // riowrite@@RDMACM_1.0
-UROCE_ABI_STUB std::size_t riowrite() noexcept { errno = ENOSYS; return static_cast<std::size_t>(-1); }
+UROCE_ABI_STUB std::size_t riowrite() noexcept {
+  errno = ENOSYS;
+  return static_cast<std::size_t>(-1);
+}
 // rlisten@@RDMACM_1.0
-UROCE_ABI_STUB int rlisten() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rlisten() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rpoll@@RDMACM_1.0
-UROCE_ABI_STUB int rpoll() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rpoll() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rread@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rread() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rread() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rreadv@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rreadv() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rreadv() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rrecv@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rrecv() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rrecv() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rrecvfrom@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rrecvfrom() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rrecvfrom() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rrecvmsg@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rrecvmsg() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rrecvmsg() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rselect@@RDMACM_1.0
-UROCE_ABI_STUB int rselect() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rselect() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rsend@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rsend() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rsend() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rsendmsg@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rsendmsg() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rsendmsg() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rsendto@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rsendto() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rsendto() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rsetsockopt@@RDMACM_1.0
-UROCE_ABI_STUB int rsetsockopt() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rsetsockopt() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rshutdown@@RDMACM_1.0
-UROCE_ABI_STUB int rshutdown() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rshutdown() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rsocket@@RDMACM_1.0
-UROCE_ABI_STUB int rsocket() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB int rsocket() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rwrite@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rwrite() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rwrite() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 // rwritev@@RDMACM_1.0
-UROCE_ABI_STUB ssize_t rwritev() noexcept { errno = ENOSYS; return -1; }
+UROCE_ABI_STUB ssize_t rwritev() noexcept {
+  errno = ENOSYS;
+  return -1;
+}
 
 }  // extern "C"

@@ -29,12 +29,18 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
       *error = key + " must be a probability between 0 and 1";
       return std::nullopt;
     }
-    if (key == "loss") s.loss = v;
-    else if (key == "dup") s.dup = v;
-    else if (key == "reorder") s.reorder = v;
-    else if (key == "corrupt") s.corrupt = v;
-    else if (key == "delay_us" && v >= 0) s.delay_us = uint32_t(v);
-    else if (key == "seed" && v >= 0) s.seed = uint64_t(v);
+    if (key == "loss")
+      s.loss = v;
+    else if (key == "dup")
+      s.dup = v;
+    else if (key == "reorder")
+      s.reorder = v;
+    else if (key == "corrupt")
+      s.corrupt = v;
+    else if (key == "delay_us" && v >= 0)
+      s.delay_us = uint32_t(v);
+    else if (key == "seed" && v >= 0)
+      s.seed = uint64_t(v);
     else {
       *error = "unknown or invalid key '" + key + "'";
       return std::nullopt;

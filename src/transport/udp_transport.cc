@@ -52,8 +52,8 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
   } else {
     // Let the kernel pick an ephemeral port, retrying until it lies below max_port
     // (ephemeral ports usually start at 32768, and the range must exclude 0xC000+).
-    for (uint32_t candidate = 20000 + (uint32_t(getpid()) * 7919u) % 10000, tries = 0;
-         tries < 20000; ++tries, candidate = candidate >= cfg.max_port ? 1024 : candidate + 1) {
+    for (uint32_t candidate = 20000 + (uint32_t(getpid()) * 7919u) % 10000, tries = 0; tries < 20000;
+         ++tries, candidate = candidate >= cfg.max_port ? 1024 : candidate + 1) {
       if (bind_port(fd, uint16_t(candidate)) == 0) {
         port = uint16_t(candidate);
         break;
@@ -77,7 +77,10 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
 }
 
 UdpTransport::UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& cfg)
-    : fd_(fd), wake_fd_(wake_fd), port_(port), max_datagram_(cfg.max_datagram),
+    : fd_(fd),
+      wake_fd_(wake_fd),
+      port_(port),
+      max_datagram_(cfg.max_datagram),
       rx_buffers_(kMaxBurst * cfg.max_datagram) {}
 
 UdpTransport::~UdpTransport() {

@@ -36,7 +36,10 @@ UROCE_ABI_STUB int _ibv_query_gid_ex() noexcept { return EOPNOTSUPP; }
 // _ibv_query_gid_table@@IBVERBS_1.11
 UROCE_ABI_STUB ssize_t _ibv_query_gid_table() noexcept { return -EOPNOTSUPP; }
 // _verbs_init_and_alloc_context@@IBVERBS_PRIVATE_34
-UROCE_ABI_STUB void *_verbs_init_and_alloc_context() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* _verbs_init_and_alloc_context() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // execute_ioctl@@IBVERBS_PRIVATE_34
 UROCE_ABI_STUB int execute_ioctl() noexcept { return EOPNOTSUPP; }
 // ibv_ack_async_event@@IBVERBS_1.1
@@ -44,7 +47,10 @@ UROCE_ABI_STUB void ibv_ack_async_event() noexcept {}
 // ibv_ack_cq_events@@IBVERBS_1.1
 UROCE_ABI_STUB void ibv_ack_cq_events() noexcept {}
 // ibv_alloc_pd@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_alloc_pd() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_alloc_pd() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_attach_mcast@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_attach_mcast() noexcept { return EOPNOTSUPP; }
 // ibv_close_device@@IBVERBS_1.1
@@ -134,7 +140,10 @@ UROCE_ABI_STUB int ibv_cmd_open_qp() noexcept { return EOPNOTSUPP; }
 // ibv_cmd_open_xrcd@@IBVERBS_PRIVATE_34
 UROCE_ABI_STUB int ibv_cmd_open_xrcd() noexcept { return EOPNOTSUPP; }
 // ibv_cmd_poll_cq@@IBVERBS_PRIVATE_34
-UROCE_ABI_STUB int ibv_cmd_poll_cq() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_cmd_poll_cq() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_cmd_post_recv@@IBVERBS_PRIVATE_34
 UROCE_ABI_STUB int ibv_cmd_post_recv() noexcept { return EOPNOTSUPP; }
 // ibv_cmd_post_send@@IBVERBS_PRIVATE_34
@@ -176,17 +185,35 @@ UROCE_ABI_STUB void ibv_copy_path_rec_to_kern() noexcept {}
 // ibv_copy_qp_attr_from_kern@@IBVERBS_1.0
 UROCE_ABI_STUB void ibv_copy_qp_attr_from_kern() noexcept {}
 // ibv_create_ah@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_create_ah() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_ah() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_create_ah_from_wc@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_create_ah_from_wc() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_ah_from_wc() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_create_comp_channel@@IBVERBS_1.0
-UROCE_ABI_STUB void *ibv_create_comp_channel() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_comp_channel() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_create_cq@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_create_cq() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_cq() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_create_qp@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_create_qp() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_qp() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_create_srq@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_create_srq() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_create_srq() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_dealloc_pd@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_dealloc_pd() noexcept { return EOPNOTSUPP; }
 // ibv_dereg_mr@@IBVERBS_1.1
@@ -208,37 +235,70 @@ UROCE_ABI_STUB int ibv_dofork_range() noexcept { return EOPNOTSUPP; }
 // ibv_dontfork_range@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_dontfork_range() noexcept { return EOPNOTSUPP; }
 // ibv_event_type_str@@IBVERBS_1.1
-UROCE_ABI_STUB const char *ibv_event_type_str() noexcept { return "unknown"; }
+UROCE_ABI_STUB const char* ibv_event_type_str() noexcept { return "unknown"; }
 // ibv_fork_init@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_fork_init() noexcept { return EOPNOTSUPP; }
 // ibv_free_device_list@@IBVERBS_1.1
 UROCE_ABI_STUB void ibv_free_device_list() noexcept {}
 // ibv_get_async_event@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_get_async_event() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_get_async_event() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_get_cq_event@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_get_cq_event() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_get_cq_event() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_get_device_guid@@IBVERBS_1.1
 UROCE_ABI_STUB std::uint64_t ibv_get_device_guid() noexcept { return 0; }
 // ibv_get_device_index@@IBVERBS_1.9
-UROCE_ABI_STUB int ibv_get_device_index() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_get_device_index() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_get_device_list@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_get_device_list() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_get_device_list() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_get_device_name@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_get_device_name() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_get_device_name() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_get_pkey_index@@IBVERBS_1.5
-UROCE_ABI_STUB int ibv_get_pkey_index() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_get_pkey_index() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_get_sysfs_path@@IBVERBS_1.0
-UROCE_ABI_STUB const char *ibv_get_sysfs_path() noexcept { return "/sys"; }
+UROCE_ABI_STUB const char* ibv_get_sysfs_path() noexcept { return "/sys"; }
 // ibv_import_device@@IBVERBS_1.10
-UROCE_ABI_STUB void *ibv_import_device() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_import_device() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_import_dm@@IBVERBS_1.13
-UROCE_ABI_STUB void *ibv_import_dm() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_import_dm() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_import_mr@@IBVERBS_1.10
-UROCE_ABI_STUB void *ibv_import_mr() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_import_mr() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_import_pd@@IBVERBS_1.10
-UROCE_ABI_STUB void *ibv_import_pd() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_import_pd() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_init_ah_from_wc@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_init_ah_from_wc() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_init_ah_from_wc() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_is_fork_initialized@@IBVERBS_1.13
 UROCE_ABI_STUB int ibv_is_fork_initialized() noexcept { return 0; }
 // ibv_modify_qp@@IBVERBS_1.1
@@ -246,23 +306,38 @@ UROCE_ABI_STUB int ibv_modify_qp() noexcept { return EOPNOTSUPP; }
 // ibv_modify_srq@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_modify_srq() noexcept { return EOPNOTSUPP; }
 // ibv_node_type_str@@IBVERBS_1.1
-UROCE_ABI_STUB const char *ibv_node_type_str() noexcept { return "unknown"; }
+UROCE_ABI_STUB const char* ibv_node_type_str() noexcept { return "unknown"; }
 // ibv_open_device@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_open_device() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_open_device() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_port_state_str@@IBVERBS_1.1
-UROCE_ABI_STUB const char *ibv_port_state_str() noexcept { return "unknown"; }
+UROCE_ABI_STUB const char* ibv_port_state_str() noexcept { return "unknown"; }
 // ibv_qp_to_qp_ex@@IBVERBS_1.6
-UROCE_ABI_STUB void *ibv_qp_to_qp_ex() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_qp_to_qp_ex() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_query_device@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_query_device() noexcept { return EOPNOTSUPP; }
 // ibv_query_ece@@IBVERBS_1.10
 UROCE_ABI_STUB int ibv_query_ece() noexcept { return EOPNOTSUPP; }
 // ibv_query_gid@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_query_gid() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_query_gid() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_query_gid_type@@IBVERBS_PRIVATE_34
-UROCE_ABI_STUB int ibv_query_gid_type() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_query_gid_type() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_query_pkey@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_query_pkey() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_query_pkey() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_query_port@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_query_port() noexcept { return EOPNOTSUPP; }
 // ibv_query_qp@@IBVERBS_1.1
@@ -272,23 +347,50 @@ UROCE_ABI_STUB int ibv_query_qp_data_in_order() noexcept { return 0; }
 // ibv_query_srq@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_query_srq() noexcept { return EOPNOTSUPP; }
 // ibv_rate_to_mbps@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_rate_to_mbps() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_rate_to_mbps() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_rate_to_mult@@IBVERBS_1.0
-UROCE_ABI_STUB int ibv_rate_to_mult() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_rate_to_mult() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_read_ibdev_sysfs_file@@IBVERBS_PRIVATE_34
-UROCE_ABI_STUB int ibv_read_ibdev_sysfs_file() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_read_ibdev_sysfs_file() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_read_sysfs_file@@IBVERBS_1.0
-UROCE_ABI_STUB int ibv_read_sysfs_file() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_read_sysfs_file() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_reg_dmabuf_mr@@IBVERBS_1.12
-UROCE_ABI_STUB void *ibv_reg_dmabuf_mr() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_reg_dmabuf_mr() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_reg_mr@@IBVERBS_1.1
-UROCE_ABI_STUB void *ibv_reg_mr() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_reg_mr() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_reg_mr_iova@@IBVERBS_1.7
-UROCE_ABI_STUB void *ibv_reg_mr_iova() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_reg_mr_iova() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_reg_mr_iova2@@IBVERBS_1.8
-UROCE_ABI_STUB void *ibv_reg_mr_iova2() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* ibv_reg_mr_iova2() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // ibv_rereg_mr@@IBVERBS_1.1
-UROCE_ABI_STUB int ibv_rereg_mr() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_STUB int ibv_rereg_mr() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 // ibv_resize_cq@@IBVERBS_1.1
 UROCE_ABI_STUB int ibv_resize_cq() noexcept { return EOPNOTSUPP; }
 // ibv_resolve_eth_l2_from_gid@@IBVERBS_1.1
@@ -302,7 +404,7 @@ UROCE_ABI_STUB void ibv_unimport_mr() noexcept {}
 // ibv_unimport_pd@@IBVERBS_1.10
 UROCE_ABI_STUB void ibv_unimport_pd() noexcept {}
 // ibv_wc_status_str@@IBVERBS_1.1
-UROCE_ABI_STUB const char *ibv_wc_status_str() noexcept { return "unknown"; }
+UROCE_ABI_STUB const char* ibv_wc_status_str() noexcept { return "unknown"; }
 // mbps_to_ibv_rate@@IBVERBS_1.1
 UROCE_ABI_STUB int mbps_to_ibv_rate() noexcept { return 0; }
 // mult_to_ibv_rate@@IBVERBS_1.0
@@ -312,7 +414,10 @@ UROCE_ABI_STUB bool verbs_allow_disassociate_destroy = false;
 // verbs_init_cq@@IBVERBS_PRIVATE_34
 UROCE_ABI_STUB void verbs_init_cq() noexcept {}
 // verbs_open_device@@IBVERBS_PRIVATE_34
-UROCE_ABI_STUB void *verbs_open_device() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_STUB void* verbs_open_device() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 // verbs_register_driver_34@@IBVERBS_PRIVATE_34
 UROCE_ABI_STUB void verbs_register_driver_34() noexcept {}
 // verbs_set_ops@@IBVERBS_PRIVATE_34
@@ -332,7 +437,10 @@ __asm__(".symver uroce_compat_ibv_ack_async_event_IBVERBS_1_0, ibv_ack_async_eve
 UROCE_ABI_COMPAT void uroce_compat_ibv_ack_cq_events_IBVERBS_1_0() noexcept {}
 __asm__(".symver uroce_compat_ibv_ack_cq_events_IBVERBS_1_0, ibv_ack_cq_events@IBVERBS_1.0");
 // ibv_alloc_pd@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_alloc_pd_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_alloc_pd_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_alloc_pd_IBVERBS_1_0, ibv_alloc_pd@IBVERBS_1.0");
 // ibv_attach_mcast@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_attach_mcast_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
@@ -341,16 +449,28 @@ __asm__(".symver uroce_compat_ibv_attach_mcast_IBVERBS_1_0, ibv_attach_mcast@IBV
 UROCE_ABI_COMPAT int uroce_compat_ibv_close_device_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
 __asm__(".symver uroce_compat_ibv_close_device_IBVERBS_1_0, ibv_close_device@IBVERBS_1.0");
 // ibv_create_ah@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_create_ah_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_create_ah_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_create_ah_IBVERBS_1_0, ibv_create_ah@IBVERBS_1.0");
 // ibv_create_cq@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_create_cq_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_create_cq_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_create_cq_IBVERBS_1_0, ibv_create_cq@IBVERBS_1.0");
 // ibv_create_qp@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_create_qp_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_create_qp_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_create_qp_IBVERBS_1_0, ibv_create_qp@IBVERBS_1.0");
 // ibv_create_srq@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_create_srq_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_create_srq_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_create_srq_IBVERBS_1_0, ibv_create_srq@IBVERBS_1.0");
 // ibv_dealloc_pd@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_dealloc_pd_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
@@ -377,19 +497,31 @@ __asm__(".symver uroce_compat_ibv_detach_mcast_IBVERBS_1_0, ibv_detach_mcast@IBV
 UROCE_ABI_COMPAT void uroce_compat_ibv_free_device_list_IBVERBS_1_0() noexcept {}
 __asm__(".symver uroce_compat_ibv_free_device_list_IBVERBS_1_0, ibv_free_device_list@IBVERBS_1.0");
 // ibv_get_async_event@IBVERBS_1.0
-UROCE_ABI_COMPAT int uroce_compat_ibv_get_async_event_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_COMPAT int uroce_compat_ibv_get_async_event_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 __asm__(".symver uroce_compat_ibv_get_async_event_IBVERBS_1_0, ibv_get_async_event@IBVERBS_1.0");
 // ibv_get_cq_event@IBVERBS_1.0
-UROCE_ABI_COMPAT int uroce_compat_ibv_get_cq_event_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_COMPAT int uroce_compat_ibv_get_cq_event_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 __asm__(".symver uroce_compat_ibv_get_cq_event_IBVERBS_1_0, ibv_get_cq_event@IBVERBS_1.0");
 // ibv_get_device_guid@IBVERBS_1.0
 UROCE_ABI_COMPAT std::uint64_t uroce_compat_ibv_get_device_guid_IBVERBS_1_0() noexcept { return 0; }
 __asm__(".symver uroce_compat_ibv_get_device_guid_IBVERBS_1_0, ibv_get_device_guid@IBVERBS_1.0");
 // ibv_get_device_list@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_get_device_list_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_get_device_list_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_get_device_list_IBVERBS_1_0, ibv_get_device_list@IBVERBS_1.0");
 // ibv_get_device_name@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_get_device_name_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_get_device_name_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_get_device_name_IBVERBS_1_0, ibv_get_device_name@IBVERBS_1.0");
 // ibv_modify_qp@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_modify_qp_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
@@ -398,16 +530,25 @@ __asm__(".symver uroce_compat_ibv_modify_qp_IBVERBS_1_0, ibv_modify_qp@IBVERBS_1
 UROCE_ABI_COMPAT int uroce_compat_ibv_modify_srq_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
 __asm__(".symver uroce_compat_ibv_modify_srq_IBVERBS_1_0, ibv_modify_srq@IBVERBS_1.0");
 // ibv_open_device@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_open_device_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_open_device_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_open_device_IBVERBS_1_0, ibv_open_device@IBVERBS_1.0");
 // ibv_query_device@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_query_device_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
 __asm__(".symver uroce_compat_ibv_query_device_IBVERBS_1_0, ibv_query_device@IBVERBS_1.0");
 // ibv_query_gid@IBVERBS_1.0
-UROCE_ABI_COMPAT int uroce_compat_ibv_query_gid_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_COMPAT int uroce_compat_ibv_query_gid_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 __asm__(".symver uroce_compat_ibv_query_gid_IBVERBS_1_0, ibv_query_gid@IBVERBS_1.0");
 // ibv_query_pkey@IBVERBS_1.0
-UROCE_ABI_COMPAT int uroce_compat_ibv_query_pkey_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return -1; }
+UROCE_ABI_COMPAT int uroce_compat_ibv_query_pkey_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return -1;
+}
 __asm__(".symver uroce_compat_ibv_query_pkey_IBVERBS_1_0, ibv_query_pkey@IBVERBS_1.0");
 // ibv_query_port@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_query_port_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
@@ -419,7 +560,10 @@ __asm__(".symver uroce_compat_ibv_query_qp_IBVERBS_1_0, ibv_query_qp@IBVERBS_1.0
 UROCE_ABI_COMPAT int uroce_compat_ibv_query_srq_IBVERBS_1_0() noexcept { return EOPNOTSUPP; }
 __asm__(".symver uroce_compat_ibv_query_srq_IBVERBS_1_0, ibv_query_srq@IBVERBS_1.0");
 // ibv_reg_mr@IBVERBS_1.0
-UROCE_ABI_COMPAT void *uroce_compat_ibv_reg_mr_IBVERBS_1_0() noexcept { errno = EOPNOTSUPP; return nullptr; }
+UROCE_ABI_COMPAT void* uroce_compat_ibv_reg_mr_IBVERBS_1_0() noexcept {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
 __asm__(".symver uroce_compat_ibv_reg_mr_IBVERBS_1_0, ibv_reg_mr@IBVERBS_1.0");
 // ibv_register_driver@IBVERBS_1.1
 UROCE_ABI_COMPAT void uroce_compat_ibv_register_driver_IBVERBS_1_1() noexcept {}

@@ -109,8 +109,7 @@ UROCE_API int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 
 // driver.h declares it with this enum.
 enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
 
-UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
-                                 ibv_gid_type_sysfs* type) {
+UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
   ibv_gid gid;
   if (!context || !type || EngineContext::from(context)->query_gid(port_num, int(index), &gid) != 0) {
     errno = EINVAL;
@@ -135,8 +134,8 @@ UROCE_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_
   return 0;
 }
 
-UROCE_API ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
-                                       uint32_t flags, size_t entry_size) {
+UROCE_API ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
+                                       size_t entry_size) {
   if (!context || (!entries && max_entries) || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   auto* e = EngineContext::from(context);
   size_t n = e->gid_count();

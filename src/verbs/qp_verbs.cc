@@ -46,8 +46,8 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
     Pd* pd = Pd::from(ibpd);
     Cq* scq = Cq::from(init->send_cq);
     Cq* rcq = Cq::from(init->recv_cq);
-    auto* qp = new EngineQp(ctx, pd, scq, rcq, init->qp_type, caps, init->sq_sig_all != 0,
-                            ctx->allocate_qp_num(), init->qp_context);
+    auto* qp = new EngineQp(ctx, pd, scq, rcq, init->qp_type, caps, init->sq_sig_all != 0, ctx->allocate_qp_num(),
+                            init->qp_context);
     pd->users.fetch_add(1);
     scq->qp_users.fetch_add(1);
     rcq->qp_users.fetch_add(1);

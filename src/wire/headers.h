@@ -63,7 +63,13 @@ class Reth {
 
 // AETH syndrome byte: bits 6:5 type, bits 4:0 credit / RNR timer / NAK code.
 enum class AckType : uint8_t { kAck = 0, kRnrNak = 1, kReserved = 2, kNak = 3 };
-enum class NakCode : uint8_t { kPsnSeqError = 0, kInvalidRequest = 1, kRemoteAccess = 2, kRemoteOp = 3, kInvalidRd = 4 };
+enum class NakCode : uint8_t {
+  kPsnSeqError = 0,
+  kInvalidRequest = 1,
+  kRemoteAccess = 2,
+  kRemoteOp = 3,
+  kInvalidRd = 4
+};
 inline constexpr uint8_t kAckNoCredit = 0x1F;  // rxe: credit code 31, no flow control
 
 constexpr uint8_t syndrome(AckType t, uint8_t low5) { return uint8_t(uint8_t(t) << 5 | (low5 & 0x1F)); }

@@ -24,8 +24,8 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
   store_be16(ip + 2, uint16_t(20 + 8 + roce_len_with_icrc));
   store_be16(ip + 4, flow.ip_id);
   store_be16(ip + 6, flow.ip_flags);
-  ip[8] = 0xFF;  // TTL masked
-  ip[9] = 17;    // UDP
+  ip[8] = 0xFF;            // TTL masked
+  ip[9] = 17;              // UDP
   ip[10] = ip[11] = 0xFF;  // header checksum masked
   store_be32(ip + 12, flow.src_ip);
   store_be32(ip + 16, flow.dst_ip);

@@ -17,11 +17,16 @@ const char* opcode_name(uint8_t opcode) {
 
 const char* service_name(uint8_t opcode) {
   switch (service_of(opcode)) {
-    case Service::kRc: return "RC";
-    case Service::kUc: return "UC";
-    case Service::kRd: return "RD";
-    case Service::kUd: return "UD";
-    case Service::kCnp: return "CNP";
+    case Service::kRc:
+      return "RC";
+    case Service::kUc:
+      return "UC";
+    case Service::kRd:
+      return "RD";
+    case Service::kUd:
+      return "UD";
+    case Service::kCnp:
+      return "CNP";
   }
   return "?";
 }
@@ -34,12 +39,18 @@ namespace uroce::wire {
 
 const char* parse_error_name(ParseError e) {
   switch (e) {
-    case ParseError::kNone: return "none";
-    case ParseError::kTooShort: return "too short";
-    case ParseError::kBadVersion: return "bad transport version";
-    case ParseError::kUnknownOpcode: return "unknown opcode";
-    case ParseError::kBadLength: return "payload on an opcode without payload";
-    case ParseError::kBadPad: return "pad exceeds payload";
+    case ParseError::kNone:
+      return "none";
+    case ParseError::kTooShort:
+      return "too short";
+    case ParseError::kBadVersion:
+      return "bad transport version";
+    case ParseError::kUnknownOpcode:
+      return "unknown opcode";
+    case ParseError::kBadLength:
+      return "payload on an opcode without payload";
+    case ParseError::kBadPad:
+      return "pad exceeds payload";
   }
   return "?";
 }

@@ -66,21 +66,21 @@ enum OpFlag : uint32_t {
   kOpResponse = 1u << 5,  // responder -> completer (read responses, ACKs)
   kOpSend = 1u << 6,
   kOpWrite = 1u << 7,
-  kOpRead = 1u << 8,      // READ request
+  kOpRead = 1u << 8,  // READ request
   kOpReadResponse = 1u << 9,
-  kOpAtomic = 1u << 10,   // CompareSwap / FetchAdd request
-  kOpAck = 1u << 11,      // ACKNOWLEDGE / ATOMIC_ACKNOWLEDGE
-  kOpImm = 1u << 12,      // carries ImmDt
-  kOpInv = 1u << 13,      // carries IETH
-  kOpRwqe = 1u << 14,     // consumes a receive WQE at the responder (RWQE column)
-  kOpRcqe = 1u << 15,     // produces a receive completion (RCQE column)
+  kOpAtomic = 1u << 10,  // CompareSwap / FetchAdd request
+  kOpAck = 1u << 11,     // ACKNOWLEDGE / ATOMIC_ACKNOWLEDGE
+  kOpImm = 1u << 12,     // carries ImmDt
+  kOpInv = 1u << 13,     // carries IETH
+  kOpRwqe = 1u << 14,    // consumes a receive WQE at the responder (RWQE column)
+  kOpRcqe = 1u << 15,    // produces a receive completion (RCQE column)
 };
 
 struct OpcodeInfo {
   const char* name = nullptr;
   uint32_t flags = 0;
-  uint16_t headers = 0;  // hdr_bit() set
-  uint8_t header_len = 0;  // BTH + extended headers
+  uint16_t headers = 0;                     // hdr_bit() set
+  uint8_t header_len = 0;                   // BTH + extended headers
   std::array<uint8_t, kHdrCount> offset{};  // from the start of the BTH; 0 = absent
 
   constexpr bool valid() const { return flags & kOpValid; }
@@ -104,8 +104,8 @@ inline constexpr OpDesc kOps[] = {
     {Operation::kSendFirst, "SEND_FIRST", kOpPayload | kOpStart | kOpRequest | kOpSend | kOpRwqe, 0},
     {Operation::kSendMiddle, "SEND_MIDDLE", kOpPayload | kOpRequest | kOpSend, 0},
     {Operation::kSendLast, "SEND_LAST", kOpPayload | kOpEnd | kOpRequest | kOpSend | kOpRcqe, 0},
-    {Operation::kSendLastImm, "SEND_LAST_WITH_IMMEDIATE",
-     kOpPayload | kOpEnd | kOpRequest | kOpSend | kOpImm | kOpRcqe, H(Hdr::kImmDt)},
+    {Operation::kSendLastImm, "SEND_LAST_WITH_IMMEDIATE", kOpPayload | kOpEnd | kOpRequest | kOpSend | kOpImm | kOpRcqe,
+     H(Hdr::kImmDt)},
     {Operation::kSendOnly, "SEND_ONLY", kOpPayload | kOpStart | kOpEnd | kOpRequest | kOpSend | kOpRwqe | kOpRcqe, 0},
     {Operation::kSendOnlyImm, "SEND_ONLY_WITH_IMMEDIATE",
      kOpPayload | kOpStart | kOpEnd | kOpRequest | kOpSend | kOpImm | kOpRwqe | kOpRcqe, H(Hdr::kImmDt)},

@@ -1,6 +1,8 @@
 // Completion queue ring and completion channel: order, overflow, arming and
 // events (one per arm; solicited-only arms fire on solicited or error
 // completions; the channel fd becomes readable).
+#include "core/cq.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/comp_channel.h"
-#include "core/cq.h"
 
 namespace uroce::core {
 namespace {
@@ -30,7 +31,7 @@ bool readable(int fd) {
 }
 
 struct ChannelDeleter {
-  void operator()(CompChannel *c) const { delete c; }
+  void operator()(CompChannel* c) const { delete c; }
 };
 
 // Push 1..5 / Expect poll to return them in order, in pieces.
@@ -39,8 +40,7 @@ TEST(Cq, PushPollOrder) {
   EXPECT_EQ(cq.capacity(), 8u);
   ibv_wc out[8];
   EXPECT_EQ(cq.poll(8, out), 0);
-  for (uint64_t i = 1; i <= 5; ++i)
-    EXPECT_TRUE(cq.push(wc(i), false));
+  for (uint64_t i = 1; i <= 5; ++i) EXPECT_TRUE(cq.push(wc(i), false));
   EXPECT_EQ(cq.poll(2, out), 2);
   EXPECT_EQ(out[0].wr_id, 1u);
   EXPECT_EQ(out[1].wr_id, 2u);
@@ -58,16 +58,13 @@ TEST(Cq, WrapsAround) {
   uint64_t next_push = 0, next_poll = 0;
   ibv_wc out[3];
   for (int round = 0; round < 20; ++round) {
-    while (cq.push(wc(next_push), false))
-      ++next_push;
+    while (cq.push(wc(next_push), false)) ++next_push;
     int n = cq.poll(1 + round % 3, out);
-    for (int i = 0; i < n; ++i)
-      EXPECT_EQ(out[i].wr_id, next_poll++);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(out[i].wr_id, next_poll++);
   }
   int n;
   while ((n = cq.poll(3, out)) > 0)
-    for (int i = 0; i < n; ++i)
-      EXPECT_EQ(out[i].wr_id, next_poll++);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(out[i].wr_id, next_poll++);
   EXPECT_EQ(next_poll, next_push);
 }
 
@@ -102,7 +99,7 @@ TEST(Cq, PurgeQp) {
 }
 
 class CqChannel : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     ch.reset(CompChannel::create(nullptr));
     ASSERT_NE(ch, nullptr);
@@ -113,8 +110,7 @@ protected:
     int n = 0;
     while (readable(ch->ibch.fd)) {
       auto r = ch->get_event();
-      if (!r.ok())
-        break;
+      if (!r.ok()) break;
       EXPECT_EQ(*r, cq.get());
       ++n;
     }
@@ -129,7 +125,7 @@ TEST_F(CqChannel, UnarmedCqRaisesNothing) {
   EXPECT_EQ(cq->ibcq.channel, &ch->ibch);
   cq->push(wc(1), true);
   EXPECT_FALSE(readable(ch->ibch.fd));
-  auto r = ch->get_event(); // non-blocking fd, nothing queued
+  auto r = ch->get_event();  // non-blocking fd, nothing queued
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.err(), EAGAIN);
 }
@@ -146,7 +142,7 @@ TEST_F(CqChannel, ArmNextFiresOncePerArm) {
   EXPECT_EQ(*r, cq.get());
   EXPECT_EQ((*r)->ibcq.cq_context, this);
   EXPECT_FALSE(readable(ch->ibch.fd));
-  cq->push(wc(2), false); // not re-armed: no event
+  cq->push(wc(2), false);  // not re-armed: no event
   EXPECT_EQ(events(), 0);
   cq->arm(false);
   cq->push(wc(3), false);
@@ -163,7 +159,7 @@ TEST_F(CqChannel, SolicitedArmFiresOnSolicited) {
   EXPECT_EQ(events(), 0);
   cq->push(wc(3), true);
   EXPECT_EQ(events(), 1);
-  cq->push(wc(4), true); // one event per arm
+  cq->push(wc(4), true);  // one event per arm
   EXPECT_EQ(events(), 0);
 }
 
@@ -208,7 +204,7 @@ TEST_F(CqChannel, TwoCqsOneChannel) {
   other.arm(false);
   other.push(wc(3), false);
   ch->forget(&other);
-  auto c = ch->get_event(); // the byte is there, the event is not
+  auto c = ch->get_event();  // the byte is there, the event is not
   EXPECT_FALSE(c.ok());
 }
 
@@ -221,5 +217,5 @@ TEST_F(CqChannel, OverrunRaisesNoEvent) {
   EXPECT_FALSE(readable(ch->ibch.fd));
 }
 
-} // namespace
-} // namespace uroce::core
+}  // namespace
+}  // namespace uroce::core

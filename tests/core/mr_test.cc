@@ -1,27 +1,28 @@
 // MrTable: registration, keys (slot reuse bumps the generation, so stale keys
 // fail), bounds at both ends and against overflow, access flags, PD checks.
+#include "core/mr.h"
+
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <vector>
 
-#include "core/mr.h"
 #include "core/pd.h"
 
 namespace uroce::core {
 namespace {
 
-constexpr unsigned LW = IBV_ACCESS_LOCAL_WRITE, RW = IBV_ACCESS_REMOTE_WRITE,
-                   RR = IBV_ACCESS_REMOTE_READ, RA = IBV_ACCESS_REMOTE_ATOMIC;
+constexpr unsigned LW = IBV_ACCESS_LOCAL_WRITE, RW = IBV_ACCESS_REMOTE_WRITE, RR = IBV_ACCESS_REMOTE_READ,
+                   RA = IBV_ACCESS_REMOTE_ATOMIC;
 
 class MrTableTest : public ::testing::Test {
-protected:
+ protected:
   MrTable table;
   Pd pd, other_pd;
   std::vector<uint8_t> buf = std::vector<uint8_t>(4096, 0);
 
-  Mr *add(unsigned access, uint64_t iova = 0x10000, uint64_t len = 4096) {
+  Mr* add(unsigned access, uint64_t iova = 0x10000, uint64_t len = 4096) {
     auto r = table.add(&pd, buf.data(), len, iova, access);
     EXPECT_TRUE(r.ok()) << r.err();
     return r.ok() ? *r : nullptr;
@@ -31,7 +32,7 @@ protected:
 // Expect a registered MR to report its keys/address/length and be findable by
 // key.
 TEST_F(MrTableTest, AddAndRemove) {
-  Mr *mr = add(LW | RR | RW);
+  Mr* mr = add(LW | RR | RW);
   ASSERT_NE(mr, nullptr);
   EXPECT_EQ(mr->ibmr.lkey, mr->ibmr.rkey);
   EXPECT_NE(mr->ibmr.lkey, 0u);
@@ -48,33 +49,31 @@ TEST_F(MrTableTest, AddAndRemove) {
 
 // Expect two live MRs to get distinct keys; key 0 is never valid.
 TEST_F(MrTableTest, DistinctKeysAndKeyZero) {
-  Mr *a = add(LW);
-  Mr *b = add(LW);
+  Mr* a = add(LW);
+  Mr* b = add(LW);
   EXPECT_NE(a->ibmr.lkey, b->ibmr.lkey);
   EXPECT_EQ(table.check(0, &pd, 0x10000, 1, 0, true), KeyCheck::kBadKey);
-  EXPECT_EQ(table.check(0xFFFFFFFF, &pd, 0x10000, 1, 0, true),
-            KeyCheck::kBadKey);
+  EXPECT_EQ(table.check(0xFFFFFFFF, &pd, 0x10000, 1, 0, true), KeyCheck::kBadKey);
   EXPECT_EQ(table.remove(a), 0);
   EXPECT_EQ(table.remove(b), 0);
 }
 
 // Expect a key of a deregistered MR to fail even after its slot is reused.
 TEST_F(MrTableTest, StaleKeyAfterSlotReuseFails) {
-  Mr *a = add(LW | RR);
+  Mr* a = add(LW | RR);
   uint32_t stale = a->ibmr.rkey;
   ASSERT_EQ(table.remove(a), 0);
-  Mr *b = add(LW | RR);
+  Mr* b = add(LW | RR);
   EXPECT_EQ(b->ibmr.rkey >> 8, stale >> 8) << "slot is expected to be reused";
   EXPECT_NE(b->ibmr.rkey, stale);
   EXPECT_EQ(table.check(stale, &pd, 0x10000, 1, RR, true), KeyCheck::kBadKey);
-  EXPECT_EQ(table.check(b->ibmr.rkey, &pd, 0x10000, 1, RR, true),
-            KeyCheck::kOk);
+  EXPECT_EQ(table.check(b->ibmr.rkey, &pd, 0x10000, 1, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.remove(b), 0);
 }
 
 // Expect removing an MR twice (or one not in the table) to fail with EINVAL.
 TEST_F(MrTableTest, RemoveUnknownIsEinval) {
-  Mr *a = add(LW);
+  Mr* a = add(LW);
   Mr fake;
   fake.pd = &pd;
   fake.ibmr.lkey = a->ibmr.lkey;
@@ -85,81 +84,64 @@ TEST_F(MrTableTest, RemoveUnknownIsEinval) {
 // Remote (iova) bounds: [iova, iova+len) exactly; one byte off either end
 // fails.
 TEST_F(MrTableTest, RemoteBoundsOffByOne) {
-  Mr *mr = add(LW | RR, 0x10000, 4096);
+  Mr* mr = add(LW | RR, 0x10000, 4096);
   uint32_t k = mr->ibmr.rkey;
   EXPECT_EQ(table.check(k, &pd, 0x10000, 4096, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.check(k, &pd, 0x10000, 1, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.check(k, &pd, 0x10000 + 4095, 1, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.check(k, &pd, 0x10000 + 4096, 0, RR, true),
-            KeyCheck::kOk); // empty range at the end
-  EXPECT_EQ(table.check(k, &pd, 0x10000 - 1, 1, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0x10000 - 1, 4096, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0x10000 + 4096, 1, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0x10000 + 1, 4096, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0x10000, 4097, RR, true),
-            KeyCheck::kOutOfBounds);
+            KeyCheck::kOk);  // empty range at the end
+  EXPECT_EQ(table.check(k, &pd, 0x10000 - 1, 1, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0x10000 - 1, 4096, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0x10000 + 4096, 1, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0x10000 + 1, 4096, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0x10000, 4097, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.remove(mr), 0);
 }
 
 // Expect va + len overflowing 64 bits to be out of bounds, not wrapped into
 // range.
 TEST_F(MrTableTest, BoundsOverflow) {
-  Mr *mr = add(LW | RR, 0xFFFFFFFFFFFFF000ull, 4096);
+  Mr* mr = add(LW | RR, 0xFFFFFFFFFFFFF000ull, 4096);
   uint32_t k = mr->ibmr.rkey;
-  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF000ull, 4096, RR, true),
-            KeyCheck::kOk);
-  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFFFFFull, 1, RR, true),
-            KeyCheck::kOk);
-  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFFFFFull, 2, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF001ull, UINT64_MAX, RR, true),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF000ull, UINT64_MAX, RR, true),
-            KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF000ull, 4096, RR, true), KeyCheck::kOk);
+  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFFFFFull, 1, RR, true), KeyCheck::kOk);
+  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFFFFFull, 2, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF001ull, UINT64_MAX, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, 0xFFFFFFFFFFFFF000ull, UINT64_MAX, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.check(k, &pd, 0, 1, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.remove(mr), 0);
 
-  Mr *low = add(LW | RR, 0x1000, 4096);
-  EXPECT_EQ(
-      table.check(low->ibmr.rkey, &pd, 0x2000, UINT64_MAX - 0x1000, RR, true),
-      KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(low->ibmr.rkey, &pd, 0x1800, UINT64_MAX, RR, true),
-            KeyCheck::kOutOfBounds);
+  Mr* low = add(LW | RR, 0x1000, 4096);
+  EXPECT_EQ(table.check(low->ibmr.rkey, &pd, 0x2000, UINT64_MAX - 0x1000, RR, true), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(low->ibmr.rkey, &pd, 0x1800, UINT64_MAX, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.remove(low), 0);
 }
 
 // Local (lkey) semantics: va is the process address, not the iova.
 TEST_F(MrTableTest, LocalBoundsUseHostAddress) {
-  Mr *mr = add(LW, 0x10000, 4096);
+  Mr* mr = add(LW, 0x10000, 4096);
   auto host = reinterpret_cast<uint64_t>(buf.data());
   uint32_t k = mr->ibmr.lkey;
   EXPECT_EQ(table.check(k, &pd, host, 4096, LW, false), KeyCheck::kOk);
   EXPECT_EQ(table.check(k, &pd, host + 4095, 1, LW, false), KeyCheck::kOk);
-  EXPECT_EQ(table.check(k, &pd, host - 1, 1, LW, false),
-            KeyCheck::kOutOfBounds);
-  EXPECT_EQ(table.check(k, &pd, host + 4096, 1, LW, false),
-            KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, host - 1, 1, LW, false), KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check(k, &pd, host + 4096, 1, LW, false), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.check(k, &pd, 0x10000, 1, LW, false),
-            KeyCheck::kOutOfBounds); // iova is not local
+            KeyCheck::kOutOfBounds);  // iova is not local
   EXPECT_EQ(table.remove(mr), 0);
 }
 
 // Expect with_range to call back with the host pointer for the iova, only on
 // success.
 TEST_F(MrTableTest, WithRangeMapsIovaToHost) {
-  Mr *mr = add(LW | RW, 0x10000, 4096);
-  uint8_t *seen = nullptr;
-  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 100, 8, RW, true,
-                             [&](uint8_t *p) { seen = p; }),
+  Mr* mr = add(LW | RW, 0x10000, 4096);
+  uint8_t* seen = nullptr;
+  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 100, 8, RW, true, [&](uint8_t* p) { seen = p; }),
             KeyCheck::kOk);
   EXPECT_EQ(seen, buf.data() + 100);
   seen = nullptr;
-  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 4090, 8, RW, true,
-                             [&](uint8_t *p) { seen = p; }),
+  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 4090, 8, RW, true, [&](uint8_t* p) { seen = p; }),
             KeyCheck::kOutOfBounds);
   EXPECT_EQ(seen, nullptr);
   EXPECT_EQ(table.remove(mr), 0);
@@ -179,7 +161,7 @@ TEST_F(MrTableTest, RegistrationAccessRules) {
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.err(), EINVAL);
   EXPECT_EQ(pd.users.load(), 0);
-  auto z = table.add(&pd, nullptr, 16, 0, LW); // NULL address with a length
+  auto z = table.add(&pd, nullptr, 16, 0, LW);  // NULL address with a length
   EXPECT_FALSE(z.ok());
   EXPECT_EQ(z.err(), EINVAL);
 }
@@ -187,35 +169,26 @@ TEST_F(MrTableTest, RegistrationAccessRules) {
 // Expect a missing access flag to give kNoPermission (after key and bounds
 // pass).
 TEST_F(MrTableTest, MissingAccessFlagIsNoPermission) {
-  Mr *mr = add(LW | RW);
+  Mr* mr = add(LW | RW);
   uint32_t k = mr->ibmr.rkey;
-  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RR, true),
-            KeyCheck::kNoPermission);
-  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RA, true),
-            KeyCheck::kNoPermission);
+  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RR, true), KeyCheck::kNoPermission);
+  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RA, true), KeyCheck::kNoPermission);
   EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RW, true), KeyCheck::kOk);
-  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RW | RR, true),
-            KeyCheck::kNoPermission);
+  EXPECT_EQ(table.check(k, &pd, 0x10000, 16, RW | RR, true), KeyCheck::kNoPermission);
   EXPECT_EQ(table.remove(mr), 0);
-  Mr *ro = add(RR);
-  EXPECT_EQ(table.check(ro->ibmr.rkey, &pd, 0x10000, 16, RW, true),
+  Mr* ro = add(RR);
+  EXPECT_EQ(table.check(ro->ibmr.rkey, &pd, 0x10000, 16, RW, true), KeyCheck::kNoPermission);
+  EXPECT_EQ(table.check(ro->ibmr.lkey, &pd, reinterpret_cast<uint64_t>(buf.data()), 16, LW, false),
             KeyCheck::kNoPermission);
-  EXPECT_EQ(table.check(ro->ibmr.lkey, &pd,
-                        reinterpret_cast<uint64_t>(buf.data()), 16, LW, false),
-            KeyCheck::kNoPermission);
-  EXPECT_EQ(table.check(ro->ibmr.lkey, &pd,
-                        reinterpret_cast<uint64_t>(buf.data()), 16, 0, false),
-            KeyCheck::kOk);
+  EXPECT_EQ(table.check(ro->ibmr.lkey, &pd, reinterpret_cast<uint64_t>(buf.data()), 16, 0, false), KeyCheck::kOk);
   EXPECT_EQ(table.remove(ro), 0);
 }
 
 // Expect an MR of another PD to be rejected; a null PD skips the PD check.
 TEST_F(MrTableTest, PdMismatch) {
-  Mr *mr = add(LW | RR);
-  EXPECT_EQ(table.check(mr->ibmr.rkey, &other_pd, 0x10000, 16, RR, true),
-            KeyCheck::kPdMismatch);
-  EXPECT_EQ(table.check(mr->ibmr.rkey, nullptr, 0x10000, 16, RR, true),
-            KeyCheck::kOk);
+  Mr* mr = add(LW | RR);
+  EXPECT_EQ(table.check(mr->ibmr.rkey, &other_pd, 0x10000, 16, RR, true), KeyCheck::kPdMismatch);
+  EXPECT_EQ(table.check(mr->ibmr.rkey, nullptr, 0x10000, 16, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.remove(mr), 0);
 }
 
@@ -223,12 +196,10 @@ TEST_F(MrTableTest, PdMismatch) {
 TEST_F(MrTableTest, ZeroLengthMr) {
   auto r = table.add(&pd, buf.data(), 0, 0x5000, LW | RR);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 0, RR, true),
-            KeyCheck::kOk);
-  EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 1, RR, true),
-            KeyCheck::kOutOfBounds);
+  EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 0, RR, true), KeyCheck::kOk);
+  EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 1, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.remove(*r), 0);
 }
 
-} // namespace
-} // namespace uroce::core
+}  // namespace
+}  // namespace uroce::core

@@ -1,5 +1,7 @@
 // core::Qp: value checks of apply_modify (on top of the mask rules) and the
 // validation of work requests by enqueue_send / enqueue_recv.
+#include "core/qp.h"
+
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -12,7 +14,6 @@
 #include "core/device.h"
 #include "core/limits.h"
 #include "core/pd.h"
-#include "core/qp.h"
 
 namespace uroce::core {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 ibv_gid mapped(uint32_t ip) { return ipv4_to_gid(ip); }
 
 class QpTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     ctx = std::make_unique<Context>(devices()[0]);
     ASSERT_GE(ctx->gid_count(), 1u);
@@ -30,8 +31,7 @@ protected:
   }
 
   std::unique_ptr<Qp> make(ibv_qp_type type, QpCaps caps = {4, 4, 2, 2, 64}) {
-    return std::make_unique<Qp>(ctx.get(), &pd, cq.get(), cq.get(), type, caps,
-                                false, 0x123, nullptr);
+    return std::make_unique<Qp>(ctx.get(), &pd, cq.get(), cq.get(), type, caps, false, 0x123, nullptr);
   }
 
   static ibv_qp_attr init_attr() {
@@ -43,8 +43,7 @@ protected:
     a.qkey = 0x11111111;
     return a;
   }
-  static constexpr int kInitMask =
-      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  static constexpr int kInitMask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 
   static ibv_qp_attr rtr_attr() {
     ibv_qp_attr a{};
@@ -62,9 +61,8 @@ protected:
     a.ah_attr.port_num = 1;
     return a;
   }
-  static constexpr int kRtrMask =
-      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  static constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 
   static ibv_qp_attr rts_attr() {
     ibv_qp_attr a{};
@@ -76,12 +74,11 @@ protected:
     a.max_rd_atomic = 4;
     return a;
   }
-  static constexpr int kRtsMask = IBV_QP_STATE | IBV_QP_SQ_PSN |
-                                  IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  static constexpr int kRtsMask =
+      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 
   // Applies a modify holding the QP's mutex, as the verbs layer does.
-  static int modify(Qp &qp, const ibv_qp_attr &a, int mask) {
+  static int modify(Qp& qp, const ibv_qp_attr& a, int mask) {
     std::lock_guard lock(qp.mu);
     return qp.apply_modify(a, mask);
   }
@@ -99,7 +96,7 @@ TEST_F(QpTest, RcGoodPathStoresAttributes) {
   EXPECT_EQ(qp->state(), IBV_QPS_INIT);
   EXPECT_EQ(qp->ibqp.qp_base.state, IBV_QPS_INIT);
   ibv_qp_attr rtr = rtr_attr();
-  rtr.rq_psn = 0x12345678; // masked to 24 bits
+  rtr.rq_psn = 0x12345678;  // masked to 24 bits
   ASSERT_EQ(modify(*qp, rtr, kRtrMask), 0);
   EXPECT_EQ(qp->attr.rq_psn, 0x345678u);
   EXPECT_EQ(qp->attr.dest_qp_num, 0x456u);
@@ -131,7 +128,7 @@ TEST_F(QpTest, BadPortAndPkeyIndex) {
   EXPECT_EQ(modify(*qp, a, kInitMask), EINVAL);
   EXPECT_EQ(qp->state(), IBV_QPS_RESET);
   a = init_attr();
-  a.qp_access_flags = 1u << 7; // not a QP access flag
+  a.qp_access_flags = 1u << 7;  // not a QP access flag
   EXPECT_EQ(modify(*qp, a, kInitMask), EINVAL);
   EXPECT_EQ(qp->state(), IBV_QPS_RESET);
 }
@@ -222,7 +219,7 @@ TEST_F(QpTest, CurStateMustMatch) {
 TEST_F(QpTest, MaskErrorsThroughApplyModify) {
   auto qp = make(IBV_QPT_RC);
   EXPECT_EQ(modify(*qp, init_attr(), kInitMask & ~IBV_QP_ACCESS_FLAGS), EINVAL);
-  EXPECT_EQ(modify(*qp, rtr_attr(), kRtrMask), EINVAL); // RESET→RTR
+  EXPECT_EQ(modify(*qp, rtr_attr(), kRtrMask), EINVAL);  // RESET→RTR
   ASSERT_EQ(modify(*qp, init_attr(), kInitMask), 0);
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
@@ -240,8 +237,7 @@ TEST_F(QpTest, MaskErrorsThroughApplyModify) {
 TEST_F(QpTest, UdQkey) {
   auto qp = make(IBV_QPT_UD);
   ibv_qp_attr a = init_attr();
-  constexpr int kUdInit =
-      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+  constexpr int kUdInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
   a.qkey = 0x80010000;
   EXPECT_EQ(modify(*qp, a, kUdInit), EPERM);
   a.qkey = 0x01234567;
@@ -253,16 +249,16 @@ TEST_F(QpTest, UdQkey) {
 // ------------------------------------------------------------
 
 class QpPostTest : public QpTest {
-protected:
+ protected:
   void SetUp() override {
     QpTest::SetUp();
     qp = make(IBV_QPT_RC);
   }
-  int send(ibv_send_wr &wr) {
+  int send(ibv_send_wr& wr) {
     std::lock_guard lock(qp->mu);
     return qp->enqueue_send(wr);
   }
-  int recv(ibv_recv_wr &wr) {
+  int recv(ibv_recv_wr& wr) {
     std::lock_guard lock(qp->mu);
     return qp->enqueue_recv(wr);
   }
@@ -313,10 +309,10 @@ TEST_F(QpPostTest, InlineOverMax) {
   wr.send_flags = IBV_SEND_INLINE;
   wr.sg_list = big;
   wr.num_sge = 2;
-  EXPECT_EQ(send(wr), EINVAL); // 65 > 64
+  EXPECT_EQ(send(wr), EINVAL);  // 65 > 64
   big[1].length = 4;
   ASSERT_EQ(send(wr), 0);
-  SendWqe &w = qp->sq.at(0);
+  SendWqe& w = qp->sq.at(0);
   EXPECT_TRUE(w.is_inline);
   EXPECT_EQ(w.length, 64u);
   EXPECT_EQ(w.num_sge, 0);
@@ -344,7 +340,7 @@ TEST_F(QpPostTest, SendCopiesWr) {
   wr.wr.rdma.rkey = 0x4242;
   ASSERT_EQ(send(wr), 0);
   sge[0].length = 999;
-  SendWqe &w = qp->sq.at(0);
+  SendWqe& w = qp->sq.at(0);
   EXPECT_EQ(w.wr_id, 77u);
   EXPECT_EQ(w.length, 32u);
   EXPECT_EQ(w.remote_addr, 0x1000u);
@@ -370,8 +366,7 @@ TEST_F(QpPostTest, RecvBadArguments) {
   wr.num_sge = -1;
   EXPECT_EQ(recv(wr), EINVAL);
   wr.num_sge = 2;
-  for (uint32_t i = 0; i < qp->rq.capacity(); ++i)
-    ASSERT_EQ(recv(wr), 0) << i;
+  for (uint32_t i = 0; i < qp->rq.capacity(); ++i) ASSERT_EQ(recv(wr), 0) << i;
   EXPECT_EQ(recv(wr), ENOMEM);
   EXPECT_EQ(qp->rq.size(), 4u);
   EXPECT_EQ(qp->rq.at(0).length, 32u);
@@ -397,5 +392,5 @@ TEST(QpCapsTest, Validate) {
   EXPECT_EQ(validate_qp_caps(IBV_QPT_RC, c, &out), EINVAL);
 }
 
-} // namespace
-} // namespace uroce::core
+}  // namespace
+}  // namespace uroce::core

@@ -37,34 +37,31 @@ namespace uroce::engine::test {
 struct Sent {
   transport::Endpoint dst;
   uint32_t src_ip = 0;
-  std::vector<uint8_t> bytes; // BTH .. ICRC
+  std::vector<uint8_t> bytes;  // BTH .. ICRC
 };
 
 class FakeTransport : public transport::DatagramTransport {
-public:
-  FakeTransport(std::vector<Sent> *sink, uint16_t port)
-      : sink_(sink), port_(port) {}
+ public:
+  FakeTransport(std::vector<Sent>* sink, uint16_t port) : sink_(sink), port_(port) {}
   size_t send_burst(std::span<transport::TxDatagram> burst) noexcept override {
-    for (auto &d : burst) {
+    for (auto& d : burst) {
       Sent s;
       s.dst = d.dst;
       s.src_ip = d.src_ip;
       for (unsigned i = 0; i < d.iovcnt; ++i) {
-        auto *p = static_cast<const uint8_t *>(d.iov[i].iov_base);
+        auto* p = static_cast<const uint8_t*>(d.iov[i].iov_base);
         s.bytes.insert(s.bytes.end(), p, p + d.iov[i].iov_len);
       }
       sink_->push_back(std::move(s));
     }
     return burst.size();
   }
-  size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override {
-    return 0;
-  }
+  size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
 
-private:
-  std::vector<Sent> *sink_;
+ private:
+  std::vector<Sent>* sink_;
   uint16_t port_;
 };
 
@@ -76,11 +73,11 @@ struct Pkt {
   bool ack_req = false;
   bool se = false;
   unsigned pad = 0;
-  std::optional<uint8_t> syndrome; // AETH
+  std::optional<uint8_t> syndrome;  // AETH
   uint32_t msn = 0;
   std::optional<uint64_t> reth_va;
   uint32_t reth_rkey = 0, reth_len = 0;
-  std::optional<uint32_t> imm; // raw (network order)
+  std::optional<uint32_t> imm;  // raw (network order)
   std::vector<uint8_t> payload;
 };
 
@@ -90,7 +87,7 @@ struct Craft {
   uint32_t psn = 0;
   bool ack_req = false;
   bool se = false;
-  std::optional<uint32_t> dest_qp; // default: the fixture's QP
+  std::optional<uint32_t> dest_qp;  // default: the fixture's QP
   uint64_t reth_va = 0;
   uint32_t reth_rkey = 0, reth_len = 0;
   uint8_t syndrome = wire::kAckNoCredit;
@@ -102,35 +99,32 @@ struct Craft {
 
 inline std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i)
-    v[i] = uint8_t(seed + i * 7 + (i >> 8));
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 8));
   return v;
 }
 
 class EngineTest : public ::testing::Test {
-protected:
-  static constexpr uint16_t kLocalPort = 18515; // our LID
-  static constexpr uint16_t kPeerPort = 19875;  // dlid of the AV
+ protected:
+  static constexpr uint16_t kLocalPort = 18515;  // our LID
+  static constexpr uint16_t kPeerPort = 19875;   // dlid of the AV
   static constexpr uint32_t kPeerIp = 0x7F000001;
   static constexpr uint32_t kPeerQpn = 0x000777;
   static constexpr unsigned kMtu = 1024;
 
   // Attributes of the QP under test; tests may change them before bring_up().
-  unsigned qp_access =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   uint32_t rq_psn = 1000;
   uint32_t sq_psn = 5000;
   uint8_t min_rnr_timer = 12;
-  uint8_t timeout = 14; // 67 ms
+  uint8_t timeout = 14;  // 67 ms
   uint8_t retry_cnt = 3;
   uint8_t rnr_retry = 3;
   uint8_t max_dest_rd_atomic = 4;
   uint8_t max_rd_atomic = 4;
 
   void SetUp() override {
-    engine = EngineContext::open_with(
-        core::devices()[0], std::make_unique<FakeTransport>(&sent, kLocalPort),
-        /*start_thread=*/false);
+    engine = EngineContext::open_with(core::devices()[0], std::make_unique<FakeTransport>(&sent, kLocalPort),
+                                      /*start_thread=*/false);
     ASSERT_NE(engine, nullptr);
     ASSERT_EQ(engine->lid(), kLocalPort);
     ASSERT_TRUE(engine->gid_ip(0, &local_ip));
@@ -140,18 +134,16 @@ protected:
     scq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     rcq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     core::QpCaps caps{64, 64, 4, 4, 64};
-    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps,
-                      false, engine->allocate_qp_num(), nullptr);
+    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false, engine->allocate_qp_num(),
+                      nullptr);
     engine->register_qp(qp);
   }
 
   void TearDown() override {
-    if (!engine)
-      return;
+    if (!engine) return;
     engine->unregister_qp(qp);
     delete qp;
-    for (core::Mr *mr : mrs)
-      EXPECT_EQ(engine->mrs.remove(mr), 0);
+    for (core::Mr* mr : mrs) EXPECT_EQ(engine->mrs.remove(mr), 0);
     scq.reset();
     rcq.reset();
     pd.reset();
@@ -165,9 +157,7 @@ protected:
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
     a.qp_access_flags = qp_access;
-    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                IBV_QP_ACCESS_FLAGS),
-              0);
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
     a = ibv_qp_attr{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
@@ -181,10 +171,8 @@ protected:
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.dlid = kPeerPort;
     a.ah_attr.port_num = 1;
-    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC |
-                                IBV_QP_MIN_RNR_TIMER),
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               0);
     a = ibv_qp_attr{};
     a.qp_state = IBV_QPS_RTS;
@@ -193,8 +181,7 @@ protected:
     a.retry_cnt = retry_cnt;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = max_rd_atomic;
-    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                 IBV_QP_MAX_QP_RD_ATOMIC),
               0);
     ASSERT_EQ(qp->state(), IBV_QPS_RTS);
@@ -202,13 +189,11 @@ protected:
   }
 
   // Registers `buf` with `iova` (0: the buffer's address, as ibv_reg_mr).
-  core::Mr *reg(std::vector<uint8_t> &buf, unsigned access, uint64_t iova = 0) {
-    auto r = engine->mrs.add(
-        pd.get(), buf.data(), buf.size(),
-        iova ? iova : reinterpret_cast<uint64_t>(buf.data()), access);
+  core::Mr* reg(std::vector<uint8_t>& buf, unsigned access, uint64_t iova = 0) {
+    auto r =
+        engine->mrs.add(pd.get(), buf.data(), buf.size(), iova ? iova : reinterpret_cast<uint64_t>(buf.data()), access);
     EXPECT_TRUE(r.ok()) << r.err();
-    if (!r.ok())
-      return nullptr;
+    if (!r.ok()) return nullptr;
     mrs.push_back(*r);
     return *r;
   }
@@ -232,46 +217,36 @@ protected:
     requester_run(*qp, TxBatch::local());
   }
 
-  static ibv_sge sge(const void *addr, uint32_t len, const core::Mr *mr) {
+  static ibv_sge sge(const void* addr, uint32_t len, const core::Mr* mr) {
     return ibv_sge{reinterpret_cast<uint64_t>(addr), len, mr->ibmr.lkey};
   }
 
-  std::vector<uint8_t> build(const Craft &c) {
-    const wire::OpcodeInfo &info = wire::opcode_info(c.opcode);
+  std::vector<uint8_t> build(const Craft& c) {
+    const wire::OpcodeInfo& info = wire::opcode_info(c.opcode);
     EXPECT_TRUE(info.valid());
     unsigned pad = (4 - (c.payload.size() & 3)) & 3;
-    std::vector<uint8_t> p(
-        info.header_len + c.payload.size() + pad + wire::kIcrcSize, 0);
-    wire::Bth(p.data()).fill(c.opcode, c.se, pad, wire::kDefaultPkey,
-                             c.dest_qp.value_or(qp->qp_num()), c.ack_req,
+    std::vector<uint8_t> p(info.header_len + c.payload.size() + pad + wire::kIcrcSize, 0);
+    wire::Bth(p.data()).fill(c.opcode, c.se, pad, wire::kDefaultPkey, c.dest_qp.value_or(qp->qp_num()), c.ack_req,
                              c.psn);
     if (info.has(wire::Hdr::kReth))
-      wire::Reth(p.data() + info.offset[unsigned(wire::Hdr::kReth)])
-          .fill(c.reth_va, c.reth_rkey, c.reth_len);
+      wire::Reth(p.data() + info.offset[unsigned(wire::Hdr::kReth)]).fill(c.reth_va, c.reth_rkey, c.reth_len);
     if (info.has(wire::Hdr::kAeth))
-      wire::Aeth(p.data() + info.offset[unsigned(wire::Hdr::kAeth)])
-          .fill(c.syndrome, c.msn);
-    if (info.has(wire::Hdr::kImmDt))
-      wire::ImmDt(p.data() + info.offset[unsigned(wire::Hdr::kImmDt)])
-          .fill_raw(c.imm);
-    if (!c.payload.empty())
-      std::memcpy(p.data() + info.header_len, c.payload.data(),
-                  c.payload.size());
+      wire::Aeth(p.data() + info.offset[unsigned(wire::Hdr::kAeth)]).fill(c.syndrome, c.msn);
+    if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(p.data() + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(c.imm);
+    if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
     wire::Ipv4Flow flow{kPeerIp, local_ip, kPeerPort, kLocalPort};
     uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
-    if (c.corrupt_icrc)
-      crc ^= 1;
+    if (c.corrupt_icrc) crc ^= 1;
     std::memcpy(p.data() + p.size() - 4, &crc, 4);
     return p;
   }
 
   // Delivers packets to the engine as one receive burst.
-  void deliver(const std::vector<Craft> &burst) {
+  void deliver(const std::vector<Craft>& burst) {
     std::vector<std::vector<uint8_t>> bufs;
-    for (const Craft &c : burst)
-      bufs.push_back(build(c));
+    for (const Craft& c : burst) bufs.push_back(build(c));
     std::vector<transport::RxDatagram> rx;
-    for (auto &b : bufs) {
+    for (auto& b : bufs) {
       transport::RxDatagram d;
       d.data = b.data();
       d.len = uint32_t(b.size());
@@ -281,25 +256,21 @@ protected:
     }
     engine->process_burst(std::span(rx.data(), rx.size()));
   }
-  void deliver(const Craft &c) { deliver(std::vector<Craft>{c}); }
+  void deliver(const Craft& c) { deliver(std::vector<Craft>{c}); }
 
   // Decodes (and clears) the capture; checks addressing, parse and ICRC of
   // each.
   std::vector<Pkt> take() {
     std::vector<Pkt> out;
-    for (Sent &s : sent) {
+    for (Sent& s : sent) {
       EXPECT_EQ(s.dst.ip, kPeerIp);
       EXPECT_EQ(s.dst.port, kPeerPort);
       EXPECT_EQ(s.src_ip, local_ip);
       wire::PacketView v;
-      EXPECT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v),
-                wire::ParseError::kNone);
-      if (!v.info)
-        continue;
+      EXPECT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v), wire::ParseError::kNone);
+      if (!v.info) continue;
       wire::Ipv4Flow flow{s.src_ip, s.dst.ip, kLocalPort, s.dst.port};
-      EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()),
-                v.icrc_wire())
-          << "bad ICRC on the wire";
+      EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()), v.icrc_wire()) << "bad ICRC on the wire";
       Pkt p;
       wire::Bth bth = v.bth();
       p.opcode = bth.opcode();
@@ -319,11 +290,9 @@ protected:
         p.reth_rkey = v.reth().rkey();
         p.reth_len = v.reth().dma_len();
       }
-      if (v.info->has(wire::Hdr::kImmDt))
-        p.imm = v.imm().raw();
+      if (v.info->has(wire::Hdr::kImmDt)) p.imm = v.imm().raw();
       // Pad bytes are zero.
-      for (unsigned i = 0; i < p.pad; ++i)
-        EXPECT_EQ(v.payload()[v.payload_len + i], 0);
+      for (unsigned i = 0; i < p.pad; ++i) EXPECT_EQ(v.payload()[v.payload_len + i], 0);
       p.payload.assign(v.payload(), v.payload() + v.payload_len);
       out.push_back(std::move(p));
     }
@@ -331,7 +300,7 @@ protected:
     return out;
   }
 
-  std::vector<ibv_wc> poll(core::Cq &cq) {
+  std::vector<ibv_wc> poll(core::Cq& cq) {
     std::vector<ibv_wc> out(64);
     int n = cq.poll(int(out.size()), out.data());
     out.resize(size_t(n));
@@ -344,26 +313,21 @@ protected:
   uint32_t sq(uint32_t n) const { return wire::psn_add(sq_psn, n); }
 
   std::vector<Sent> sent;
-  EngineContext *engine = nullptr;
+  EngineContext* engine = nullptr;
   uint32_t local_ip = 0;
   std::unique_ptr<core::Pd> pd;
   std::unique_ptr<core::Cq> scq, rcq;
-  EngineQp *qp = nullptr;
-  std::vector<core::Mr *> mrs;
+  EngineQp* qp = nullptr;
+  std::vector<core::Mr*> mrs;
 };
 
 // Opcodes used by the tests (RC).
-inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01,
-                         kSendLast = 0x02, kSendLastImm = 0x03,
-                         kSendOnly = 0x04, kSendOnlyImm = 0x05,
-                         kWriteFirst = 0x06, kWriteMiddle = 0x07,
-                         kWriteLast = 0x08, kWriteOnly = 0x0A,
-                         kWriteOnlyImm = 0x0B, kReadRequest = 0x0C,
-                         kReadRespFirst = 0x0D, kReadRespMiddle = 0x0E,
-                         kReadRespLast = 0x0F, kReadRespOnly = 0x10,
-                         kAck = 0x11;
+inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03, kSendOnly = 0x04,
+                         kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08,
+                         kWriteOnly = 0x0A, kWriteOnlyImm = 0x0B, kReadRequest = 0x0C, kReadRespFirst = 0x0D,
+                         kReadRespMiddle = 0x0E, kReadRespLast = 0x0F, kReadRespOnly = 0x10, kAck = 0x11;
 
 inline uint8_t nak(uint8_t code) { return uint8_t(0x60 | code); }
 inline uint8_t rnr_nak(uint8_t timer) { return uint8_t(0x20 | timer); }
 
-} // namespace uroce::engine::test
+}  // namespace uroce::engine::test

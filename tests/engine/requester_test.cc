@@ -7,7 +7,7 @@ namespace uroce::engine::test {
 namespace {
 
 class Requester : public EngineTest {
-protected:
+ protected:
   void SetUp() override {
     EngineTest::SetUp();
     bring_up();
@@ -16,8 +16,7 @@ protected:
   }
 
   // Posts a signaled SEND of `len` bytes from src + off.
-  void send(uint64_t wr_id, uint32_t len, uint32_t off = 0,
-            ibv_wr_opcode op = IBV_WR_SEND) {
+  void send(uint64_t wr_id, uint32_t len, uint32_t off = 0, ibv_wr_opcode op = IBV_WR_SEND) {
     ibv_send_wr wr{};
     wr.wr_id = wr_id;
     wr.opcode = op;
@@ -32,7 +31,7 @@ protected:
   }
 
   std::vector<uint8_t> src;
-  core::Mr *src_mr = nullptr;
+  core::Mr* src_mr = nullptr;
 };
 
 // Post a SEND of 2 MTU + 453 bytes / Expect SEND_FIRST, SEND_MIDDLE, SEND_LAST
@@ -55,15 +54,14 @@ TEST_F(Requester, SendSegmentedByPathMtuThenAcked) {
     EXPECT_EQ(tx[i].ack_req, i == 2);
     EXPECT_FALSE(tx[i].se);
     ASSERT_EQ(tx[i].payload.size(), sizes[i]);
-    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(),
-                           src.begin() + off));
+    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(), src.begin() + off));
     off += sizes[i];
   }
   EXPECT_EQ(tx[0].pad, 0u);
   EXPECT_EQ(tx[2].pad, 3u);
   EXPECT_TRUE(poll(*scq).empty());
 
-  ack(sq(1)); // partial: not yet complete
+  ack(sq(1));  // partial: not yet complete
   EXPECT_TRUE(poll(*scq).empty());
   ack(sq(2));
   auto wc = poll(*scq);
@@ -289,9 +287,9 @@ TEST_F(Requester, RnrNakStopsSendingUntilTimer) {
 // Receive RNR NAK (code 0) on a QP without ACK timer / Expect, once the 655 ms
 // have passed, the NAKed PSN resent and then the WR posted during the wait.
 class RequesterNoAckTimer : public Requester {
-protected:
+ protected:
   void SetUp() override {
-    timeout = 0; // no local ACK timer, no probes
+    timeout = 0;  // no local ACK timer, no probes
     Requester::SetUp();
   }
 };
@@ -337,7 +335,7 @@ TEST_F(Requester, RnrRetryExhausted) {
   send(1, 64);
   take();
   for (int i = 0; i < rnr_retry; ++i) {
-    ack(sq(0), rnr_nak(1)); // 0.01 ms
+    ack(sq(0), rnr_nak(1));  // 0.01 ms
     run_timers(Clock::now() + std::chrono::milliseconds(1));
     auto re = take();
     ASSERT_EQ(re.size(), 1u) << "retry " << i;
@@ -364,8 +362,7 @@ TEST_F(Requester, TailLossProbeDoesNotUseRetryBudget) {
   auto re = take();
   ASSERT_EQ(re.size(), 1u);
   EXPECT_EQ(re[0].psn, sq(0));
-  for (int i = 0; i < retry_cnt; ++i)
-    run_timers(Clock::now() + std::chrono::seconds(1));
+  for (int i = 0; i < retry_cnt; ++i) run_timers(Clock::now() + std::chrono::seconds(1));
   EXPECT_EQ(take().size(), size_t(retry_cnt));
   EXPECT_EQ(qp->state(), IBV_QPS_RTS);
   EXPECT_TRUE(poll(*scq).empty());
@@ -410,15 +407,13 @@ TEST_F(Requester, LocalAckTimeoutRetransmitsThenRetryExceeded) {
 TEST_F(Requester, ProgressRestoresRetryBudget) {
   send(1, 10);
   take();
-  for (int i = 0; i < retry_cnt; ++i)
-    run_timers(Clock::now() + std::chrono::seconds(1));
+  for (int i = 0; i < retry_cnt; ++i) run_timers(Clock::now() + std::chrono::seconds(1));
   EXPECT_EQ(take().size(), size_t(retry_cnt));
   ack(sq(0));
   ASSERT_EQ(poll(*scq).size(), 1u);
   send(2, 10);
   take();
-  for (int i = 0; i < retry_cnt; ++i)
-    run_timers(Clock::now() + std::chrono::seconds(1));
+  for (int i = 0; i < retry_cnt; ++i) run_timers(Clock::now() + std::chrono::seconds(1));
   EXPECT_EQ(take().size(), size_t(retry_cnt));
   EXPECT_EQ(qp->state(), IBV_QPS_RTS);
   EXPECT_TRUE(poll(*scq).empty());
@@ -430,19 +425,17 @@ TEST_F(Requester, ProgressRestoresRetryBudget) {
 // completion with byte_len; the next request takes the PSN after the responses.
 TEST_F(Requester, ReadScattersResponses) {
   std::vector<uint8_t> d1(1000, 0), d2(1500, 0), d3(600, 0);
-  core::Mr *m1 = reg(d1, IBV_ACCESS_LOCAL_WRITE);
-  core::Mr *m2 = reg(d2, IBV_ACCESS_LOCAL_WRITE);
-  core::Mr *m3 = reg(d3, IBV_ACCESS_LOCAL_WRITE);
-  const uint32_t len =
-      2 * kMtu + 452; // 2500 bytes: 1000 + 1000 + 500 over the three SGEs
+  core::Mr* m1 = reg(d1, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m2 = reg(d2, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m3 = reg(d3, IBV_ACCESS_LOCAL_WRITE);
+  const uint32_t len = 2 * kMtu + 452;  // 2500 bytes: 1000 + 1000 + 500 over the three SGEs
   ibv_send_wr wr{};
   wr.wr_id = 21;
   wr.opcode = IBV_WR_RDMA_READ;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = 0x9000000;
   wr.wr.rdma.rkey = 0x5151;
-  post_send(wr, {sge(d1.data(), 1000, m1), sge(d2.data(), 1000, m2),
-                 sge(d3.data(), len - 2000, m3)});
+  post_send(wr, {sge(d1.data(), 1000, m1), sge(d2.data(), 1000, m2), sge(d3.data(), len - 2000, m3)});
   auto tx = take();
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_EQ(tx[0].opcode, kReadRequest);
@@ -455,11 +448,9 @@ TEST_F(Requester, ReadScattersResponses) {
   EXPECT_TRUE(tx[0].payload.empty());
 
   auto data = pattern(len, 42);
-  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu),
-      b(data.begin() + kMtu, data.begin() + 2 * kMtu),
+  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu), b(data.begin() + kMtu, data.begin() + 2 * kMtu),
       c(data.begin() + 2 * kMtu, data.end());
-  deliver(
-      Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = a});
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = a});
   deliver(Craft{.opcode = kReadRespMiddle, .psn = sq(1), .payload = b});
   EXPECT_TRUE(poll(*scq).empty());
   deliver(Craft{.opcode = kReadRespLast, .psn = sq(2), .msn = 1, .payload = c});
@@ -484,7 +475,7 @@ TEST_F(Requester, ReadScattersResponses) {
 // Receive READ_RESPONSE_ONLY for a small READ / Expect completion and data.
 TEST_F(Requester, ReadResponseOnly) {
   std::vector<uint8_t> d(64, 0);
-  core::Mr *m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};
   wr.wr_id = 5;
   wr.opcode = IBV_WR_RDMA_READ;
@@ -494,8 +485,7 @@ TEST_F(Requester, ReadResponseOnly) {
   post_send(wr, {sge(d.data(), 13, m)});
   ASSERT_EQ(take().size(), 1u);
   auto data = pattern(13, 1);
-  deliver(
-      Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = data});
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = data});
   auto wc = poll(*scq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].byte_len, 13u);
@@ -507,7 +497,7 @@ TEST_F(Requester, ReadResponseOnly) {
 // MTU, PSN sq(1).
 TEST_F(Requester, ReadResponseGapReRequests) {
   std::vector<uint8_t> d(4096, 0);
-  core::Mr *m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};
   wr.wr_id = 5;
   wr.opcode = IBV_WR_RDMA_READ;
@@ -518,12 +508,8 @@ TEST_F(Requester, ReadResponseGapReRequests) {
   post_send(wr, {sge(d.data(), len, m)});
   take();
   auto data = pattern(len, 3);
-  deliver(Craft{.opcode = kReadRespFirst,
-                .psn = sq(0),
-                .payload = {data.begin(), data.begin() + kMtu}});
-  deliver(Craft{.opcode = kReadRespLast,
-                .psn = sq(2),
-                .payload = {data.begin() + 2 * kMtu, data.end()}});
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .payload = {data.begin(), data.begin() + kMtu}});
+  deliver(Craft{.opcode = kReadRespLast, .psn = sq(2), .payload = {data.begin() + 2 * kMtu, data.end()}});
   auto re = take();
   ASSERT_EQ(re.size(), 1u);
   EXPECT_EQ(re[0].opcode, kReadRequest);
@@ -532,12 +518,8 @@ TEST_F(Requester, ReadResponseGapReRequests) {
   EXPECT_EQ(re[0].reth_len, len - kMtu);
   EXPECT_TRUE(poll(*scq).empty());
   // The re-requested responses complete the READ.
-  deliver(Craft{.opcode = kReadRespFirst,
-                .psn = sq(1),
-                .payload = {data.begin() + kMtu, data.begin() + 2 * kMtu}});
-  deliver(Craft{.opcode = kReadRespLast,
-                .psn = sq(2),
-                .payload = {data.begin() + 2 * kMtu, data.end()}});
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(1), .payload = {data.begin() + kMtu, data.begin() + 2 * kMtu}});
+  deliver(Craft{.opcode = kReadRespLast, .psn = sq(2), .payload = {data.begin() + 2 * kMtu, data.end()}});
   auto wc = poll(*scq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
@@ -547,7 +529,7 @@ TEST_F(Requester, ReadResponseGapReRequests) {
 // sq_psn near the wrap: a 3-packet SEND from 0xFFFFFE / Expect PSNs 0xFFFFFE,
 // 0xFFFFFF, 0 and completion on ACK(0).
 class RequesterWrap : public Requester {
-protected:
+ protected:
   void SetUp() override {
     sq_psn = 0xFFFFFE;
     Requester::SetUp();
@@ -573,8 +555,7 @@ TEST_F(Requester, BadLkeyIsLocalProtectionError) {
   wr.wr_id = 9;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_sge bad{reinterpret_cast<uint64_t>(src.data()), 16,
-              src_mr->ibmr.lkey + 0x100};
+  ibv_sge bad{reinterpret_cast<uint64_t>(src.data()), 16, src_mr->ibmr.lkey + 0x100};
   post_send(wr, {bad});
   EXPECT_TRUE(take().empty());
   auto wc = poll(*scq);
@@ -598,5 +579,5 @@ TEST_F(Requester, InlineSendCopiesAtPost) {
   EXPECT_EQ(tx[0].payload, inl);
 }
 
-} // namespace
-} // namespace uroce::engine::test
+}  // namespace
+}  // namespace uroce::engine::test

@@ -7,15 +7,15 @@ namespace uroce::engine::test {
 namespace {
 
 class Responder : public EngineTest {
-protected:
+ protected:
   void SetUp() override {
     EngineTest::SetUp();
     bring_up();
   }
 
   // A receive buffer registered for local write, with one receive posted.
-  core::Mr *recv_buf(std::vector<uint8_t> &buf, uint64_t wr_id) {
-    core::Mr *mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* recv_buf(std::vector<uint8_t>& buf, uint64_t wr_id) {
+    core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
     post_recv(wr_id, {sge(buf.data(), uint32_t(buf.size()), mr)});
     return mr;
   }
@@ -39,8 +39,7 @@ TEST_F(Responder, SendOnlyWithReceive) {
   std::vector<uint8_t> buf(256, 0xEE);
   recv_buf(buf, 41);
   auto data = pattern(100, 3);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
 
   auto tx = take();
   ASSERT_EQ(tx.size(), 1u);
@@ -68,11 +67,7 @@ TEST_F(Responder, SendOnlyWithReceive) {
 TEST_F(Responder, SendOnlyWithImmediate) {
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 1);
-  deliver(Craft{.opcode = kSendOnlyImm,
-                .psn = rq(0),
-                .ack_req = true,
-                .imm = 0x44332211,
-                .payload = {1, 2, 3}});
+  deliver(Craft{.opcode = kSendOnlyImm, .psn = rq(0), .ack_req = true, .imm = 0x44332211, .payload = {1, 2, 3}});
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
@@ -86,8 +81,7 @@ TEST_F(Responder, SendOnlyWithImmediate) {
 TEST_F(Responder, NoAckWithoutAckReq) {
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 1);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(0), .ack_req = false, .payload = {9}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = false, .payload = {9}});
   EXPECT_EQ(poll(*rcq).size(), 1u);
   EXPECT_TRUE(take().empty());
 }
@@ -97,16 +91,14 @@ TEST_F(Responder, NoAckWithoutAckReq) {
 // posted the same PSN is accepted.
 TEST_F(Responder, SendWithoutReceiveIsRnrNak) {
   auto data = pattern(32, 1);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
   expect_single_ack(rnr_nak(min_rnr_timer), rq(0));
   EXPECT_TRUE(poll(*rcq).empty());
   EXPECT_EQ(qp->state(), IBV_QPS_RTS);
 
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 5);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = data});
   expect_single_ack(0x1F, rq(0));
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
@@ -118,8 +110,7 @@ TEST_F(Responder, SendWithoutReceiveIsRnrNak) {
 // written at the right place, ACK, no receive completion.
 TEST_F(Responder, WriteOnlyValidRkey) {
   std::vector<uint8_t> target(4096, 0);
-  core::Mr *mr =
-      reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0x7000000);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0x7000000);
   auto data = pattern(333, 9);
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
@@ -138,22 +129,19 @@ TEST_F(Responder, WriteOnlyValidRkey) {
 // Receive WRITE FIRST/MIDDLE/LAST / Expect the whole message written, one ACK.
 TEST_F(Responder, WriteMultiPacket) {
   std::vector<uint8_t> target(4096, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   auto data = pattern(2 * kMtu + 10, 4);
   auto va = reinterpret_cast<uint64_t>(target.data());
-  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu),
-      b(data.begin() + kMtu, data.begin() + 2 * kMtu),
+  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu), b(data.begin() + kMtu, data.begin() + 2 * kMtu),
       c(data.begin() + 2 * kMtu, data.end());
-  deliver(
-      {Craft{.opcode = kWriteFirst,
-             .psn = rq(0),
-             .reth_va = va,
-             .reth_rkey = mr->ibmr.rkey,
-             .reth_len = uint32_t(data.size()),
-             .payload = a},
-       Craft{.opcode = kWriteMiddle, .psn = rq(1), .payload = b},
-       Craft{
-           .opcode = kWriteLast, .psn = rq(2), .ack_req = true, .payload = c}});
+  deliver({Craft{.opcode = kWriteFirst,
+                 .psn = rq(0),
+                 .reth_va = va,
+                 .reth_rkey = mr->ibmr.rkey,
+                 .reth_len = uint32_t(data.size()),
+                 .payload = a},
+           Craft{.opcode = kWriteMiddle, .psn = rq(1), .payload = b},
+           Craft{.opcode = kWriteLast, .psn = rq(2), .ack_req = true, .payload = c}});
   expect_single_ack(0x1F, rq(2));
   EXPECT_TRUE(std::equal(data.begin(), data.end(), target.begin()));
 }
@@ -162,7 +150,7 @@ TEST_F(Responder, WriteMultiPacket) {
 // the responder QP in ERR and the posted receive flushed.
 TEST_F(Responder, WriteBadRkeyIsRemoteAccessNak) {
   std::vector<uint8_t> target(256, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   std::vector<uint8_t> rbuf(64, 0);
   recv_buf(rbuf, 77);
   deliver(Craft{.opcode = kWriteOnly,
@@ -181,8 +169,7 @@ TEST_F(Responder, WriteBadRkeyIsRemoteAccessNak) {
   EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
 
   // Incoming packets are dropped in ERR.
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {1}});
   EXPECT_TRUE(take().empty());
 }
 
@@ -190,7 +177,7 @@ TEST_F(Responder, WriteBadRkeyIsRemoteAccessNak) {
 // written.
 TEST_F(Responder, WriteBeyondBoundsIsRemoteAccessNak) {
   std::vector<uint8_t> target(256, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
                 .ack_req = true,
@@ -200,15 +187,14 @@ TEST_F(Responder, WriteBeyondBoundsIsRemoteAccessNak) {
                 .payload = pattern(16, 1)});
   expect_single_ack(nak(2), rq(0));
   EXPECT_EQ(qp->state(), IBV_QPS_ERR);
-  for (uint8_t b : target)
-    ASSERT_EQ(b, 0);
+  for (uint8_t b : target) ASSERT_EQ(b, 0);
 }
 
 // Receive WRITE_FIRST whose RETH length runs past the MR / Expect NAK 0x62 at
 // the first packet (the whole DMA range is checked, not just this packet).
 TEST_F(Responder, WriteFirstWholeRangeChecked) {
   std::vector<uint8_t> target(2 * kMtu, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   deliver(Craft{.opcode = kWriteFirst,
                 .psn = rq(0),
                 .reth_va = reinterpret_cast<uint64_t>(target.data()),
@@ -216,14 +202,13 @@ TEST_F(Responder, WriteFirstWholeRangeChecked) {
                 .reth_len = 3 * kMtu,
                 .payload = pattern(kMtu, 1)});
   expect_single_ack(nak(2), rq(0));
-  for (uint8_t b : target)
-    ASSERT_EQ(b, 0);
+  for (uint8_t b : target) ASSERT_EQ(b, 0);
 }
 
 // Receive WRITE to an MR registered without REMOTE_WRITE / Expect NAK 0x62.
 TEST_F(Responder, WriteToReadOnlyMrIsRemoteAccessNak) {
   std::vector<uint8_t> target(256, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
                 .ack_req = true,
@@ -239,7 +224,7 @@ TEST_F(Responder, WriteToReadOnlyMrIsRemoteAccessNak) {
 // data.
 TEST_F(Responder, ReadWithoutRemoteReadMrIsRemoteAccessNak) {
   std::vector<uint8_t> src(256, 1);
-  core::Mr *mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   deliver(Craft{.opcode = kReadRequest,
                 .psn = rq(0),
                 .ack_req = true,
@@ -252,7 +237,7 @@ TEST_F(Responder, ReadWithoutRemoteReadMrIsRemoteAccessNak) {
 // Receive an RDMA WRITE on a QP without IBV_ACCESS_REMOTE_WRITE / Expect NAK
 // 0x61.
 class ResponderNoRemoteWrite : public Responder {
-protected:
+ protected:
   void SetUp() override {
     qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
     Responder::SetUp();
@@ -260,7 +245,7 @@ protected:
 };
 TEST_F(ResponderNoRemoteWrite, WriteIsInvalidRequestNak) {
   std::vector<uint8_t> target(256, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
                 .ack_req = true,
@@ -275,7 +260,7 @@ TEST_F(ResponderNoRemoteWrite, WriteIsInvalidRequestNak) {
 
 // Receive a READ on a QP without IBV_ACCESS_REMOTE_READ / Expect NAK 0x61.
 class ResponderNoRemoteRead : public Responder {
-protected:
+ protected:
   void SetUp() override {
     qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     Responder::SetUp();
@@ -283,7 +268,7 @@ protected:
 };
 TEST_F(ResponderNoRemoteRead, ReadIsInvalidRequestNak) {
   std::vector<uint8_t> src(256, 1);
-  core::Mr *mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   deliver(Craft{.opcode = kReadRequest,
                 .psn = rq(0),
                 .ack_req = true,
@@ -302,33 +287,21 @@ TEST_F(Responder, DuplicateSendIsAckedNotReexecuted) {
   recv_buf(b3, 3);
   recv_buf(b4, 4);
   for (uint32_t i = 0; i < 3; ++i)
-    deliver(Craft{.opcode = kSendOnly,
-                  .psn = rq(i),
-                  .ack_req = true,
-                  .payload = pattern(8, uint8_t(i))});
+    deliver(Craft{.opcode = kSendOnly, .psn = rq(i), .ack_req = true, .payload = pattern(8, uint8_t(i))});
   EXPECT_EQ(take().size(), 3u);
   EXPECT_EQ(poll(*rcq).size(), 3u);
 
   // Duplicate of the oldest: acknowledged with ePSN-1 = rq(2).
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = pattern(8, 0)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(8, 0)});
   expect_single_ack(0x1F, rq(2));
   EXPECT_TRUE(poll(*rcq).empty());
   // Duplicate of the newest: same.
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(2),
-                .ack_req = true,
-                .payload = pattern(8, 2)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(2), .ack_req = true, .payload = pattern(8, 2)});
   expect_single_ack(0x1F, rq(2));
   EXPECT_TRUE(poll(*rcq).empty());
   EXPECT_EQ(b4[0], 0);
   // The next new SEND still lands in the fourth receive.
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(3),
-                .ack_req = true,
-                .payload = pattern(8, 3)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = pattern(8, 3)});
   expect_single_ack(0x1F, rq(3));
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
@@ -339,7 +312,7 @@ TEST_F(Responder, DuplicateSendIsAckedNotReexecuted) {
 // again.
 TEST_F(Responder, DuplicateWriteNotReexecuted) {
   std::vector<uint8_t> target(64, 0);
-  core::Mr *mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  core::Mr* mr = reg(target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   auto va = reinterpret_cast<uint64_t>(target.data());
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
@@ -349,7 +322,7 @@ TEST_F(Responder, DuplicateWriteNotReexecuted) {
                 .reth_len = 4,
                 .payload = {1, 2, 3, 4}});
   expect_single_ack(0x1F, rq(0));
-  target[0] = 0x55; // the application changed it meanwhile
+  target[0] = 0x55;  // the application changed it meanwhile
   deliver(Craft{.opcode = kWriteOnly,
                 .psn = rq(0),
                 .ack_req = true,
@@ -368,24 +341,19 @@ TEST_F(Responder, OutOfSequenceNakOnce) {
   std::vector<uint8_t> b1(64, 0), b2(64, 0);
   recv_buf(b1, 1);
   recv_buf(b2, 2);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(2), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(2), .ack_req = true, .payload = {1}});
   expect_single_ack(nak(0), rq(0));
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = {1}});
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(4), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(4), .ack_req = true, .payload = {1}});
   EXPECT_TRUE(take().empty()) << "only one NAK per gap";
   EXPECT_TRUE(poll(*rcq).empty());
 
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {7}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {7}});
   expect_single_ack(0x1F, rq(0));
   EXPECT_EQ(poll(*rcq).size(), 1u);
   EXPECT_EQ(b1[0], 7);
 
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(5), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(5), .ack_req = true, .payload = {1}});
   expect_single_ack(nak(0), rq(1));
 }
 
@@ -394,13 +362,8 @@ TEST_F(Responder, OutOfSequenceNakOnce) {
 TEST_F(Responder, NakAndAckOrderWithinBurst) {
   std::vector<uint8_t> b1(64, 0);
   recv_buf(b1, 1);
-  deliver(
-      {Craft{
-           .opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {1}},
-       Craft{.opcode = kSendOnly,
-             .psn = rq(0),
-             .ack_req = true,
-             .payload = {2}}});
+  deliver({Craft{.opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {1}},
+           Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {2}}});
   auto tx = take();
   ASSERT_EQ(tx.size(), 2u);
   EXPECT_EQ(tx[0].syndrome, nak(0));
@@ -414,8 +377,7 @@ TEST_F(Responder, NakAndAckOrderWithinBurst) {
 // bytes; then ePSN is past all response PSNs.
 TEST_F(Responder, ReadRequestIsAnswered) {
   std::vector<uint8_t> src = pattern(8192, 5);
-  core::Mr *mr =
-      reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0x40000000);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0x40000000);
   const uint32_t len = 2 * kMtu + 453;
   deliver(Craft{.opcode = kReadRequest,
                 .psn = rq(0),
@@ -434,8 +396,7 @@ TEST_F(Responder, ReadRequestIsAnswered) {
     EXPECT_EQ(tx[i].psn, rq(uint32_t(i)));
     EXPECT_EQ(tx[i].dest_qp, kPeerQpn);
     ASSERT_EQ(tx[i].payload.size(), sizes[i]);
-    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(),
-                           src.begin() + off));
+    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(), src.begin() + off));
     EXPECT_EQ(tx[i].syndrome.has_value(), i != 1);
     if (tx[i].syndrome) {
       EXPECT_EQ(*tx[i].syndrome, 0x1F);
@@ -448,8 +409,7 @@ TEST_F(Responder, ReadRequestIsAnswered) {
   // The next request takes PSN rq(3).
   std::vector<uint8_t> b(16, 0);
   recv_buf(b, 9);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = {1}});
   expect_single_ack(0x1F, rq(3));
 }
 
@@ -457,7 +417,7 @@ TEST_F(Responder, ReadRequestIsAnswered) {
 // AETH.
 TEST_F(Responder, ReadOnlyResponse) {
   std::vector<uint8_t> src = pattern(100, 1);
-  core::Mr *mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   deliver(Craft{.opcode = kReadRequest,
                 .psn = rq(0),
                 .ack_req = true,
@@ -476,7 +436,7 @@ TEST_F(Responder, ReadOnlyResponse) {
 // from the duplicate's PSN; a retry of the tail replays only the tail.
 TEST_F(Responder, DuplicateReadIsReplayed) {
   std::vector<uint8_t> src = pattern(4096, 2);
-  core::Mr *mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   auto va = reinterpret_cast<uint64_t>(src.data());
   const uint32_t len = 2 * kMtu + 100;
   Craft read{.opcode = kReadRequest,
@@ -529,10 +489,7 @@ TEST_F(Responder, DuplicateReadIsReplayed) {
 TEST_F(Responder, SendTooLongForReceiveBuffer) {
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 12);
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = pattern(100, 1)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(100, 1)});
   expect_single_ack(nak(1), rq(0));
   auto wc = poll(*rcq);
   ASSERT_GE(wc.size(), 1u);
@@ -545,18 +502,15 @@ TEST_F(Responder, SendTooLongForReceiveBuffer) {
 // message reassembled across the SGEs, one completion, one coalesced ACK.
 TEST_F(Responder, MultiPacketSendReassembled) {
   std::vector<uint8_t> b1(1500, 0), b2(2000, 0);
-  core::Mr *m1 = reg(b1, IBV_ACCESS_LOCAL_WRITE);
-  core::Mr *m2 = reg(b2, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m1 = reg(b1, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* m2 = reg(b2, IBV_ACCESS_LOCAL_WRITE);
   post_recv(33, {sge(b1.data(), 1500, m1), sge(b2.data(), 2000, m2)});
   auto data = pattern(2 * kMtu + 77, 8);
-  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu),
-      b(data.begin() + kMtu, data.begin() + 2 * kMtu),
+  std::vector<uint8_t> a(data.begin(), data.begin() + kMtu), b(data.begin() + kMtu, data.begin() + 2 * kMtu),
       c(data.begin() + 2 * kMtu, data.end());
-  deliver(
-      {Craft{.opcode = kSendFirst, .psn = rq(0), .payload = a},
-       Craft{.opcode = kSendMiddle, .psn = rq(1), .payload = b},
-       Craft{
-           .opcode = kSendLast, .psn = rq(2), .ack_req = true, .payload = c}});
+  deliver({Craft{.opcode = kSendFirst, .psn = rq(0), .payload = a},
+           Craft{.opcode = kSendMiddle, .psn = rq(1), .payload = b},
+           Craft{.opcode = kSendLast, .psn = rq(2), .ack_req = true, .payload = c}});
   expect_single_ack(0x1F, rq(2));
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
@@ -572,16 +526,10 @@ TEST_F(Responder, MultiPacketSendReassembled) {
 TEST_F(Responder, MultiPacketSendAcrossBursts) {
   std::vector<uint8_t> buf(4096, 0);
   recv_buf(buf, 1);
-  deliver(Craft{.opcode = kSendFirst,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = pattern(kMtu, 1)});
+  deliver(Craft{.opcode = kSendFirst, .psn = rq(0), .ack_req = true, .payload = pattern(kMtu, 1)});
   expect_single_ack(0x1F, rq(0));
   EXPECT_TRUE(poll(*rcq).empty());
-  deliver(Craft{.opcode = kSendLast,
-                .psn = rq(1),
-                .ack_req = true,
-                .payload = pattern(10, 2)});
+  deliver(Craft{.opcode = kSendLast, .psn = rq(1), .ack_req = true, .payload = pattern(10, 2)});
   expect_single_ack(0x1F, rq(1));
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
@@ -593,10 +541,7 @@ TEST_F(Responder, MultiPacketSendAcrossBursts) {
 TEST_F(Responder, MiddleWithoutFirstIsInvalidRequest) {
   std::vector<uint8_t> buf(4096, 0);
   recv_buf(buf, 1);
-  deliver(Craft{.opcode = kSendMiddle,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = pattern(kMtu, 1)});
+  deliver(Craft{.opcode = kSendMiddle, .psn = rq(0), .ack_req = true, .payload = pattern(kMtu, 1)});
   expect_single_ack(nak(1), rq(0));
 }
 
@@ -605,10 +550,7 @@ TEST_F(Responder, MiddleWithoutFirstIsInvalidRequest) {
 TEST_F(Responder, ShortFirstPacketIsInvalidRequest) {
   std::vector<uint8_t> buf(4096, 0);
   recv_buf(buf, 1);
-  deliver(Craft{.opcode = kSendFirst,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = pattern(kMtu - 4, 1)});
+  deliver(Craft{.opcode = kSendFirst, .psn = rq(0), .ack_req = true, .payload = pattern(kMtu - 4, 1)});
   expect_single_ack(nak(1), rq(0));
 }
 
@@ -618,11 +560,7 @@ TEST_F(Responder, BadIcrcIsDropped) {
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 1);
   uint64_t before = engine->stats.rx_bad_icrc.load();
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(0),
-                .ack_req = true,
-                .payload = {1, 2},
-                .corrupt_icrc = true});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1, 2}, .corrupt_icrc = true});
   EXPECT_EQ(engine->stats.rx_bad_icrc.load(), before + 1);
   EXPECT_TRUE(take().empty());
   EXPECT_TRUE(poll(*rcq).empty());
@@ -633,14 +571,10 @@ TEST_F(Responder, BadIcrcIsDropped) {
 TEST_F(Responder, WrongServiceAndUnknownQpDropped) {
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 1);
-  uint64_t ws = engine->stats.rx_wrong_service.load(),
-           nq = engine->stats.rx_no_qp.load();
+  uint64_t ws = engine->stats.rx_wrong_service.load(), nq = engine->stats.rx_no_qp.load();
   deliver(Craft{.opcode = 0x24, .psn = rq(0), .ack_req = true, .payload = {1}});
-  deliver(Craft{.opcode = kSendOnly,
-                .psn = rq(0),
-                .ack_req = true,
-                .dest_qp = qp->qp_num() ^ 0x800000,
-                .payload = {1}});
+  deliver(
+      Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .dest_qp = qp->qp_num() ^ 0x800000, .payload = {1}});
   EXPECT_EQ(engine->stats.rx_wrong_service.load(), ws + 1);
   EXPECT_EQ(engine->stats.rx_no_qp.load(), nq + 1);
   EXPECT_TRUE(take().empty());
@@ -657,7 +591,7 @@ TEST_F(Responder, CnpIgnored) {
 // ePSN near the wrap: SENDs at 0xFFFFFF and 0 / Expect both accepted in order,
 // and a packet at 0xFFFFFE afterwards treated as a duplicate.
 class ResponderWrap : public Responder {
-protected:
+ protected:
   void SetUp() override {
     rq_psn = 0xFFFFFF;
     Responder::SetUp();
@@ -667,20 +601,16 @@ TEST_F(ResponderWrap, PsnWrapsAt24Bits) {
   std::vector<uint8_t> b1(16, 0), b2(16, 0);
   recv_buf(b1, 1);
   recv_buf(b2, 2);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = 0xFFFFFF, .ack_req = true, .payload = {1}});
+  deliver(Craft{.opcode = kSendOnly, .psn = 0xFFFFFF, .ack_req = true, .payload = {1}});
   expect_single_ack(0x1F, 0xFFFFFF);
-  deliver(
-      Craft{.opcode = kSendOnly, .psn = 0, .ack_req = true, .payload = {2}});
+  deliver(Craft{.opcode = kSendOnly, .psn = 0, .ack_req = true, .payload = {2}});
   expect_single_ack(0x1F, 0);
   EXPECT_EQ(poll(*rcq).size(), 2u);
-  deliver(Craft{
-      .opcode = kSendOnly, .psn = 0xFFFFFE, .ack_req = true, .payload = {3}});
-  expect_single_ack(0x1F, 0); // duplicate: ePSN-1
-  deliver(
-      Craft{.opcode = kSendOnly, .psn = 2, .ack_req = true, .payload = {4}});
+  deliver(Craft{.opcode = kSendOnly, .psn = 0xFFFFFE, .ack_req = true, .payload = {3}});
+  expect_single_ack(0x1F, 0);  // duplicate: ePSN-1
+  deliver(Craft{.opcode = kSendOnly, .psn = 2, .ack_req = true, .payload = {4}});
   expect_single_ack(nak(0), 1);
 }
 
-} // namespace
-} // namespace uroce::engine::test
+}  // namespace
+}  // namespace uroce::engine::test

@@ -19,8 +19,7 @@ TEST(TxBatchTest, GoldenV3Ack) {
   TxBatch tx;
   tx.use(&t);
   wire::Ipv4Flow flow{0xC0A80002, 0xC0A80001, 0xC002, 4791, 7, 0x4000};
-  uint8_t *h =
-      tx.begin_packet(transport::Endpoint{0xC0A80001, 4791}, 0xC0A80002, 16);
+  uint8_t* h = tx.begin_packet(transport::Endpoint{0xC0A80001, 4791}, 0xC0A80002, 16);
   wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 0x12, false, 0x100);
   wire::Aeth(h + 12).fill(0x1F, 1);
   tx.end_packet(flow);
@@ -28,9 +27,8 @@ TEST(TxBatchTest, GoldenV3Ack) {
   tx.flush();
   EXPECT_EQ(tx.pending(), 0u);
   ASSERT_EQ(sent.size(), 1u);
-  const std::vector<uint8_t> v3 = {0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00,
-                                   0x12, 0x00, 0x00, 0x01, 0x00, 0x1f, 0x00,
-                                   0x00, 0x01, 0xa6, 0x0c, 0xd6, 0xfe};
+  const std::vector<uint8_t> v3 = {0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00,
+                                   0x01, 0x00, 0x1f, 0x00, 0x00, 0x01, 0xa6, 0x0c, 0xd6, 0xfe};
   EXPECT_EQ(sent[0].bytes, v3);
   EXPECT_EQ(sent[0].dst.ip, 0xC0A80001u);
   EXPECT_EQ(sent[0].dst.port, 4791);
@@ -49,18 +47,16 @@ TEST(TxBatchTest, ManyPiecesArePaddedAndChecksummed) {
   wire::Ipv4Flow flow{0x0A000001, 0x0A000002, 5000, 6000};
   for (unsigned pieces : {1u, 2u, 3u, 7u}) {
     unsigned pad = (4 - (data.size() & 3)) & 3;
-    uint8_t *h =
-        tx.begin_packet(transport::Endpoint{0x0A000002, 6000}, 0x0A000001, 12);
+    uint8_t* h = tx.begin_packet(transport::Endpoint{0x0A000002, 6000}, 0x0A000001, 12);
     wire::Bth(h).fill(0x04, false, pad, 0xFFFF, 0x99, true, 77);
     size_t step = (data.size() + pieces - 1) / pieces;
     for (size_t off = 0; off < data.size(); off += step)
-      tx.add_payload(data.data() + off,
-                     uint32_t(std::min(step, data.size() - off)));
+      tx.add_payload(data.data() + off, uint32_t(std::min(step, data.size() - off)));
     tx.end_packet(flow);
   }
   tx.flush();
   ASSERT_EQ(sent.size(), 4u);
-  for (auto &s : sent) {
+  for (auto& s : sent) {
     ASSERT_EQ(s.bytes.size(), 12 + 1024 + 4u);
     EXPECT_TRUE(std::equal(data.begin(), data.end(), s.bytes.begin() + 12));
     EXPECT_EQ(s.bytes[12 + 1021], 0);
@@ -69,8 +65,7 @@ TEST(TxBatchTest, ManyPiecesArePaddedAndChecksummed) {
     std::memcpy(&crc, s.bytes.data() + s.bytes.size() - 4, 4);
     EXPECT_EQ(crc, wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()));
     wire::PacketView v;
-    ASSERT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v),
-              wire::ParseError::kNone);
+    ASSERT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v), wire::ParseError::kNone);
     EXPECT_EQ(v.payload_len, 1021u);
   }
 }
@@ -85,7 +80,7 @@ TEST(TxBatchTest, FullBatchFlushesItself) {
   wire::Ipv4Flow flow{1, 2, 3, 4};
   const unsigned n = TxBatch::kMaxPackets * 2 + 5;
   for (unsigned i = 0; i < n; ++i) {
-    uint8_t *h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
+    uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
     wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, i);
     wire::Aeth(h + 12).fill(0x1F, i);
     tx.end_packet(flow);
@@ -93,8 +88,7 @@ TEST(TxBatchTest, FullBatchFlushesItself) {
   EXPECT_EQ(sent.size(), TxBatch::kMaxPackets * 2);
   tx.flush();
   ASSERT_EQ(sent.size(), n);
-  for (unsigned i = 0; i < n; ++i)
-    EXPECT_EQ(wire::Bth(sent[i].bytes.data()).psn(), i);
+  for (unsigned i = 0; i < n; ++i) EXPECT_EQ(wire::Bth(sent[i].bytes.data()).psn(), i);
 }
 
 // Switching transports / Expect pending packets flushed to the old one first.
@@ -104,7 +98,7 @@ TEST(TxBatchTest, UseAnotherTransportFlushesFirst) {
   TxBatch tx;
   tx.use(&a);
   wire::Ipv4Flow flow{1, 2, 3, 4};
-  uint8_t *h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
+  uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
   wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 0);
   tx.end_packet(flow);
   tx.use(&b);
@@ -114,5 +108,5 @@ TEST(TxBatchTest, UseAnotherTransportFlushesFirst) {
   EXPECT_TRUE(b_sent.empty());
 }
 
-} // namespace
-} // namespace uroce::engine::test
+}  // namespace
+}  // namespace uroce::engine::test

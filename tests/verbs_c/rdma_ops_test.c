@@ -37,7 +37,7 @@
 
 static int g_case_failures; /* failed checks in the current case */
 
-static void ok(const char *fmt, ...) {
+static void ok(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("  ok    ");
@@ -47,7 +47,7 @@ static void ok(const char *fmt, ...) {
   fflush(stdout);
 }
 
-static void fail(const char *fmt, ...) {
+static void fail(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   printf("  FAIL  ");
@@ -59,56 +59,84 @@ static void fail(const char *fmt, ...) {
 }
 
 /* Records a check: prints "ok ..." or "FAIL ..." with the same description. */
-#define CHECK(cond, ...)      \
-  do {                        \
-    if (cond)                 \
-      ok(__VA_ARGS__);        \
-    else                      \
-      fail(__VA_ARGS__);      \
+#define CHECK(cond, ...) \
+  do {                   \
+    if (cond)            \
+      ok(__VA_ARGS__);   \
+    else                 \
+      fail(__VA_ARGS__); \
   } while (0)
 
-static const char *wc_status(enum ibv_wc_status s) { return ibv_wc_status_str(s); }
+static const char* wc_status(enum ibv_wc_status s) { return ibv_wc_status_str(s); }
 
-static const char *wc_opcode_name(int op) {
+static const char* wc_opcode_name(int op) {
   switch (op) {
-  case IBV_WC_SEND: return "IBV_WC_SEND";
-  case IBV_WC_RDMA_WRITE: return "IBV_WC_RDMA_WRITE";
-  case IBV_WC_RDMA_READ: return "IBV_WC_RDMA_READ";
-  case IBV_WC_COMP_SWAP: return "IBV_WC_COMP_SWAP";
-  case IBV_WC_FETCH_ADD: return "IBV_WC_FETCH_ADD";
-  case IBV_WC_BIND_MW: return "IBV_WC_BIND_MW";
-  case IBV_WC_LOCAL_INV: return "IBV_WC_LOCAL_INV";
-  case IBV_WC_RECV: return "IBV_WC_RECV";
-  case IBV_WC_RECV_RDMA_WITH_IMM: return "IBV_WC_RECV_RDMA_WITH_IMM";
-  default: return "(other)";
+    case IBV_WC_SEND:
+      return "IBV_WC_SEND";
+    case IBV_WC_RDMA_WRITE:
+      return "IBV_WC_RDMA_WRITE";
+    case IBV_WC_RDMA_READ:
+      return "IBV_WC_RDMA_READ";
+    case IBV_WC_COMP_SWAP:
+      return "IBV_WC_COMP_SWAP";
+    case IBV_WC_FETCH_ADD:
+      return "IBV_WC_FETCH_ADD";
+    case IBV_WC_BIND_MW:
+      return "IBV_WC_BIND_MW";
+    case IBV_WC_LOCAL_INV:
+      return "IBV_WC_LOCAL_INV";
+    case IBV_WC_RECV:
+      return "IBV_WC_RECV";
+    case IBV_WC_RECV_RDMA_WITH_IMM:
+      return "IBV_WC_RECV_RDMA_WITH_IMM";
+    default:
+      return "(other)";
   }
 }
 
-static const char *qp_state_name(enum ibv_qp_state s) {
+static const char* qp_state_name(enum ibv_qp_state s) {
   switch (s) {
-  case IBV_QPS_RESET: return "RESET";
-  case IBV_QPS_INIT: return "INIT";
-  case IBV_QPS_RTR: return "RTR";
-  case IBV_QPS_RTS: return "RTS";
-  case IBV_QPS_SQD: return "SQD";
-  case IBV_QPS_SQE: return "SQE";
-  case IBV_QPS_ERR: return "ERR";
-  default: return "(unknown)";
+    case IBV_QPS_RESET:
+      return "RESET";
+    case IBV_QPS_INIT:
+      return "INIT";
+    case IBV_QPS_RTR:
+      return "RTR";
+    case IBV_QPS_RTS:
+      return "RTS";
+    case IBV_QPS_SQD:
+      return "SQD";
+    case IBV_QPS_SQE:
+      return "SQE";
+    case IBV_QPS_ERR:
+      return "ERR";
+    default:
+      return "(unknown)";
   }
 }
 
-static const char *err_name(int e) {
+static const char* err_name(int e) {
   switch (e) {
-  case 0: return "0";
-  case EINVAL: return "EINVAL";
-  case ENOMEM: return "ENOMEM";
-  case EOPNOTSUPP: return "EOPNOTSUPP";
-  case EPERM: return "EPERM";
-  case EACCES: return "EACCES";
-  case EBUSY: return "EBUSY";
-  case EAGAIN: return "EAGAIN";
-  case ENOSPC: return "ENOSPC";
-  default: return strerror(e);
+    case 0:
+      return "0";
+    case EINVAL:
+      return "EINVAL";
+    case ENOMEM:
+      return "ENOMEM";
+    case EOPNOTSUPP:
+      return "EOPNOTSUPP";
+    case EPERM:
+      return "EPERM";
+    case EACCES:
+      return "EACCES";
+    case EBUSY:
+      return "EBUSY";
+    case EAGAIN:
+      return "EAGAIN";
+    case ENOSPC:
+      return "ENOSPC";
+    default:
+      return strerror(e);
   }
 }
 
@@ -130,14 +158,14 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+static uint64_t rng_next(uint64_t* s) { /* splitmix64 */
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-static void fill_random(uint8_t *p, size_t n, uint64_t seed) {
+static void fill_random(uint8_t* p, size_t n, uint64_t seed) {
   uint64_t s = seed;
   size_t i = 0;
   while (i < n) {
@@ -149,19 +177,19 @@ static void fill_random(uint8_t *p, size_t n, uint64_t seed) {
 /* ------------------------------------------------------------------------------------ */
 /* Devices                                                                              */
 
-static struct ibv_context *g_ctx[2];
-static struct ibv_pd *g_pd[2];
+static struct ibv_context* g_ctx[2];
+static struct ibv_pd* g_pd[2];
 static uint16_t g_lid[2];
 static union ibv_gid g_gid[2];
 static struct ibv_device_attr g_dev_attr;
 
-static void gid_str(const union ibv_gid *g, char *out, size_t n) {
+static void gid_str(const union ibv_gid* g, char* out, size_t n) {
   if (!inet_ntop(AF_INET6, g->raw, out, (socklen_t)n)) snprintf(out, n, "?");
 }
 
 static int open_devices(void) {
   int num = 0;
-  struct ibv_device **list = ibv_get_device_list(&num);
+  struct ibv_device** list = ibv_get_device_list(&num);
   if (!list || num < 1) {
     printf("setup: no RDMA device (ibv_get_device_list: %d devices, errno %d)\n", num, errno);
     if (list) ibv_free_device_list(list);
@@ -202,11 +230,10 @@ static int open_devices(void) {
     }
     char gs[INET6_ADDRSTRLEN];
     gid_str(&g_gid[i], gs, sizeof gs);
-    printf("setup: ctx%d port 1: state %d, active_mtu %d, max_mtu %d, lid %u, gid[0] %s\n", i,
-           (int)pa.state, 128 << pa.active_mtu, 128 << pa.max_mtu, (unsigned)pa.lid, gs);
+    printf("setup: ctx%d port 1: state %d, active_mtu %d, max_mtu %d, lid %u, gid[0] %s\n", i, (int)pa.state,
+           128 << pa.active_mtu, 128 << pa.max_mtu, (unsigned)pa.lid, gs);
   }
-  if (g_lid[0] == g_lid[1])
-    printf("setup: note: both contexts report LID %u\n", (unsigned)g_lid[0]);
+  if (g_lid[0] == g_lid[1]) printf("setup: note: both contexts report LID %u\n", (unsigned)g_lid[0]);
   return 0;
 }
 
@@ -228,15 +255,14 @@ static const uint32_t g_sq_psn[2] = {0xFFFF80, 0x000ABC};
 
 struct pair {
   struct ibv_cq *scq[2], *rcq[2];
-  struct ibv_qp *qp[2];
+  struct ibv_qp* qp[2];
   struct ibv_qp_cap cap[2]; /* as granted by ibv_create_qp */
 };
 
 static const struct ibv_qp_cap k_default_cap = {
-    .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
-    .max_inline_data = 0};
+    .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4, .max_inline_data = 0};
 
-static void pair_destroy(struct pair *p) {
+static void pair_destroy(struct pair* p) {
   for (int i = 0; i < 2; i++) {
     if (p->qp[i] && ibv_destroy_qp(p->qp[i])) fail("ibv_destroy_qp(QP %c)", 'A' + i);
     if (p->scq[i] && ibv_destroy_cq(p->scq[i])) fail("ibv_destroy_cq(send CQ %c)", 'A' + i);
@@ -246,7 +272,7 @@ static void pair_destroy(struct pair *p) {
 }
 
 /* Creates CQs and QPs (state RESET). cap_a: capabilities requested for QP A (NULL: default). */
-static int pair_create(struct pair *p, const struct ibv_qp_cap *cap_a) {
+static int pair_create(struct pair* p, const struct ibv_qp_cap* cap_a) {
   memset(p, 0, sizeof *p);
   for (int i = 0; i < 2; i++) {
     p->scq[i] = ibv_create_cq(g_ctx[i], 1024, NULL, NULL, 0);
@@ -275,14 +301,13 @@ static int pair_create(struct pair *p, const struct ibv_qp_cap *cap_a) {
 }
 
 #define INIT_MASK (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
-#define RTR_MASK                                                                      \
-  (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |      \
-   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
-#define RTS_MASK                                                                      \
-  (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | \
-   IBV_QP_MAX_QP_RD_ATOMIC)
+#define RTR_MASK                                                                                              \
+  (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | \
+   IBV_QP_MIN_RNR_TIMER)
+#define RTS_MASK \
+  (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)
 
-static void init_attr(struct ibv_qp_attr *a) {
+static void init_attr(struct ibv_qp_attr* a) {
   memset(a, 0, sizeof *a);
   a->qp_state = IBV_QPS_INIT;
   a->pkey_index = 0;
@@ -291,7 +316,7 @@ static void init_attr(struct ibv_qp_attr *a) {
 }
 
 /* RTR attributes for a QP on context `self` talking to QP `peer_qpn` on context `peer`. */
-static void rtr_attr(struct ibv_qp_attr *a, int peer, uint32_t peer_qpn, enum ibv_mtu mtu) {
+static void rtr_attr(struct ibv_qp_attr* a, int peer, uint32_t peer_qpn, enum ibv_mtu mtu) {
   memset(a, 0, sizeof *a);
   a->qp_state = IBV_QPS_RTR;
   a->path_mtu = mtu;
@@ -311,7 +336,7 @@ static void rtr_attr(struct ibv_qp_attr *a, int peer, uint32_t peer_qpn, enum ib
   a->ah_attr.port_num = 1;
 }
 
-static void rts_attr(struct ibv_qp_attr *a, int self) {
+static void rts_attr(struct ibv_qp_attr* a, int self) {
   memset(a, 0, sizeof *a);
   a->qp_state = IBV_QPS_RTS;
   a->timeout = 14;
@@ -321,7 +346,7 @@ static void rts_attr(struct ibv_qp_attr *a, int self) {
   a->max_rd_atomic = 1;
 }
 
-static int qp_init(struct pair *p, int i) {
+static int qp_init(struct pair* p, int i) {
   struct ibv_qp_attr a;
   init_attr(&a);
   int rc = ibv_modify_qp(p->qp[i], &a, INIT_MASK);
@@ -329,7 +354,7 @@ static int qp_init(struct pair *p, int i) {
   return rc;
 }
 
-static int qp_rtr(struct pair *p, int i, enum ibv_mtu mtu) {
+static int qp_rtr(struct pair* p, int i, enum ibv_mtu mtu) {
   struct ibv_qp_attr a;
   rtr_attr(&a, 1 - i, p->qp[1 - i]->qp_num, mtu);
   int rc = ibv_modify_qp(p->qp[i], &a, RTR_MASK);
@@ -337,7 +362,7 @@ static int qp_rtr(struct pair *p, int i, enum ibv_mtu mtu) {
   return rc;
 }
 
-static int qp_rts(struct pair *p, int i) {
+static int qp_rts(struct pair* p, int i) {
   struct ibv_qp_attr a;
   rts_attr(&a, i);
   int rc = ibv_modify_qp(p->qp[i], &a, RTS_MASK);
@@ -345,7 +370,7 @@ static int qp_rts(struct pair *p, int i) {
   return rc;
 }
 
-static int pair_connect(struct pair *p, enum ibv_mtu mtu) {
+static int pair_connect(struct pair* p, enum ibv_mtu mtu) {
   for (int i = 0; i < 2; i++)
     if (qp_init(p, i)) return -1;
   for (int i = 0; i < 2; i++)
@@ -356,26 +381,26 @@ static int pair_connect(struct pair *p, enum ibv_mtu mtu) {
 }
 
 /* Fresh connected pair with default capabilities. */
-static int pair_setup(struct pair *p, enum ibv_mtu mtu) {
+static int pair_setup(struct pair* p, enum ibv_mtu mtu) {
   if (pair_create(p, NULL)) return -1;
   if (pair_connect(p, mtu)) {
     pair_destroy(p);
     return -1;
   }
-  ok("QP A 0x%06x (ctx0, lid %u) <-> QP B 0x%06x (ctx1, lid %u) connected, path_mtu %d",
-     p->qp[A]->qp_num, (unsigned)g_lid[A], p->qp[B]->qp_num, (unsigned)g_lid[B], 128 << mtu);
+  ok("QP A 0x%06x (ctx0, lid %u) <-> QP B 0x%06x (ctx1, lid %u) connected, path_mtu %d", p->qp[A]->qp_num,
+     (unsigned)g_lid[A], p->qp[B]->qp_num, (unsigned)g_lid[B], 128 << mtu);
   return 0;
 }
 
-static enum ibv_qp_state qp_state(struct ibv_qp *qp) {
+static enum ibv_qp_state qp_state(struct ibv_qp* qp) {
   struct ibv_qp_attr a;
   struct ibv_qp_init_attr ia;
   memset(&a, 0, sizeof a);
-  if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia)) return (enum ibv_qp_state)-1;
+  if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia)) return (enum ibv_qp_state) - 1;
   return a.qp_state;
 }
 
-static void check_qp_state(struct ibv_qp *qp, const char *name, enum ibv_qp_state want) {
+static void check_qp_state(struct ibv_qp* qp, const char* name, enum ibv_qp_state want) {
   enum ibv_qp_state s = qp_state(qp);
   CHECK(s == want, "%s state is %s (expected %s)", name, qp_state_name(s), qp_state_name(want));
 }
@@ -384,7 +409,7 @@ static void check_qp_state(struct ibv_qp *qp, const char *name, enum ibv_qp_stat
 /* Completions                                                                          */
 
 /* Polls one completion; 1 = got it, 0 = timeout, -1 = ibv_poll_cq error. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout_ms) {
+static int poll_one(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms) {
   double deadline = now_ms() + timeout_ms;
   for (;;) {
     int n = ibv_poll_cq(cq, 1, wc);
@@ -398,15 +423,14 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int timeout_ms) {
 
 /* Expects the next completion on cq: status, wr_id, qp_num always; opcode and byte_len
  * unless ANY (they are undefined for error completions). Returns 1 if it matched. */
-static int expect_wc(struct ibv_cq *cq, const char *what, enum ibv_wc_status status,
-                     uint64_t wr_id, uint32_t qp_num, int opcode, long long byte_len,
-                     struct ibv_wc *out) {
+static int expect_wc(struct ibv_cq* cq, const char* what, enum ibv_wc_status status, uint64_t wr_id, uint32_t qp_num,
+                     int opcode, long long byte_len, struct ibv_wc* out) {
   struct ibv_wc wc;
   memset(&wc, 0, sizeof wc);
   int rc = poll_one(cq, &wc, POLL_TIMEOUT_MS);
   if (rc == 0) {
-    fail("%s: no completion within %d ms (expected %s, wr_id 0x%" PRIx64 ")", what,
-         POLL_TIMEOUT_MS, wc_status(status), wr_id);
+    fail("%s: no completion within %d ms (expected %s, wr_id 0x%" PRIx64 ")", what, POLL_TIMEOUT_MS, wc_status(status),
+         wr_id);
     return 0;
   }
   if (rc < 0) {
@@ -416,9 +440,8 @@ static int expect_wc(struct ibv_cq *cq, const char *what, enum ibv_wc_status sta
   if (out) *out = wc;
   int good = 1;
   if (wc.status != status) {
-    fail("%s: status %s (%d), expected %s (%d) [wr_id 0x%" PRIx64 ", vendor_err 0x%x]", what,
-         wc_status(wc.status), (int)wc.status, wc_status(status), (int)status, wc.wr_id,
-         wc.vendor_err);
+    fail("%s: status %s (%d), expected %s (%d) [wr_id 0x%" PRIx64 ", vendor_err 0x%x]", what, wc_status(wc.status),
+         (int)wc.status, wc_status(status), (int)status, wc.wr_id, wc.vendor_err);
     good = 0;
   }
   if (wc.wr_id != wr_id) {
@@ -439,14 +462,13 @@ static int expect_wc(struct ibv_cq *cq, const char *what, enum ibv_wc_status sta
     good = 0;
   }
   if (good)
-    ok("%s: %s, wr_id 0x%" PRIx64 "%s%s%s", what, wc_status(status), wr_id,
-       opcode != ANY ? ", opcode " : "", opcode != ANY ? wc_opcode_name(opcode) : "",
-       byte_len != ANY ? ", byte_len as expected" : "");
+    ok("%s: %s, wr_id 0x%" PRIx64 "%s%s%s", what, wc_status(status), wr_id, opcode != ANY ? ", opcode " : "",
+       opcode != ANY ? wc_opcode_name(opcode) : "", byte_len != ANY ? ", byte_len as expected" : "");
   return good;
 }
 
 /* No completion may appear on cq within wait_ms. */
-static void expect_cq_empty(struct ibv_cq *cq, const char *what, int wait_ms) {
+static void expect_cq_empty(struct ibv_cq* cq, const char* what, int wait_ms) {
   struct ibv_wc wc;
   int rc = poll_one(cq, &wc, wait_ms);
   if (rc == 0)
@@ -465,14 +487,14 @@ static void expect_cq_empty(struct ibv_cq *cq, const char *what, int wait_ms) {
 #define MAX_RANGES 4
 
 struct mbuf {
-  uint8_t *p;      /* the memory the device sees */
-  uint8_t *expect; /* what it must contain */
+  uint8_t* p;      /* the memory the device sees */
+  uint8_t* expect; /* what it must contain */
   size_t size;
   size_t nrange; /* ranges expected to change (for reporting) */
   size_t roff[MAX_RANGES], rlen[MAX_RANGES];
 };
 
-static int mbuf_init(struct mbuf *b, size_t size, uint64_t seed) {
+static int mbuf_init(struct mbuf* b, size_t size, uint64_t seed) {
   memset(b, 0, sizeof *b);
   b->p = malloc(size);
   b->expect = malloc(size);
@@ -488,14 +510,14 @@ static int mbuf_init(struct mbuf *b, size_t size, uint64_t seed) {
   return 0;
 }
 
-static void mbuf_free(struct mbuf *b) {
+static void mbuf_free(struct mbuf* b) {
   free(b->p);
   free(b->expect);
   memset(b, 0, sizeof *b);
 }
 
 /* Declares that [off, off+len) must end up holding src. */
-static void mbuf_expect(struct mbuf *b, size_t off, const uint8_t *src, size_t len) {
+static void mbuf_expect(struct mbuf* b, size_t off, const uint8_t* src, size_t len) {
   memcpy(b->expect + off, src, len);
   if (b->nrange < MAX_RANGES) {
     b->roff[b->nrange] = off;
@@ -504,14 +526,14 @@ static void mbuf_expect(struct mbuf *b, size_t off, const uint8_t *src, size_t l
   }
 }
 
-static int in_ranges(const struct mbuf *b, size_t off) {
+static int in_ranges(const struct mbuf* b, size_t off) {
   for (size_t i = 0; i < b->nrange; i++)
     if (off >= b->roff[i] && off < b->roff[i] + b->rlen[i]) return 1;
   return 0;
 }
 
 /* Compares the buffer with its shadow; reports data bytes and untouched bytes separately. */
-static int mbuf_verify(const struct mbuf *b, const char *what) {
+static int mbuf_verify(const struct mbuf* b, const char* what) {
   size_t data_total = 0, data_bad = 0, other_bad = 0;
   size_t first_data = (size_t)-1, first_other = (size_t)-1;
   for (size_t i = 0; i < b->nrange; i++) data_total += b->rlen[i];
@@ -525,16 +547,16 @@ static int mbuf_verify(const struct mbuf *b, const char *what) {
   }
   size_t other_total = b->size - data_total;
   if (data_bad)
-    fail("%s: %zu of %zu data bytes wrong (first at offset %zu: 0x%02x, expected 0x%02x)", what,
-         data_bad, data_total, first_data, b->p[first_data], b->expect[first_data]);
+    fail("%s: %zu of %zu data bytes wrong (first at offset %zu: 0x%02x, expected 0x%02x)", what, data_bad, data_total,
+         first_data, b->p[first_data], b->expect[first_data]);
   if (other_bad)
-    fail("%s: %zu of %zu bytes outside the target ranges modified (first at offset %zu: 0x%02x, "
-         "was 0x%02x)",
-         what, other_bad, other_total, first_other, b->p[first_other], b->expect[first_other]);
+    fail(
+        "%s: %zu of %zu bytes outside the target ranges modified (first at offset %zu: 0x%02x, "
+        "was 0x%02x)",
+        what, other_bad, other_total, first_other, b->p[first_other], b->expect[first_other]);
   if (!data_bad && !other_bad) {
     if (data_total)
-      ok("%s: all %zu data bytes correct, %zu bytes around them untouched", what, data_total,
-         other_total);
+      ok("%s: all %zu data bytes correct, %zu bytes around them untouched", what, data_total, other_total);
     else
       ok("%s: all %zu bytes untouched", what, b->size);
   }
@@ -545,12 +567,12 @@ static int mbuf_verify(const struct mbuf *b, const char *what) {
 struct sgl {
   int n;
   size_t off[3], len[3];
-  struct ibv_mr *mr[3];
+  struct ibv_mr* mr[3];
   struct ibv_sge sge[3];
 };
 
 /* Lays out n regions with guards: returns the buffer size needed. */
-static size_t sgl_layout(struct sgl *s, int n, const size_t *len) {
+static size_t sgl_layout(struct sgl* s, int n, const size_t* len) {
   memset(s, 0, sizeof *s);
   s->n = n;
   size_t pos = GUARD;
@@ -562,13 +584,11 @@ static size_t sgl_layout(struct sgl *s, int n, const size_t *len) {
   return pos;
 }
 
-static int sgl_register(struct sgl *s, struct ibv_pd *pd, struct mbuf *b, int access,
-                        const char *what) {
+static int sgl_register(struct sgl* s, struct ibv_pd* pd, struct mbuf* b, int access, const char* what) {
   for (int i = 0; i < s->n; i++) {
     s->mr[i] = ibv_reg_mr(pd, b->p + s->off[i], s->len[i], access);
     if (!s->mr[i]) {
-      fail("%s: ibv_reg_mr(region %d, %zu bytes, access 0x%x) failed: %s", what, i, s->len[i],
-           access, strerror(errno));
+      fail("%s: ibv_reg_mr(region %d, %zu bytes, access 0x%x) failed: %s", what, i, s->len[i], access, strerror(errno));
       return -1;
     }
     s->sge[i].addr = (uintptr_t)(b->p + s->off[i]);
@@ -578,7 +598,7 @@ static int sgl_register(struct sgl *s, struct ibv_pd *pd, struct mbuf *b, int ac
   return 0;
 }
 
-static void sgl_deregister(struct sgl *s) {
+static void sgl_deregister(struct sgl* s) {
   for (int i = 0; i < s->n; i++)
     if (s->mr[i]) {
       if (ibv_dereg_mr(s->mr[i])) fail("ibv_dereg_mr failed");
@@ -587,7 +607,7 @@ static void sgl_deregister(struct sgl *s) {
 }
 
 /* Concatenates the regions' current contents (a gather) into out. */
-static void sgl_gather(const struct sgl *s, const struct mbuf *b, uint8_t *out) {
+static void sgl_gather(const struct sgl* s, const struct mbuf* b, uint8_t* out) {
   for (int i = 0; i < s->n; i++) {
     memcpy(out, b->p + s->off[i], s->len[i]);
     out += s->len[i];
@@ -595,8 +615,7 @@ static void sgl_gather(const struct sgl *s, const struct mbuf *b, uint8_t *out) 
 }
 
 /* Declares that msg (len bytes) is scattered over the regions in order. */
-static void sgl_expect_scatter(const struct sgl *s, struct mbuf *b, const uint8_t *msg,
-                               size_t len) {
+static void sgl_expect_scatter(const struct sgl* s, struct mbuf* b, const uint8_t* msg, size_t len) {
   for (int i = 0; i < s->n && len; i++) {
     size_t k = len < s->len[i] ? len : s->len[i];
     mbuf_expect(b, s->off[i], msg, k);
@@ -605,7 +624,7 @@ static void sgl_expect_scatter(const struct sgl *s, struct mbuf *b, const uint8_
   }
 }
 
-static void describe_sgl(const struct sgl *s, char *out, size_t n) {
+static void describe_sgl(const struct sgl* s, char* out, size_t n) {
   int w = snprintf(out, n, "%d SGE%s [", s->n, s->n == 1 ? "" : "s");
   for (int i = 0; i < s->n && w > 0 && (size_t)w < n; i++)
     w += snprintf(out + w, n - (size_t)w, "%s%zu", i ? " + " : "", s->len[i]);
@@ -615,7 +634,7 @@ static void describe_sgl(const struct sgl *s, char *out, size_t n) {
 /* Gather split of a message over three unequal regions (one region for tiny messages: a
  * 1-byte message cannot be split into three non-empty SGEs, and a zero-length SGE has
  * provider-specific meaning, e.g. 2 GiB on mlx5). */
-static int split_gather(size_t L, size_t *len) {
+static int split_gather(size_t L, size_t* len) {
   if (L < 16) {
     len[0] = L;
     return 1;
@@ -628,7 +647,7 @@ static int split_gather(size_t L, size_t *len) {
 
 /* A different three-way split (boundaries do not line up with the gather side); extra
  * bytes of room at the end of the last region. */
-static int split_scatter(size_t L, size_t *len, size_t extra, int allow_single) {
+static int split_scatter(size_t L, size_t* len, size_t extra, int allow_single) {
   if (L < 16) {
     if (allow_single && !extra) {
       len[0] = L;
@@ -645,30 +664,28 @@ static int split_scatter(size_t L, size_t *len, size_t extra, int allow_single) 
   return 3;
 }
 
-static struct ibv_mr *reg_mr_or_fail(struct ibv_pd *pd, void *addr, size_t len, int access,
-                                     const char *what) {
-  struct ibv_mr *mr = ibv_reg_mr(pd, addr, len, access);
-  if (!mr)
-    fail("%s: ibv_reg_mr(%zu bytes, access 0x%x) failed: %s", what, len, access, strerror(errno));
+static struct ibv_mr* reg_mr_or_fail(struct ibv_pd* pd, void* addr, size_t len, int access, const char* what) {
+  struct ibv_mr* mr = ibv_reg_mr(pd, addr, len, access);
+  if (!mr) fail("%s: ibv_reg_mr(%zu bytes, access 0x%x) failed: %s", what, len, access, strerror(errno));
   return mr;
 }
 
-static void dereg(struct ibv_mr **mr) {
+static void dereg(struct ibv_mr** mr) {
   if (*mr) {
     if (ibv_dereg_mr(*mr)) fail("ibv_dereg_mr failed");
     *mr = NULL;
   }
 }
 
-static int post_send_checked(struct ibv_qp *qp, struct ibv_send_wr *wr, const char *what) {
-  struct ibv_send_wr *bad = NULL;
+static int post_send_checked(struct ibv_qp* qp, struct ibv_send_wr* wr, const char* what) {
+  struct ibv_send_wr* bad = NULL;
   int rc = ibv_post_send(qp, wr, &bad);
   if (rc) fail("%s: ibv_post_send = %s", what, err_name(rc));
   return rc;
 }
 
-static int post_recv_checked(struct ibv_qp *qp, struct ibv_recv_wr *wr, const char *what) {
-  struct ibv_recv_wr *bad = NULL;
+static int post_recv_checked(struct ibv_qp* qp, struct ibv_recv_wr* wr, const char* what) {
+  struct ibv_recv_wr* bad = NULL;
   int rc = ibv_post_recv(qp, wr, &bad);
   if (rc) fail("%s: ibv_post_recv = %s", what, err_name(rc));
   return rc;
@@ -678,7 +695,7 @@ static int post_recv_checked(struct ibv_qp *qp, struct ibv_recv_wr *wr, const ch
 /* Positive transfers                                                                   */
 
 enum op { OP_WRITE, OP_WRITE_IMM, OP_READ, OP_SEND };
-static const char *const k_op_name[] = {"write", "write_imm", "read", "send"};
+static const char* const k_op_name[] = {"write", "write_imm", "read", "send"};
 
 struct xfer {
   enum op op;
@@ -697,8 +714,8 @@ struct xfer {
  * SEND: A gathers from three regions; B receives into three regions whose total is 100 bytes
  *   larger than the message.
  */
-static void case_transfer(const void *arg) {
-  const struct xfer *x = arg;
+static void case_transfer(const void* arg) {
+  const struct xfer* x = arg;
   const size_t L = x->len;
   const uint64_t seed = 0x5EED0000ull + (uint64_t)x->op * 0x100 + L * 7 + (uint64_t)x->mtu;
   struct pair p;
@@ -707,7 +724,7 @@ static void case_transfer(const void *arg) {
   struct ibv_mr *remote_mr = NULL, *rbuf_mr = NULL;
   size_t lens[3];
   char desc[128];
-  uint8_t *msg = NULL;
+  uint8_t* msg = NULL;
 
   memset(&local, 0, sizeof local);
   memset(&remote, 0, sizeof remote);
@@ -729,9 +746,7 @@ static void case_transfer(const void *arg) {
   else
     n = split_gather(L, lens);
   if (mbuf_init(&local, sgl_layout(&lsgl, n, lens), seed + 1)) goto out;
-  if (sgl_register(&lsgl, g_pd[A], &local,
-                   x->op == OP_READ ? IBV_ACCESS_LOCAL_WRITE : 0, "A regions"))
-    goto out;
+  if (sgl_register(&lsgl, g_pd[A], &local, x->op == OP_READ ? IBV_ACCESS_LOCAL_WRITE : 0, "A regions")) goto out;
   describe_sgl(&lsgl, desc, sizeof desc);
 
   /* B's side. */
@@ -742,8 +757,7 @@ static void case_transfer(const void *arg) {
     if (sgl_register(&rsgl, g_pd[B], &rbuf, IBV_ACCESS_LOCAL_WRITE, "B receive regions")) goto out;
   } else {
     if (mbuf_init(&remote, L + 2 * GUARD, seed + 3)) goto out;
-    int access = x->op == OP_READ ? IBV_ACCESS_REMOTE_READ
-                                  : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    int access = x->op == OP_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     remote_mr = reg_mr_or_fail(g_pd[B], remote.p, remote.size, access, "B buffer");
     if (!remote_mr) goto out;
     /* A receive on B: consumed by WRITE_WITH_IMM (buffer untouched), not by WRITE. */
@@ -777,20 +791,26 @@ static void case_transfer(const void *arg) {
   wr.num_sge = lsgl.n;
   wr.send_flags = IBV_SEND_SIGNALED;
   switch (x->op) {
-  case OP_WRITE: wr.opcode = IBV_WR_RDMA_WRITE; break;
-  case OP_WRITE_IMM:
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(IMM_VALUE);
-    break;
-  case OP_READ: wr.opcode = IBV_WR_RDMA_READ; break;
-  case OP_SEND: wr.opcode = IBV_WR_SEND; break;
+    case OP_WRITE:
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      break;
+    case OP_WRITE_IMM:
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.imm_data = htonl(IMM_VALUE);
+      break;
+    case OP_READ:
+      wr.opcode = IBV_WR_RDMA_READ;
+      break;
+    case OP_SEND:
+      wr.opcode = IBV_WR_SEND;
+      break;
   }
   if (x->op != OP_SEND) {
     wr.wr.rdma.remote_addr = (uintptr_t)(remote.p + GUARD);
     wr.wr.rdma.rkey = remote_mr->rkey;
   }
-  printf("  ..    %s of %zu bytes, A %s %s\n", k_op_name[x->op], L,
-         x->op == OP_READ ? "scatters into" : "gathers from", desc);
+  printf("  ..    %s of %zu bytes, A %s %s\n", k_op_name[x->op], L, x->op == OP_READ ? "scatters into" : "gathers from",
+         desc);
 
   /* The expected contents, computed before the transfer. */
   if (x->op == OP_READ) {
@@ -805,20 +825,17 @@ static void case_transfer(const void *arg) {
 
   if (post_send_checked(p.qp[A], &wr, "A post")) goto out;
 
-  static const int k_wc_op[] = {IBV_WC_RDMA_WRITE, IBV_WC_RDMA_WRITE, IBV_WC_RDMA_READ,
-                                IBV_WC_SEND};
-  expect_wc(p.scq[A], "A send completion", IBV_WC_SUCCESS, send_id, p.qp[A]->qp_num,
-            k_wc_op[x->op], x->op == OP_READ ? (long long)L : ANY, NULL);
+  static const int k_wc_op[] = {IBV_WC_RDMA_WRITE, IBV_WC_RDMA_WRITE, IBV_WC_RDMA_READ, IBV_WC_SEND};
+  expect_wc(p.scq[A], "A send completion", IBV_WC_SUCCESS, send_id, p.qp[A]->qp_num, k_wc_op[x->op],
+            x->op == OP_READ ? (long long)L : ANY, NULL);
 
   if (x->op == OP_SEND || x->op == OP_WRITE_IMM) {
     struct ibv_wc wc;
     int opc = x->op == OP_SEND ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-    if (expect_wc(p.rcq[B], "B receive completion", IBV_WC_SUCCESS, recv_id, p.qp[B]->qp_num,
-                  opc, (long long)L, &wc)) {
+    if (expect_wc(p.rcq[B], "B receive completion", IBV_WC_SUCCESS, recv_id, p.qp[B]->qp_num, opc, (long long)L, &wc)) {
       if (x->op == OP_WRITE_IMM) {
         CHECK(wc.wc_flags & IBV_WC_WITH_IMM, "B receive completion has IBV_WC_WITH_IMM");
-        CHECK(wc.imm_data == htonl(IMM_VALUE),
-              "B imm_data 0x%08x (network order), expected 0x%08x", ntohl(wc.imm_data),
+        CHECK(wc.imm_data == htonl(IMM_VALUE), "B imm_data 0x%08x (network order), expected 0x%08x", ntohl(wc.imm_data),
               IMM_VALUE);
       } else {
         CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM), "B receive completion has no IBV_WC_WITH_IMM");
@@ -874,8 +891,8 @@ struct access_case {
  * of a larger buffer (so bytes just past the MR are real memory that can be checked). Nothing
  * may be written anywhere, on either side.
  */
-static void case_access_error(const void *arg) {
-  const struct access_case *c = arg;
+static void case_access_error(const void* arg) {
+  const struct access_case* c = arg;
   const int is_write = c->opcode == IBV_WR_RDMA_WRITE;
   struct pair p;
   struct mbuf lb, rb;
@@ -884,8 +901,7 @@ static void case_access_error(const void *arg) {
   memset(&rb, 0, sizeof rb);
 
   if (pair_setup(&p, IBV_MTU_1024)) return;
-  if (mbuf_init(&lb, ERR_XFER + 2 * GUARD, 0xE001) || mbuf_init(&rb, ERR_MR_LEN + 2 * GUARD, 0xE002))
-    goto out;
+  if (mbuf_init(&lb, ERR_XFER + 2 * GUARD, 0xE001) || mbuf_init(&rb, ERR_MR_LEN + 2 * GUARD, 0xE002)) goto out;
   lmr = reg_mr_or_fail(g_pd[A], lb.p, lb.size, IBV_ACCESS_LOCAL_WRITE, "A buffer");
   int raccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   if (c->fault == RF_NO_ACCESS)
@@ -905,25 +921,25 @@ static void case_access_error(const void *arg) {
   wr.wr.rdma.remote_addr = (uintptr_t)(rb.p + GUARD + 128);
   wr.wr.rdma.rkey = rmr->rkey;
   switch (c->fault) {
-  case RF_BAD_RKEY:
-    wr.wr.rdma.rkey = rmr->rkey ^ 0x00A5A500u;
-    printf("  ..    %s with R_Key 0x%x (the MR's is 0x%x)\n", is_write ? "WRITE" : "READ",
-           wr.wr.rdma.rkey, rmr->rkey);
-    break;
-  case RF_PAST_END:
-    wr.wr.rdma.remote_addr = (uintptr_t)(rb.p + GUARD + ERR_MR_LEN - ERR_XFER + 1);
-    printf("  ..    %s of %d bytes ending one byte past the end of a %d-byte MR\n",
-           is_write ? "WRITE" : "READ", ERR_XFER, ERR_MR_LEN);
-    break;
-  case RF_NO_ACCESS:
-    printf("  ..    %s to an MR registered without %s\n", is_write ? "WRITE" : "READ",
-           is_write ? "IBV_ACCESS_REMOTE_WRITE" : "IBV_ACCESS_REMOTE_READ");
-    break;
-  case RF_BAD_LKEY:
-    sge.lkey = lmr->lkey ^ 0x00A5A500u;
-    printf("  ..    %s with a local SGE L_Key 0x%x (the MR's is 0x%x)\n",
-           is_write ? "WRITE" : "READ", sge.lkey, lmr->lkey);
-    break;
+    case RF_BAD_RKEY:
+      wr.wr.rdma.rkey = rmr->rkey ^ 0x00A5A500u;
+      printf("  ..    %s with R_Key 0x%x (the MR's is 0x%x)\n", is_write ? "WRITE" : "READ", wr.wr.rdma.rkey,
+             rmr->rkey);
+      break;
+    case RF_PAST_END:
+      wr.wr.rdma.remote_addr = (uintptr_t)(rb.p + GUARD + ERR_MR_LEN - ERR_XFER + 1);
+      printf("  ..    %s of %d bytes ending one byte past the end of a %d-byte MR\n", is_write ? "WRITE" : "READ",
+             ERR_XFER, ERR_MR_LEN);
+      break;
+    case RF_NO_ACCESS:
+      printf("  ..    %s to an MR registered without %s\n", is_write ? "WRITE" : "READ",
+             is_write ? "IBV_ACCESS_REMOTE_WRITE" : "IBV_ACCESS_REMOTE_READ");
+      break;
+    case RF_BAD_LKEY:
+      sge.lkey = lmr->lkey ^ 0x00A5A500u;
+      printf("  ..    %s with a local SGE L_Key 0x%x (the MR's is 0x%x)\n", is_write ? "WRITE" : "READ", sge.lkey,
+             lmr->lkey);
+      break;
   }
   if (post_send_checked(p.qp[A], &wr, "A post")) goto out;
   expect_wc(p.scq[A], "A send completion", c->expect, 0xE1, p.qp[A]->qp_num, ANY, ANY, NULL);
@@ -962,12 +978,12 @@ static const struct access_case k_read_bad_lkey = {IBV_WR_RDMA_READ, RF_BAD_LKEY
  * A: REM_INV_REQ_ERR (NAK invalid request) for the first send, WR_FLUSH_ERR for the second.
  * Only the bytes covered by the first receive's SGEs may have been written on B.
  */
-static void case_send_recv_too_small(const void *arg) {
+static void case_send_recv_too_small(const void* arg) {
   (void)arg;
   struct pair p;
   struct mbuf sb, rb;
   struct sgl rsgl;
-  struct ibv_mr *smr = NULL;
+  struct ibv_mr* smr = NULL;
   memset(&sb, 0, sizeof sb);
   memset(&rb, 0, sizeof rb);
   memset(&rsgl, 0, sizeof rsgl);
@@ -976,9 +992,9 @@ static void case_send_recv_too_small(const void *arg) {
   const size_t rl[4] = {20, 30, 14, 256}; /* receive 1: 20+30+14 = 64 bytes; receive 2: 256 */
   if (mbuf_init(&rb, sgl_layout(&rsgl, 3, rl), 0xF001) || mbuf_init(&sb, 256, 0xF002)) goto out;
   if (sgl_register(&rsgl, g_pd[B], &rb, IBV_ACCESS_LOCAL_WRITE, "B receive regions")) goto out;
-  uint8_t *r2 = malloc(rl[3]);
+  uint8_t* r2 = malloc(rl[3]);
   if (!r2) goto out;
-  struct ibv_mr *r2mr = reg_mr_or_fail(g_pd[B], r2, rl[3], IBV_ACCESS_LOCAL_WRITE, "B receive 2");
+  struct ibv_mr* r2mr = reg_mr_or_fail(g_pd[B], r2, rl[3], IBV_ACCESS_LOCAL_WRITE, "B receive 2");
   smr = reg_mr_or_fail(g_pd[A], sb.p, sb.size, 0, "A send buffer");
   if (!r2mr || !smr) {
     dereg(&r2mr);
@@ -1019,14 +1035,10 @@ static void case_send_recv_too_small(const void *arg) {
   printf("  ..    SEND 100 bytes into a 64-byte receive (3 SGEs), then SEND 10 bytes\n");
   if (post_send_checked(p.qp[A], swr, "A sends")) goto out2;
 
-  expect_wc(p.rcq[B], "B receive 1 (too small)", IBV_WC_LOC_LEN_ERR, 0xB1, p.qp[B]->qp_num, ANY,
-            ANY, NULL);
-  expect_wc(p.scq[A], "A send 1 (NAK invalid request)", IBV_WC_REM_INV_REQ_ERR, 0xA1,
-            p.qp[A]->qp_num, ANY, ANY, NULL);
-  expect_wc(p.scq[A], "A send 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA2, p.qp[A]->qp_num, ANY, ANY,
-            NULL);
-  expect_wc(p.rcq[B], "B receive 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xB2, p.qp[B]->qp_num, ANY,
-            ANY, NULL);
+  expect_wc(p.rcq[B], "B receive 1 (too small)", IBV_WC_LOC_LEN_ERR, 0xB1, p.qp[B]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.scq[A], "A send 1 (NAK invalid request)", IBV_WC_REM_INV_REQ_ERR, 0xA1, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.scq[A], "A send 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA2, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.rcq[B], "B receive 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xB2, p.qp[B]->qp_num, ANY, ANY, NULL);
   check_qp_state(p.qp[A], "QP A", IBV_QPS_ERR);
   check_qp_state(p.qp[B], "QP B", IBV_QPS_ERR);
   /* Data in receive 1's SGEs is undefined: compare only outside them. */
@@ -1052,7 +1064,7 @@ out:
  * and both receives - completes with WR_FLUSH_ERR, in order. WRs posted to A while it is in
  * ERR are accepted and flushed too. The good WRITE must not reach B's memory.
  */
-static void case_flush_after_error(const void *arg) {
+static void case_flush_after_error(const void* arg) {
   (void)arg;
   struct pair p;
   struct mbuf lb, rb;
@@ -1063,13 +1075,11 @@ static void case_flush_after_error(const void *arg) {
   if (pair_setup(&p, IBV_MTU_1024)) return;
   if (mbuf_init(&lb, 4096, 0xF101) || mbuf_init(&rb, 4096, 0xF102)) goto out;
   lmr = reg_mr_or_fail(g_pd[A], lb.p, lb.size, IBV_ACCESS_LOCAL_WRITE, "A buffer");
-  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                       "B buffer");
+  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "B buffer");
   if (!lmr || !rmr) goto out;
 
   /* Two receives on A (into the second half of A's buffer), one on B. */
-  struct ibv_sge ar[2] = {{(uintptr_t)(lb.p + 2048), 512, lmr->lkey},
-                          {(uintptr_t)(lb.p + 2560), 512, lmr->lkey}};
+  struct ibv_sge ar[2] = {{(uintptr_t)(lb.p + 2048), 512, lmr->lkey}, {(uintptr_t)(lb.p + 2560), 512, lmr->lkey}};
   struct ibv_recv_wr arw[2];
   memset(arw, 0, sizeof arw);
   arw[0].wr_id = 0xAA1;
@@ -1110,42 +1120,36 @@ static void case_flush_after_error(const void *arg) {
   printf("  ..    A posts [WRITE bad R_Key, WRITE, SEND]; 2 receives posted on A\n");
   if (post_send_checked(p.qp[A], w, "A sends")) goto out;
 
-  expect_wc(p.scq[A], "A WR 1 (bad R_Key)", IBV_WC_REM_ACCESS_ERR, 0xA01, p.qp[A]->qp_num, ANY,
-            ANY, NULL);
-  expect_wc(p.scq[A], "A WR 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA02, p.qp[A]->qp_num, ANY, ANY,
-            NULL);
-  expect_wc(p.scq[A], "A WR 3 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA03, p.qp[A]->qp_num, ANY, ANY,
-            NULL);
-  expect_wc(p.rcq[A], "A receive 1 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA1, p.qp[A]->qp_num, ANY,
-            ANY, NULL);
-  expect_wc(p.rcq[A], "A receive 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA2, p.qp[A]->qp_num, ANY,
-            ANY, NULL);
+  expect_wc(p.scq[A], "A WR 1 (bad R_Key)", IBV_WC_REM_ACCESS_ERR, 0xA01, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.scq[A], "A WR 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA02, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.scq[A], "A WR 3 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA03, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.rcq[A], "A receive 1 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA1, p.qp[A]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.rcq[A], "A receive 2 (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA2, p.qp[A]->qp_num, ANY, ANY, NULL);
   check_qp_state(p.qp[A], "QP A", IBV_QPS_ERR);
 
   /* Posting to a QP in ERR: accepted, completed with WR_FLUSH_ERR. */
   struct ibv_send_wr late = w[1];
   late.wr_id = 0xA04;
   late.next = NULL;
-  struct ibv_send_wr *bad = NULL;
+  struct ibv_send_wr* bad = NULL;
   int rc = ibv_post_send(p.qp[A], &late, &bad);
   CHECK(rc == 0, "ibv_post_send on QP A in ERR returns %s (expected 0)", err_name(rc));
   if (rc == 0)
-    expect_wc(p.scq[A], "A WR 4 posted in ERR (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA04,
-              p.qp[A]->qp_num, ANY, ANY, NULL);
+    expect_wc(p.scq[A], "A WR 4 posted in ERR (flushed)", IBV_WC_WR_FLUSH_ERR, 0xA04, p.qp[A]->qp_num, ANY, ANY, NULL);
   struct ibv_recv_wr late_r = arw[0];
   late_r.wr_id = 0xAA3;
   late_r.next = NULL;
-  struct ibv_recv_wr *bad_r = NULL;
+  struct ibv_recv_wr* bad_r = NULL;
   rc = ibv_post_recv(p.qp[A], &late_r, &bad_r);
   CHECK(rc == 0, "ibv_post_recv on QP A in ERR returns %s (expected 0)", err_name(rc));
   if (rc == 0)
-    expect_wc(p.rcq[A], "A receive 3 posted in ERR (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA3,
-              p.qp[A]->qp_num, ANY, ANY, NULL);
+    expect_wc(p.rcq[A], "A receive 3 posted in ERR (flushed)", IBV_WC_WR_FLUSH_ERR, 0xAA3, p.qp[A]->qp_num, ANY, ANY,
+              NULL);
   expect_cq_empty(p.scq[A], "A send CQ (nothing else)", 50);
   /* B (the responder) moved to ERR when it NAKed the bad R_Key: its receive is flushed,
    * so the SEND was never executed. */
-  expect_wc(p.rcq[B], "B receive (flushed: responder in ERR, SEND not executed)",
-            IBV_WC_WR_FLUSH_ERR, 0xBB1, p.qp[B]->qp_num, ANY, ANY, NULL);
+  expect_wc(p.rcq[B], "B receive (flushed: responder in ERR, SEND not executed)", IBV_WC_WR_FLUSH_ERR, 0xBB1,
+            p.qp[B]->qp_num, ANY, ANY, NULL);
   check_qp_state(p.qp[B], "QP B (responder) after NAKing the bad R_Key", IBV_QPS_ERR);
   mbuf_verify(&rb, "B buffer (neither WRITE executed)");
   mbuf_verify(&lb, "A buffer (receives flushed, nothing written)");
@@ -1162,7 +1166,7 @@ out:
 /* Immediate errors of ibv_post_send / ibv_modify_qp / ibv_reg_mr                       */
 
 /* ibv_post_send on a QP in RESET, INIT and RTR: EINVAL, *bad_wr = the WR, no completion. */
-static void case_post_send_bad_state(const void *arg) {
+static void case_post_send_bad_state(const void* arg) {
   (void)arg;
   struct pair p;
   struct mbuf lb, rb;
@@ -1172,8 +1176,7 @@ static void case_post_send_bad_state(const void *arg) {
   if (pair_create(&p, NULL)) return;
   if (mbuf_init(&lb, 256, 0xF201) || mbuf_init(&rb, 256, 0xF202)) goto out;
   lmr = reg_mr_or_fail(g_pd[A], lb.p, lb.size, IBV_ACCESS_LOCAL_WRITE, "A buffer");
-  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                       "B buffer");
+  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "B buffer");
   if (!lmr || !rmr) goto out;
 
   struct ibv_sge sge = {(uintptr_t)lb.p, 32, lmr->lkey};
@@ -1190,13 +1193,11 @@ static void case_post_send_bad_state(const void *arg) {
   for (int step = 0; step < 3; step++) {
     enum ibv_qp_state st = step == 0 ? IBV_QPS_RESET : step == 1 ? IBV_QPS_INIT : IBV_QPS_RTR;
     if (step == 1 && (qp_init(&p, A) || qp_init(&p, B))) goto out;
-    if (step == 2 && (qp_rtr(&p, A, IBV_MTU_1024) || qp_rtr(&p, B, IBV_MTU_1024) || qp_rts(&p, B)))
-      goto out;
+    if (step == 2 && (qp_rtr(&p, A, IBV_MTU_1024) || qp_rtr(&p, B, IBV_MTU_1024) || qp_rts(&p, B))) goto out;
     check_qp_state(p.qp[A], "QP A", st);
-    struct ibv_send_wr *bad = (struct ibv_send_wr *)(uintptr_t)0x1; /* must be overwritten */
+    struct ibv_send_wr* bad = (struct ibv_send_wr*)(uintptr_t)0x1; /* must be overwritten */
     int rc = ibv_post_send(p.qp[A], &wr, &bad);
-    CHECK(rc == EINVAL, "ibv_post_send on a QP in %s returns %s (expected EINVAL)",
-          qp_state_name(st), err_name(rc));
+    CHECK(rc == EINVAL, "ibv_post_send on a QP in %s returns %s (expected EINVAL)", qp_state_name(st), err_name(rc));
     CHECK(bad == &wr, "  ... and sets *bad_wr to the WR (%s)", bad == &wr ? "yes" : "no");
   }
   expect_cq_empty(p.scq[A], "A send CQ (rejected WRs produce no completion)", 50);
@@ -1204,8 +1205,7 @@ static void case_post_send_bad_state(const void *arg) {
   /* Sanity: the same WR goes through once A is in RTS. */
   if (qp_rts(&p, A)) goto out;
   if (post_send_checked(p.qp[A], &wr, "A post in RTS")) goto out;
-  expect_wc(p.scq[A], "A WRITE in RTS", IBV_WC_SUCCESS, 0x5001, p.qp[A]->qp_num, IBV_WC_RDMA_WRITE,
-            ANY, NULL);
+  expect_wc(p.scq[A], "A WRITE in RTS", IBV_WC_SUCCESS, 0x5001, p.qp[A]->qp_num, IBV_WC_RDMA_WRITE, ANY, NULL);
   mbuf_expect(&rb, 64, lb.p, 32);
   mbuf_verify(&rb, "B buffer");
 
@@ -1219,24 +1219,21 @@ out:
 
 /* [WR with max_send_sge SGEs, WR with max_send_sge+1 SGEs]: EINVAL, *bad_wr = the second WR;
  * the first is posted and completes. */
-static void case_post_send_too_many_sge(const void *arg) {
+static void case_post_send_too_many_sge(const void* arg) {
   (void)arg;
   struct pair p;
   struct mbuf lb, rb;
   struct ibv_mr *lmr = NULL, *rmr = NULL;
-  struct ibv_sge *sges = NULL;
+  struct ibv_sge* sges = NULL;
   memset(&lb, 0, sizeof lb);
   memset(&rb, 0, sizeof rb);
   if (pair_setup(&p, IBV_MTU_1024)) return;
   const uint32_t max = p.cap[A].max_send_sge;
   printf("  ..    QP A: requested max_send_sge %u, granted %u\n", k_default_cap.max_send_sge, max);
-  CHECK(max >= k_default_cap.max_send_sge, "granted max_send_sge %u >= requested %u", max,
-        k_default_cap.max_send_sge);
-  if (mbuf_init(&lb, 2 * (max + 1) + 64, 0xF301) || mbuf_init(&rb, 4 * (max + 1) + 64, 0xF302))
-    goto out;
+  CHECK(max >= k_default_cap.max_send_sge, "granted max_send_sge %u >= requested %u", max, k_default_cap.max_send_sge);
+  if (mbuf_init(&lb, 2 * (max + 1) + 64, 0xF301) || mbuf_init(&rb, 4 * (max + 1) + 64, 0xF302)) goto out;
   lmr = reg_mr_or_fail(g_pd[A], lb.p, lb.size, IBV_ACCESS_LOCAL_WRITE, "A buffer");
-  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                       "B buffer");
+  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "B buffer");
   sges = calloc(max + 1, sizeof *sges);
   if (!lmr || !rmr || !sges) goto out;
   for (uint32_t i = 0; i <= max; i++) { /* 1-byte SGEs at every other byte */
@@ -1259,14 +1256,15 @@ static void case_post_send_too_many_sge(const void *arg) {
   w[1].num_sge = (int)max + 1;
   w[1].wr.rdma.remote_addr = (uintptr_t)(rb.p + 2 * (max + 1));
   w[1].next = NULL;
-  struct ibv_send_wr *bad = NULL;
+  struct ibv_send_wr* bad = NULL;
   int rc = ibv_post_send(p.qp[A], w, &bad);
-  CHECK(rc == EINVAL, "ibv_post_send [%u SGEs, %u SGEs] returns %s (expected EINVAL)", max,
-        max + 1, err_name(rc));
+  CHECK(rc == EINVAL, "ibv_post_send [%u SGEs, %u SGEs] returns %s (expected EINVAL)", max, max + 1, err_name(rc));
   CHECK(bad == &w[1], "  ... and sets *bad_wr to the second WR (%s)",
-        bad == &w[1] ? "yes" : bad == &w[0] ? "no: the first" : "no");
-  expect_wc(p.scq[A], "A first WR (max_send_sge SGEs) was posted and completes", IBV_WC_SUCCESS,
-            0x6001, p.qp[A]->qp_num, IBV_WC_RDMA_WRITE, ANY, NULL);
+        bad == &w[1]   ? "yes"
+        : bad == &w[0] ? "no: the first"
+                       : "no");
+  expect_wc(p.scq[A], "A first WR (max_send_sge SGEs) was posted and completes", IBV_WC_SUCCESS, 0x6001,
+            p.qp[A]->qp_num, IBV_WC_RDMA_WRITE, ANY, NULL);
   expect_cq_empty(p.scq[A], "A send CQ (no completion for the rejected WR)", 50);
   for (uint32_t i = 0; i < max; i++) mbuf_expect(&rb, i, lb.p + 2 * i, 1);
   rb.nrange = 1; /* mbuf_expect records up to MAX_RANGES: describe the range as a whole */
@@ -1289,13 +1287,13 @@ out:
  * ENOMEM, *bad_wr = the first WR beyond the queue. Then B is brought to RTS: A's
  * retransmissions get through and the posted WRs complete successfully.
  */
-static void case_post_send_queue_full(const void *arg) {
+static void case_post_send_queue_full(const void* arg) {
   (void)arg;
   struct pair p;
   struct mbuf lb, rb;
   struct ibv_mr *lmr = NULL, *rmr = NULL;
-  struct ibv_send_wr *w = NULL;
-  struct ibv_sge *sges = NULL;
+  struct ibv_send_wr* w = NULL;
+  struct ibv_sge* sges = NULL;
   memset(&lb, 0, sizeof lb);
   memset(&rb, 0, sizeof rb);
   struct ibv_qp_cap cap = k_default_cap;
@@ -1307,8 +1305,7 @@ static void case_post_send_queue_full(const void *arg) {
   const uint32_t n = depth + 2;
   if (mbuf_init(&lb, 8 * n, 0xF401) || mbuf_init(&rb, 8 * n, 0xF402)) goto out;
   lmr = reg_mr_or_fail(g_pd[A], lb.p, lb.size, IBV_ACCESS_LOCAL_WRITE, "A buffer");
-  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                       "B buffer");
+  rmr = reg_mr_or_fail(g_pd[B], rb.p, rb.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "B buffer");
   w = calloc(n, sizeof *w);
   sges = calloc(n, sizeof *sges);
   if (!lmr || !rmr || !w || !sges) goto out;
@@ -1327,14 +1324,15 @@ static void case_post_send_queue_full(const void *arg) {
     w[i].wr.rdma.rkey = rmr->rkey;
     w[i].next = i + 1 < n ? &w[i + 1] : NULL;
   }
-  struct ibv_send_wr *bad = NULL;
+  struct ibv_send_wr* bad = NULL;
   int rc = ibv_post_send(p.qp[A], w, &bad);
-  CHECK(rc == ENOMEM, "ibv_post_send of %u WRs into a %u-deep send queue returns %s (expected "
-                      "ENOMEM)",
+  CHECK(rc == ENOMEM,
+        "ibv_post_send of %u WRs into a %u-deep send queue returns %s (expected "
+        "ENOMEM)",
         n, depth, err_name(rc));
   long idx = bad ? (long)(bad - w) : -1;
-  CHECK(bad == &w[depth], "  ... and sets *bad_wr to WR #%u, the first not posted (got %s #%ld)",
-        depth, bad ? "WR" : "NULL", idx);
+  CHECK(bad == &w[depth], "  ... and sets *bad_wr to WR #%u, the first not posted (got %s #%ld)", depth,
+        bad ? "WR" : "NULL", idx);
 
   /* B is in INIT: it must drop A's packets (nothing executed, nothing acknowledged). */
   sleep_us(20000);
@@ -1351,8 +1349,8 @@ static void case_post_send_queue_full(const void *arg) {
     int r = poll_one(p.scq[A], &wc, POLL_TIMEOUT_MS);
     if (r != 1 || wc.status != IBV_WC_SUCCESS || wc.wr_id != 0x7000 + i) {
       if (r == 1)
-        fail("posted WR %u: completion status %s wr_id 0x%" PRIx64 " (expected success, 0x%x)", i,
-             wc_status(wc.status), wc.wr_id, 0x7000 + i);
+        fail("posted WR %u: completion status %s wr_id 0x%" PRIx64 " (expected success, 0x%x)", i, wc_status(wc.status),
+             wc.wr_id, 0x7000 + i);
       else
         fail("posted WR %u: no completion within %d ms", i, POLL_TIMEOUT_MS);
       all_ok = 0;
@@ -1360,8 +1358,8 @@ static void case_post_send_queue_full(const void *arg) {
     }
   }
   if (posted && all_ok)
-    ok("all %u posted WRs completed successfully %.1f ms after B reached RTS (retransmission)",
-       posted, now_ms() - t_up);
+    ok("all %u posted WRs completed successfully %.1f ms after B reached RTS (retransmission)", posted,
+       now_ms() - t_up);
   expect_cq_empty(p.scq[A], "A send CQ (nothing for the WRs not posted)", 50);
   if (all_ok && posted) {
     for (uint32_t i = 0; i < posted; i++) memcpy(rb.expect + 8 * i, lb.p + 8 * i, 8);
@@ -1381,17 +1379,16 @@ out:
   free(sges);
 }
 
-static void expect_modify_einval(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask,
-                                 enum ibv_qp_state before, const char *what) {
+static void expect_modify_einval(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask, enum ibv_qp_state before,
+                                 const char* what) {
   int rc = ibv_modify_qp(qp, a, mask);
   CHECK(rc == EINVAL, "ibv_modify_qp %s returns %s (expected EINVAL)", what, err_name(rc));
   enum ibv_qp_state s = qp_state(qp);
-  CHECK(s == before, "  ... and the QP stays in %s (is %s)", qp_state_name(before),
-        qp_state_name(s));
+  CHECK(s == before, "  ... and the QP stays in %s (is %s)", qp_state_name(before), qp_state_name(s));
 }
 
 /* Illegal transitions: RESET->RTR, RESET->RTS, INIT->RTS. */
-static void case_modify_qp_bad_transition(const void *arg) {
+static void case_modify_qp_bad_transition(const void* arg) {
   (void)arg;
   struct pair p;
   if (pair_create(&p, NULL)) return;
@@ -1404,8 +1401,7 @@ static void case_modify_qp_bad_transition(const void *arg) {
   rts_attr(&a, A);
   expect_modify_einval(p.qp[A], &a, RTS_MASK, IBV_QPS_INIT, "INIT->RTS (all RTS attributes)");
   /* The legal sequence still works afterwards. */
-  if (qp_init(&p, B) || qp_rtr(&p, A, IBV_MTU_1024) || qp_rtr(&p, B, IBV_MTU_1024) ||
-      qp_rts(&p, A) || qp_rts(&p, B))
+  if (qp_init(&p, B) || qp_rtr(&p, A, IBV_MTU_1024) || qp_rtr(&p, B, IBV_MTU_1024) || qp_rts(&p, A) || qp_rts(&p, B))
     goto out;
   check_qp_state(p.qp[A], "QP A after the legal sequence", IBV_QPS_RTS);
 out:
@@ -1413,14 +1409,14 @@ out:
 }
 
 /* Each legal transition with one required attribute missing. */
-static void case_modify_qp_missing_attr(const void *arg) {
+static void case_modify_qp_missing_attr(const void* arg) {
   (void)arg;
   struct pair p;
   if (pair_create(&p, NULL)) return;
   struct ibv_qp_attr a;
   static const struct {
     int mask;
-    const char *name;
+    const char* name;
   } init_req[] = {{IBV_QP_PKEY_INDEX, "IBV_QP_PKEY_INDEX"},
                   {IBV_QP_PORT, "IBV_QP_PORT"},
                   {IBV_QP_ACCESS_FLAGS, "IBV_QP_ACCESS_FLAGS"}},
@@ -1460,28 +1456,26 @@ out:
 }
 
 /* ibv_reg_mr: remote write or remote atomic access requires local write (EINVAL). */
-static void case_reg_mr_access(const void *arg) {
+static void case_reg_mr_access(const void* arg) {
   (void)arg;
   static uint8_t buf[4096];
   static const struct {
     int access;
-    const char *name;
+    const char* name;
   } bad[] = {{IBV_ACCESS_REMOTE_WRITE, "REMOTE_WRITE"},
              {IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, "REMOTE_WRITE|REMOTE_READ"},
              {IBV_ACCESS_REMOTE_ATOMIC, "REMOTE_ATOMIC"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     errno = 0;
-    struct ibv_mr *mr = ibv_reg_mr(g_pd[A], buf, sizeof buf, bad[i].access);
+    struct ibv_mr* mr = ibv_reg_mr(g_pd[A], buf, sizeof buf, bad[i].access);
     int e = errno;
     CHECK(mr == NULL && e == EINVAL,
-          "ibv_reg_mr(%s without LOCAL_WRITE) returns %s with errno %s (expected NULL, EINVAL)",
-          bad[i].name, mr ? "an MR" : "NULL", err_name(e));
+          "ibv_reg_mr(%s without LOCAL_WRITE) returns %s with errno %s (expected NULL, EINVAL)", bad[i].name,
+          mr ? "an MR" : "NULL", err_name(e));
     if (mr) ibv_dereg_mr(mr);
   }
-  struct ibv_mr *mr =
-      ibv_reg_mr(g_pd[A], buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  CHECK(mr != NULL, "ibv_reg_mr(LOCAL_WRITE|REMOTE_WRITE) succeeds%s%s", mr ? "" : ": ",
-        mr ? "" : strerror(errno));
+  struct ibv_mr* mr = ibv_reg_mr(g_pd[A], buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(mr != NULL, "ibv_reg_mr(LOCAL_WRITE|REMOTE_WRITE) succeeds%s%s", mr ? "" : ": ", mr ? "" : strerror(errno));
   if (mr) ibv_dereg_mr(mr);
 }
 
@@ -1490,8 +1484,8 @@ static void case_reg_mr_access(const void *arg) {
 
 struct testcase {
   char name[48];
-  void (*fn)(const void *arg);
-  const void *arg;
+  void (*fn)(const void* arg);
+  const void* arg;
 };
 
 #define MAX_CASES 64
@@ -1499,7 +1493,7 @@ static struct testcase g_cases[MAX_CASES];
 static int g_ncases;
 static struct xfer g_xfers[32];
 
-static void add_case(const char *name, void (*fn)(const void *), const void *arg) {
+static void add_case(const char* name, void (*fn)(const void*), const void* arg) {
   if (g_ncases >= MAX_CASES) abort();
   snprintf(g_cases[g_ncases].name, sizeof g_cases[g_ncases].name, "%s", name);
   g_cases[g_ncases].fn = fn;
@@ -1510,12 +1504,12 @@ static void add_case(const char *name, void (*fn)(const void *), const void *arg
 static void build_cases(void) {
   static const enum ibv_mtu mtus[] = {IBV_MTU_1024, IBV_MTU_4096};
   static const size_t sizes[] = {1, 4097, 1u << 20};
-  static const char *const size_names[] = {"1", "4097", "1m"};
+  static const char* const size_names[] = {"1", "4097", "1m"};
   int nx = 0;
   for (int op = OP_WRITE; op <= OP_SEND; op++)
     for (int s = 0; s < 3; s++)
       for (int m = 0; m < 2; m++) {
-        struct xfer *x = &g_xfers[nx++];
+        struct xfer* x = &g_xfers[nx++];
         x->op = (enum op)op;
         x->len = sizes[s];
         x->mtu = mtus[m];
@@ -1541,7 +1535,7 @@ static void build_cases(void) {
   add_case("reg_mr_access", case_reg_mr_access, NULL);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   build_cases();
   if (argc > 1 && strcmp(argv[1], "--list") == 0) {
@@ -1570,15 +1564,15 @@ int main(int argc, char **argv) {
   }
   int passed = 0, failed = 0;
   for (int k = 0; k < nsel; k++) {
-    const struct testcase *t = &g_cases[selected[k]];
+    const struct testcase* t = &g_cases[selected[k]];
     printf("[ RUN  ] %s\n", t->name);
     g_case_failures = 0;
     double t0 = now_ms();
     t->fn(t->arg);
     double dt = now_ms() - t0;
     if (g_case_failures) {
-      printf("[ FAIL ] %s (%d failed check%s, %.0f ms)\n", t->name, g_case_failures,
-             g_case_failures == 1 ? "" : "s", dt);
+      printf("[ FAIL ] %s (%d failed check%s, %.0f ms)\n", t->name, g_case_failures, g_case_failures == 1 ? "" : "s",
+             dt);
       failed++;
     } else {
       printf("[  OK  ] %s (%.0f ms)\n", t->name, dt);

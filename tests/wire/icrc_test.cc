@@ -5,6 +5,8 @@
 // over the UDP payload and compare with the trailing 4 bytes (the ICRC is
 // little-endian on the wire). A small reference implementation of §3.1 that
 // works on the whole frame checks the masking independently.
+#include "wire/icrc.h"
+
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -16,21 +18,17 @@
 
 #include "wire/byte_order.h"
 #include "wire/headers.h"
-#include "wire/icrc.h"
 #include "wire/opcode.h"
 
 namespace uroce::wire {
 namespace {
 
-std::vector<uint8_t> from_hex(const std::string &s) {
+std::vector<uint8_t> from_hex(const std::string& s) {
   std::vector<uint8_t> out;
   int hi = -1;
   for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c)))
-      continue;
-    int v = std::isdigit(static_cast<unsigned char>(c))
-                ? c - '0'
-                : std::tolower(c) - 'a' + 10;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) continue;
+    int v = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(c) - 'a' + 10;
     if (hi < 0) {
       hi = v;
     } else {
@@ -43,27 +41,28 @@ std::vector<uint8_t> from_hex(const std::string &s) {
 }
 
 // V1: hardware-generated CNP (ConnectX-4 Lx), IP ID 0x718C, DF, TOS 0xC2.
-const char *const kV1 =
+const char* const kV1 =
     "e41d2dab2bc27cfe90643b32080045c2003c718c400040119161 0a001101 0a001201"
     "000012b700280000 8100ffff40000118 00000000 "
     "00000000000000000000000000000000 82fd002a";
 // V2: UC SEND_ONLY, MigReq=1, PadCnt=2, DestQP 0xD3, PSN 13571856.
-const char *const kV2 =
+const char* const kV2 =
     "248a07a8fa22248a07a8fa22080045010040047840004011b4d5c0a80007c0a80007c00012"
     "b7002caca2"
     "2460ffff000000d300cf17104630818be28935d90e9a95505401be885e500000 78f353f3";
 // V3: RC ACKNOWLEDGE (AETH 0x1F, MSN 1), UDP checksum 0.
-const char *const kV3 = "020000000001020000000002080045000030000740004011b962c0"
-                        "a80002c0a80001c00212b7001c0000"
-                        "1100ffff00000012000001001f000001 a60cd6fe";
+const char* const kV3 =
+    "020000000001020000000002080045000030000740004011b962c0"
+    "a80002c0a80001c00212b7001c0000"
+    "1100ffff00000012000001001f000001 a60cd6fe";
 
 constexpr size_t kEth = 14, kIp = 20, kUdp = 8;
-constexpr size_t kRoce = kEth + kIp + kUdp; // offset of the BTH in a frame
+constexpr size_t kRoce = kEth + kIp + kUdp;  // offset of the BTH in a frame
 
 // The addressing of a frame, read from its IPv4 and UDP headers.
-Ipv4Flow flow_of(const std::vector<uint8_t> &f) {
-  const uint8_t *ip = f.data() + kEth;
-  const uint8_t *udp = ip + kIp;
+Ipv4Flow flow_of(const std::vector<uint8_t>& f) {
+  const uint8_t* ip = f.data() + kEth;
+  const uint8_t* udp = ip + kIp;
   Ipv4Flow fl;
   fl.src_ip = load_be32(ip + 12);
   fl.dst_ip = load_be32(ip + 16);
@@ -74,34 +73,32 @@ Ipv4Flow flow_of(const std::vector<uint8_t> &f) {
   return fl;
 }
 
-uint32_t wire_icrc(const std::vector<uint8_t> &f) {
+uint32_t wire_icrc(const std::vector<uint8_t>& f) {
   uint32_t v;
   std::memcpy(&v, f.data() + f.size() - 4, 4);
-  return v; // little-endian on the wire; this test runs on x86
+  return v;  // little-endian on the wire; this test runs on x86
 }
 
-uint32_t impl_icrc(const std::vector<uint8_t> &f) {
-  return icrc_ipv4(flow_of(f), f.data() + kRoce, f.size() - kRoce);
-}
+uint32_t impl_icrc(const std::vector<uint8_t>& f) { return icrc_ipv4(flow_of(f), f.data() + kRoce, f.size() - kRoce); }
 
 // Independent implementation of §3.1 over the whole frame (IPv4, no options).
-uint32_t reference_icrc(const std::vector<uint8_t> &f) {
+uint32_t reference_icrc(const std::vector<uint8_t>& f) {
   const size_t n = f.size() - kEth - kIcrcSize;
   std::vector<uint8_t> s(8 + n, 0xFF);
   std::memcpy(s.data() + 8, f.data() + kEth, n);
-  uint8_t *ip = s.data() + 8;
-  ip[1] = 0xFF;                     // TOS
-  ip[8] = 0xFF;                     // TTL
-  ip[10] = ip[11] = 0xFF;           // header checksum
-  ip[kIp + 6] = ip[kIp + 7] = 0xFF; // UDP checksum
-  ip[kIp + kUdp + 4] = 0xFF;        // BTH byte 4
+  uint8_t* ip = s.data() + 8;
+  ip[1] = 0xFF;                      // TOS
+  ip[8] = 0xFF;                      // TTL
+  ip[10] = ip[11] = 0xFF;            // header checksum
+  ip[kIp + 6] = ip[kIp + 7] = 0xFF;  // UDP checksum
+  ip[kIp + kUdp + 4] = 0xFF;         // BTH byte 4
   return crc32(0, s.data(), s.size());
 }
 
 struct Vector {
-  const char *name;
-  const char *hex;
-  uint32_t crc; // CRC value from the facts sheet
+  const char* name;
+  const char* hex;
+  uint32_t crc;  // CRC value from the facts sheet
 };
 const Vector kVectors[] = {
     {"V1_cnp", kV1, 0x2A00FD82},
@@ -127,14 +124,12 @@ TEST_P(IcrcVector, MatchesGoldenFrame) {
 // every possible place (the BTH may straddle segments, as in TxBatch).
 TEST_P(IcrcVector, GatherListSplitAnywhere) {
   auto f = from_hex(GetParam().hex);
-  uint8_t *p = f.data() + kRoce;
+  uint8_t* p = f.data() + kRoce;
   size_t body = f.size() - kRoce - kIcrcSize;
   for (size_t a = 0; a <= body; ++a) {
     for (size_t b = a; b <= body; b += 3) {
       iovec v[3] = {{p, a}, {p + a, b - a}, {p + b, body - b}};
-      ASSERT_EQ(
-          icrc_ipv4(flow_of(f), std::span<const iovec>(v, 3), f.size() - kRoce),
-          GetParam().crc)
+      ASSERT_EQ(icrc_ipv4(flow_of(f), std::span<const iovec>(v, 3), f.size() - kRoce), GetParam().crc)
           << "split at " << a << "," << b;
     }
   }
@@ -144,8 +139,7 @@ TEST_P(IcrcVector, GatherListSplitAnywhere) {
 // checksum, UDP checksum, BTH byte 4 (FECN/BECN/Resv6a).
 TEST_P(IcrcVector, MaskedFieldsDoNotChangeCrc) {
   const auto orig = from_hex(GetParam().hex);
-  const size_t masked[] = {kEth + 1,       kEth + 8,       kEth + 10, kEth + 11,
-                           kEth + kIp + 6, kEth + kIp + 7, kRoce + 4};
+  const size_t masked[] = {kEth + 1, kEth + 8, kEth + 10, kEth + 11, kEth + kIp + 6, kEth + kIp + 7, kRoce + 4};
   for (size_t off : masked) {
     for (uint8_t x : {uint8_t(0x01), uint8_t(0x80), uint8_t(0xFF)}) {
       auto f = orig;
@@ -161,9 +155,8 @@ TEST_P(IcrcVector, MaskedFieldsDoNotChangeCrc) {
 // it.
 TEST_P(IcrcVector, UnmaskedFieldsChangeCrc) {
   const auto orig = from_hex(GetParam().hex);
-  const size_t ip_fields[] = {
-      kEth + 4,  kEth + 5,  kEth + 6,  kEth + 7,       kEth + 12,
-      kEth + 15, kEth + 16, kEth + 19, kEth + kIp + 0, kEth + kIp + 3};
+  const size_t ip_fields[] = {kEth + 4,  kEth + 5,  kEth + 6,  kEth + 7,       kEth + 12,
+                              kEth + 15, kEth + 16, kEth + 19, kEth + kIp + 0, kEth + kIp + 3};
   for (size_t off : ip_fields) {
     auto f = orig;
     f[off] ^= 0x01;
@@ -171,8 +164,7 @@ TEST_P(IcrcVector, UnmaskedFieldsChangeCrc) {
     EXPECT_NE(impl_icrc(f), GetParam().crc) << "offset " << off;
   }
   for (size_t off = kRoce; off < orig.size() - kIcrcSize; ++off) {
-    if (off == kRoce + 4)
-      continue; // masked
+    if (off == kRoce + 4) continue;  // masked
     auto f = orig;
     f[off] ^= 0x01;
     EXPECT_NE(impl_icrc(f), GetParam().crc) << "offset " << off;
@@ -180,9 +172,7 @@ TEST_P(IcrcVector, UnmaskedFieldsChangeCrc) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Facts, IcrcVector, ::testing::ValuesIn(kVectors),
-                         [](const auto &info) {
-                           return std::string(info.param.name);
-                         });
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // Receive V3 with the AckReq bit set / Expect a different ICRC (the A bit is
 // covered; only byte 4 of the BTH is masked).
@@ -203,8 +193,9 @@ TEST(Icrc, PayloadIsCovered) {
 
 // The facts sheet's debug aid for V3: CRC input with masked bytes visible.
 TEST(Icrc, V3CrcInputDebugAid) {
-  auto input = from_hex("ffffffffffffffff45ff003000074000ff11ffffc0a80002c0a800"
-                        "01c00212b7001cffff1100ffffff000012000001001f000001");
+  auto input = from_hex(
+      "ffffffffffffffff45ff003000074000ff11ffffc0a80002c0a800"
+      "01c00212b7001cffff1100ffffff000012000001001f000001");
   EXPECT_EQ(crc32(0, input.data(), input.size()), 0xFED60CA6u);
   // §3.1 step 3: the register after eight 0xFF bytes is 0xDEBB20E3 (inverted).
   uint8_t ff[8];
@@ -219,9 +210,8 @@ TEST(Icrc, DefaultFlowMatchesReferenceOnRandomPackets) {
   for (int iter = 0; iter < 200; ++iter) {
     size_t roce_len = kBthSize + 4 + (rng() % 300);
     std::vector<uint8_t> f(kRoce + roce_len);
-    for (auto &b : f)
-      b = uint8_t(rng());
-    uint8_t *ip = f.data() + kEth;
+    for (auto& b : f) b = uint8_t(rng());
+    uint8_t* ip = f.data() + kEth;
     ip[0] = 0x45;
     store_be16(ip + 2, uint16_t(kIp + kUdp + roce_len));
     store_be16(ip + 4, 0);
@@ -233,10 +223,9 @@ TEST(Icrc, DefaultFlowMatchesReferenceOnRandomPackets) {
     fl.dst_ip = load_be32(ip + 16);
     fl.src_port = load_be16(ip + kIp);
     fl.dst_port = load_be16(ip + kIp + 2);
-    ASSERT_EQ(icrc_ipv4(fl, f.data() + kRoce, roce_len), reference_icrc(f))
-        << "iteration " << iter;
+    ASSERT_EQ(icrc_ipv4(fl, f.data() + kRoce, roce_len), reference_icrc(f)) << "iteration " << iter;
   }
 }
 
-} // namespace
-} // namespace uroce::wire
+}  // namespace
+}  // namespace uroce::wire

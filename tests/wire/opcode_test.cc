@@ -1,6 +1,8 @@
 // The opcode table against roce-facts.md §1.2, written out independently here:
 // which opcodes exist per service, which extended headers follow the BTH and at
 // which offsets, payload, start/end, RWQE/RCQE.
+#include "wire/opcode.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,183 +11,46 @@
 #include <vector>
 
 #include "wire/headers.h"
-#include "wire/opcode.h"
 
 namespace uroce::wire {
 namespace {
 
 // One row of the facts-sheet table (RC numbering).
 struct Row {
-  uint8_t op; // low 5 bits
-  const char *name;
-  bool uc;                  // has a UC opcode
-  std::vector<Hdr> headers; // in wire order (RC/UC)
+  uint8_t op;  // low 5 bits
+  const char* name;
+  bool uc;                   // has a UC opcode
+  std::vector<Hdr> headers;  // in wire order (RC/UC)
   bool payload;
   bool start, end;
   bool rwqe, rcqe;
 };
 
-const std::vector<Row> &rows() {
+const std::vector<Row>& rows() {
   static const std::vector<Row> r = {
       {0x00, "SEND_FIRST", true, {}, true, true, false, true, false},
       {0x01, "SEND_MIDDLE", true, {}, true, false, false, false, false},
       {0x02, "SEND_LAST", true, {}, true, false, true, false, true},
-      {0x03,
-       "SEND_LAST_WITH_IMMEDIATE",
-       true,
-       {Hdr::kImmDt},
-       true,
-       false,
-       true,
-       false,
-       true},
+      {0x03, "SEND_LAST_WITH_IMMEDIATE", true, {Hdr::kImmDt}, true, false, true, false, true},
       {0x04, "SEND_ONLY", true, {}, true, true, true, true, true},
-      {0x05,
-       "SEND_ONLY_WITH_IMMEDIATE",
-       true,
-       {Hdr::kImmDt},
-       true,
-       true,
-       true,
-       true,
-       true},
-      {0x06,
-       "RDMA_WRITE_FIRST",
-       true,
-       {Hdr::kReth},
-       true,
-       true,
-       false,
-       false,
-       false},
+      {0x05, "SEND_ONLY_WITH_IMMEDIATE", true, {Hdr::kImmDt}, true, true, true, true, true},
+      {0x06, "RDMA_WRITE_FIRST", true, {Hdr::kReth}, true, true, false, false, false},
       {0x07, "RDMA_WRITE_MIDDLE", true, {}, true, false, false, false, false},
       {0x08, "RDMA_WRITE_LAST", true, {}, true, false, true, false, false},
-      {0x09,
-       "RDMA_WRITE_LAST_WITH_IMMEDIATE",
-       true,
-       {Hdr::kImmDt},
-       true,
-       false,
-       true,
-       true,
-       true},
-      {0x0A,
-       "RDMA_WRITE_ONLY",
-       true,
-       {Hdr::kReth},
-       true,
-       true,
-       true,
-       false,
-       false},
-      {0x0B,
-       "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-       true,
-       {Hdr::kReth, Hdr::kImmDt},
-       true,
-       true,
-       true,
-       true,
-       true},
-      {0x0C,
-       "RDMA_READ_REQUEST",
-       false,
-       {Hdr::kReth},
-       false,
-       true,
-       true,
-       false,
-       false},
-      {0x0D,
-       "RDMA_READ_RESPONSE_FIRST",
-       false,
-       {Hdr::kAeth},
-       true,
-       true,
-       false,
-       false,
-       false},
-      {0x0E,
-       "RDMA_READ_RESPONSE_MIDDLE",
-       false,
-       {},
-       true,
-       false,
-       false,
-       false,
-       false},
-      {0x0F,
-       "RDMA_READ_RESPONSE_LAST",
-       false,
-       {Hdr::kAeth},
-       true,
-       false,
-       true,
-       false,
-       false},
-      {0x10,
-       "RDMA_READ_RESPONSE_ONLY",
-       false,
-       {Hdr::kAeth},
-       true,
-       true,
-       true,
-       false,
-       false},
-      {0x11,
-       "ACKNOWLEDGE",
-       false,
-       {Hdr::kAeth},
-       false,
-       true,
-       true,
-       false,
-       false},
-      {0x12,
-       "ATOMIC_ACKNOWLEDGE",
-       false,
-       {Hdr::kAeth, Hdr::kAtomicAckEth},
-       false,
-       true,
-       true,
-       false,
-       false},
-      {0x13,
-       "COMPARE_SWAP",
-       false,
-       {Hdr::kAtomicEth},
-       false,
-       true,
-       true,
-       false,
-       false},
-      {0x14,
-       "FETCH_ADD",
-       false,
-       {Hdr::kAtomicEth},
-       false,
-       true,
-       true,
-       false,
-       false},
-      {0x16,
-       "SEND_LAST_WITH_INVALIDATE",
-       false,
-       {Hdr::kIeth},
-       true,
-       false,
-       true,
-       false,
-       true},
-      {0x17,
-       "SEND_ONLY_WITH_INVALIDATE",
-       false,
-       {Hdr::kIeth},
-       true,
-       true,
-       true,
-       true,
-       true},
+      {0x09, "RDMA_WRITE_LAST_WITH_IMMEDIATE", true, {Hdr::kImmDt}, true, false, true, true, true},
+      {0x0A, "RDMA_WRITE_ONLY", true, {Hdr::kReth}, true, true, true, false, false},
+      {0x0B, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", true, {Hdr::kReth, Hdr::kImmDt}, true, true, true, true, true},
+      {0x0C, "RDMA_READ_REQUEST", false, {Hdr::kReth}, false, true, true, false, false},
+      {0x0D, "RDMA_READ_RESPONSE_FIRST", false, {Hdr::kAeth}, true, true, false, false, false},
+      {0x0E, "RDMA_READ_RESPONSE_MIDDLE", false, {}, true, false, false, false, false},
+      {0x0F, "RDMA_READ_RESPONSE_LAST", false, {Hdr::kAeth}, true, false, true, false, false},
+      {0x10, "RDMA_READ_RESPONSE_ONLY", false, {Hdr::kAeth}, true, true, true, false, false},
+      {0x11, "ACKNOWLEDGE", false, {Hdr::kAeth}, false, true, true, false, false},
+      {0x12, "ATOMIC_ACKNOWLEDGE", false, {Hdr::kAeth, Hdr::kAtomicAckEth}, false, true, true, false, false},
+      {0x13, "COMPARE_SWAP", false, {Hdr::kAtomicEth}, false, true, true, false, false},
+      {0x14, "FETCH_ADD", false, {Hdr::kAtomicEth}, false, true, true, false, false},
+      {0x16, "SEND_LAST_WITH_INVALIDATE", false, {Hdr::kIeth}, true, false, true, false, true},
+      {0x17, "SEND_ONLY_WITH_INVALIDATE", false, {Hdr::kIeth}, true, true, true, true, true},
   };
   return r;
 }
@@ -193,38 +58,35 @@ const std::vector<Row> &rows() {
 // Header sizes from §2.1.
 unsigned size_of(Hdr h) {
   switch (h) {
-  case Hdr::kRdeth:
-    return 4;
-  case Hdr::kDeth:
-    return 8;
-  case Hdr::kReth:
-    return 16;
-  case Hdr::kAtomicEth:
-    return 28;
-  case Hdr::kAeth:
-    return 4;
-  case Hdr::kAtomicAckEth:
-    return 8;
-  case Hdr::kImmDt:
-    return 4;
-  case Hdr::kIeth:
-    return 4;
-  default:
-    return 0;
+    case Hdr::kRdeth:
+      return 4;
+    case Hdr::kDeth:
+      return 8;
+    case Hdr::kReth:
+      return 16;
+    case Hdr::kAtomicEth:
+      return 28;
+    case Hdr::kAeth:
+      return 4;
+    case Hdr::kAtomicAckEth:
+      return 8;
+    case Hdr::kImmDt:
+      return 4;
+    case Hdr::kIeth:
+      return 4;
+    default:
+      return 0;
   }
 }
 
-const char *hdr_name(Hdr h) {
-  static const char *const n[] = {"RDETH", "DETH",         "RETH",  "AtomicETH",
-                                  "AETH",  "AtomicAckETH", "ImmDt", "IETH"};
+const char* hdr_name(Hdr h) {
+  static const char* const n[] = {"RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH"};
   return n[unsigned(h)];
 }
 
-void expect_opcode(uint8_t opcode, const Row &row,
-                   const std::vector<Hdr> &headers) {
-  SCOPED_TRACE(testing::Message() << "opcode 0x" << std::hex << unsigned(opcode)
-                                  << " " << row.name);
-  const OpcodeInfo &info = opcode_info(opcode);
+void expect_opcode(uint8_t opcode, const Row& row, const std::vector<Hdr>& headers) {
+  SCOPED_TRACE(testing::Message() << "opcode 0x" << std::hex << unsigned(opcode) << " " << row.name);
+  const OpcodeInfo& info = opcode_info(opcode);
   ASSERT_TRUE(info.valid());
   EXPECT_STREQ(info.name, row.name);
   // Presence and offsets: each header right after the previous one.
@@ -237,8 +99,7 @@ void expect_opcode(uint8_t opcode, const Row &row,
   }
   for (unsigned i = 0; i < kHdrCount; ++i) {
     Hdr h = Hdr(i);
-    if (present.count(h))
-      continue;
+    if (present.count(h)) continue;
     EXPECT_FALSE(info.has(h)) << hdr_name(h);
     EXPECT_EQ(info.offset[i], 0) << hdr_name(h);
   }
@@ -259,14 +120,13 @@ void expect_opcode(uint8_t opcode, const Row &row,
 
 // Expect every RC opcode of §1.2 with its headers, offsets and flags.
 TEST(OpcodeTable, RcOpcodes) {
-  for (const Row &r : rows())
-    expect_opcode(uint8_t(0x00 | r.op), r, r.headers);
+  for (const Row& r : rows()) expect_opcode(uint8_t(0x00 | r.op), r, r.headers);
 }
 
 // Expect UC to have exactly the SEND and RDMA WRITE families (0x20–0x2B), same
 // layout.
 TEST(OpcodeTable, UcOpcodes) {
-  for (const Row &r : rows()) {
+  for (const Row& r : rows()) {
     uint8_t opcode = uint8_t(0x20 | r.op);
     if (r.uc)
       expect_opcode(opcode, r, r.headers);
@@ -283,8 +143,7 @@ TEST(OpcodeTable, UcOpcodes) {
 // (DETH at 12, ImmDt at 20).
 TEST(OpcodeTable, UdOpcodes) {
   for (unsigned op = 0x60; op <= 0x7F; ++op) {
-    if (op == 0x64 || op == 0x65)
-      continue;
+    if (op == 0x64 || op == 0x65) continue;
     EXPECT_FALSE(opcode_info(uint8_t(op)).valid()) << std::hex << op;
   }
   expect_opcode(0x64, rows()[4], {Hdr::kDeth});
@@ -306,7 +165,7 @@ TEST(OpcodeTable, SpotChecks) {
   EXPECT_EQ(opcode_info(0x13).header_len, 12 + 28);
   EXPECT_EQ(opcode_info(0x0C).header_len, 28);
   EXPECT_EQ(opcode_info(0x11).header_len, 16);
-  EXPECT_EQ(opcode_info(0x0E).header_len, 12); // READ_RESPONSE_MIDDLE: no AETH
+  EXPECT_EQ(opcode_info(0x0E).header_len, 12);  // READ_RESPONSE_MIDDLE: no AETH
   EXPECT_FALSE(opcode_info(0x15).valid());
   EXPECT_FALSE(opcode_info(0x35).valid());
   EXPECT_STREQ(opcode_name(0x15), "UNKNOWN");
@@ -315,7 +174,7 @@ TEST(OpcodeTable, SpotChecks) {
 
 // Expect CNP 0x81 to be accepted: BTH + 16 reserved bytes, no payload.
 TEST(OpcodeTable, Cnp) {
-  const OpcodeInfo &info = opcode_info(kOpCnp);
+  const OpcodeInfo& info = opcode_info(kOpCnp);
   ASSERT_TRUE(info.valid());
   EXPECT_EQ(kOpCnp, 0x81);
   EXPECT_EQ(info.header_len, 12 + 16);
@@ -327,18 +186,14 @@ TEST(OpcodeTable, Cnp) {
 // table (RC 23 + UC 12 + UD 2 + CNP).
 TEST(OpcodeTable, NothingElseIsValid) {
   for (unsigned op = 0x15; op <= 0x1F; ++op) {
-    if (op == 0x16 || op == 0x17)
-      continue;
-    if (op == 0x1C || op == 0x1D)
-      continue; // FLUSH / ATOMIC_WRITE: out of scope, not asserted
+    if (op == 0x16 || op == 0x17) continue;
+    if (op == 0x1C || op == 0x1D) continue;  // FLUSH / ATOMIC_WRITE: out of scope, not asserted
     EXPECT_FALSE(opcode_info(uint8_t(op)).valid()) << std::hex << op;
   }
   unsigned valid = 0;
   for (unsigned op = 0; op < 256; ++op) {
-    if (op >= 0x40 && op < 0x60)
-      continue; // RD: not needed, not asserted
-    if (op == 0x1C || op == 0x1D)
-      continue;
+    if (op >= 0x40 && op < 0x60) continue;  // RD: not needed, not asserted
+    if (op == 0x1C || op == 0x1D) continue;
     valid += opcode_info(uint8_t(op)).valid();
   }
   EXPECT_EQ(valid, 23u + 12u + 2u + 1u);
@@ -356,5 +211,5 @@ TEST(OpcodeTable, ServiceAndOperation) {
   EXPECT_STREQ(service_name(0x65), "UD");
 }
 
-} // namespace
-} // namespace uroce::wire
+}  // namespace
+}  // namespace uroce::wire

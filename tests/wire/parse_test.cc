@@ -11,21 +11,17 @@ namespace uroce::wire {
 namespace {
 
 // A packet of `opcode` with `payload` bytes and `pad` pad bytes plus ICRC.
-std::vector<uint8_t> packet(uint8_t opcode, uint32_t payload, unsigned pad,
-                            unsigned header_len = 0) {
-  if (!header_len)
-    header_len =
-        opcode_info(opcode).valid() ? opcode_info(opcode).header_len : kBthSize;
+std::vector<uint8_t> packet(uint8_t opcode, uint32_t payload, unsigned pad, unsigned header_len = 0) {
+  if (!header_len) header_len = opcode_info(opcode).valid() ? opcode_info(opcode).header_len : kBthSize;
   std::vector<uint8_t> p(header_len + payload + pad + kIcrcSize, 0);
   Bth(p.data()).fill(opcode, false, pad, 0xFFFF, 0x11, false, 0);
   return p;
 }
 
-ParseError parse(std::vector<uint8_t> &p, PacketView *out = nullptr) {
+ParseError parse(std::vector<uint8_t>& p, PacketView* out = nullptr) {
   PacketView v;
   ParseError e = PacketView::parse(p.data(), p.size(), v);
-  if (out)
-    *out = v;
+  if (out) *out = v;
   return e;
 }
 
@@ -34,8 +30,7 @@ TEST(Parse, TooShortForBth) {
   for (size_t n = 0; n < kBthSize + kIcrcSize; ++n) {
     std::vector<uint8_t> p(n, 0);
     PacketView v;
-    EXPECT_EQ(PacketView::parse(p.data(), p.size(), v), ParseError::kTooShort)
-        << n;
+    EXPECT_EQ(PacketView::parse(p.data(), p.size(), v), ParseError::kTooShort) << n;
   }
 }
 
@@ -44,10 +39,10 @@ TEST(Parse, TooShortForExtendedHeaders) {
   auto p = packet(0x0A, 0, 0);
   p.resize(12 + 15 + 4);
   EXPECT_EQ(parse(p), ParseError::kTooShort);
-  auto a = packet(0x12, 0, 0); // ATOMIC_ACK: BTH + AETH + AtomicAckETH
+  auto a = packet(0x12, 0, 0);  // ATOMIC_ACK: BTH + AETH + AtomicAckETH
   a.resize(12 + 4 + 7 + 4);
   EXPECT_EQ(parse(a), ParseError::kTooShort);
-  auto u = packet(0x64, 0, 0); // UD SEND_ONLY without a full DETH
+  auto u = packet(0x64, 0, 0);  // UD SEND_ONLY without a full DETH
   u.resize(12 + 7 + 4);
   EXPECT_EQ(parse(u), ParseError::kTooShort);
 }
@@ -63,8 +58,7 @@ TEST(Parse, BadTransportVersion) {
 
 // Receive reserved / foreign-service opcodes / Expect kUnknownOpcode.
 TEST(Parse, UnknownOpcode) {
-  for (uint8_t op : {uint8_t(0x15), uint8_t(0x18), uint8_t(0x2C), uint8_t(0x66),
-                     uint8_t(0xFF)}) {
+  for (uint8_t op : {uint8_t(0x15), uint8_t(0x18), uint8_t(0x2C), uint8_t(0x66), uint8_t(0xFF)}) {
     auto p = packet(op, 0, 0, kBthSize + 16);
     EXPECT_EQ(parse(p), ParseError::kUnknownOpcode) << std::hex << unsigned(op);
   }
@@ -74,7 +68,7 @@ TEST(Parse, UnknownOpcode) {
 TEST(Parse, PadLargerThanPayload) {
   auto p = packet(0x04, 2, 0);
   Bth(p.data()).fill(0x04, false, 3, 0xFFFF, 0x11, false,
-                     0); // 2 bytes, claims 3 pad
+                     0);  // 2 bytes, claims 3 pad
   EXPECT_EQ(parse(p), ParseError::kBadPad);
   auto e = packet(0x04, 0, 0);
   Bth(e.data()).fill(0x04, false, 1, 0xFFFF, 0x11, false, 0);
@@ -89,8 +83,7 @@ TEST(Parse, PadLargerThanPayload) {
 // Receive an ACK / READ request / atomic with trailing payload / Expect
 // kBadLength.
 TEST(Parse, PayloadOnOpcodeWithoutPayload) {
-  for (uint8_t op : {uint8_t(0x11), uint8_t(0x12), uint8_t(0x0C), uint8_t(0x13),
-                     uint8_t(0x14)}) {
+  for (uint8_t op : {uint8_t(0x11), uint8_t(0x12), uint8_t(0x0C), uint8_t(0x13), uint8_t(0x14)}) {
     auto p = packet(op, 4, 0);
     EXPECT_EQ(parse(p), ParseError::kBadLength) << std::hex << unsigned(op);
     auto q = packet(op, 0, 0);
@@ -122,7 +115,7 @@ TEST(Parse, GoodPackets) {
   ASSERT_EQ(parse(a, &v), ParseError::kNone);
   EXPECT_EQ(v.payload_len, 0u);
 
-  auto c = packet(0x81, 0, 0); // CNP: BTH + 16 reserved bytes + ICRC
+  auto c = packet(0x81, 0, 0);  // CNP: BTH + 16 reserved bytes + ICRC
   ASSERT_EQ(c.size(), 32u);
   EXPECT_EQ(parse(c, &v), ParseError::kNone);
 }
@@ -133,5 +126,5 @@ TEST(Parse, ErrorNames) {
   EXPECT_STRNE(parse_error_name(ParseError::kBadPad), "?");
 }
 
-} // namespace
-} // namespace uroce::wire
+}  // namespace
+}  // namespace uroce::wire

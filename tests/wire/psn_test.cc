@@ -1,10 +1,10 @@
 // 24-bit PSN arithmetic (roce-facts.md §4.1): increments mod 2^24, ordering by
 // the sign of ((a - b) << 8), valid window ±2^23.
+#include "wire/psn.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
-
-#include "wire/psn.h"
 
 namespace uroce::wire {
 namespace {
@@ -14,7 +14,7 @@ TEST(Psn, AddWrapsAt24Bits) {
   EXPECT_EQ(psn_add(0xFFFFFF, 1), 0u);
   EXPECT_EQ(psn_add(0xFFFFFE, 5), 3u);
   EXPECT_EQ(psn_add(0x123456, 0xFFFFFF),
-            0x123455u); // adding 2^24-1 is subtracting 1
+            0x123455u);  // adding 2^24-1 is subtracting 1
   EXPECT_EQ(psn_add(0x800000, 0x800000), 0u);
   EXPECT_EQ(kPsnMask, 0xFFFFFFu);
 }
@@ -57,5 +57,5 @@ TEST(Psn, IgnoresBitsAbove24) {
 static_assert(psn_diff(0, 0xFFFFFF) == 1, "constexpr");
 static_assert(psn_add(0xFFFFFF, 2) == 1, "constexpr");
 
-} // namespace
-} // namespace uroce::wire
+}  // namespace
+}  // namespace uroce::wire
