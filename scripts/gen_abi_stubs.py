@@ -232,6 +232,7 @@ def gen_stubs(family: str, syms) -> str:
     lib = LIBNAME[family]
     out = [
         "// %s" % HEADER,
+        "// clang-format off",
         "//",
         "// A weak definition of every symbol that Debian 12's %s exports, so" % lib,
         "// that uroce exports exactly the same set (design.md section 2) and nothing",
