@@ -1,0 +1,57 @@
+/* Shared plumbing of uroce's C verbs tests: one side of an RC connection (context, PD,
+ * CQ, QP), the facts a peer needs to connect to it, and bounded completion polling.
+ * Written against rdma-core's public <infiniband/verbs.h> only, so the tests also run
+ * on real RDMA hardware or rxe. */
+#ifndef UROCE_TESTS_VERBS_PAIR_H
+#define UROCE_TESTS_VERBS_PAIR_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+/* QP parameters of a test connection (both directions use the same). */
+struct vp_params {
+  enum ibv_mtu mtu;
+  uint8_t timeout;       /* local ACK timeout exponent: 4.096 us << timeout */
+  uint8_t retry_cnt;     /* 7: retry forever */
+  uint8_t rnr_retry;     /* 7: retry forever */
+  uint8_t min_rnr_timer; /* IBA RNR timer code the responder advertises */
+  uint8_t rd_atomic;     /* max_rd_atomic and max_dest_rd_atomic */
+  uint32_t sq_depth, rq_depth, max_sge;
+};
+
+/* Defaults: MTU 1024, timeout 14 (~67 ms), retry_cnt 7, rnr_retry 7, 16 READ credits. */
+void vp_default_params(struct vp_params* p);
+
+/* Everything a peer needs to move its QP to RTR (what rc_pingpong exchanges). */
+struct vp_conn {
+  uint32_t qpn;
+  uint32_t psn;
+  uint16_t lid;
+  union ibv_gid gid;
+};
+
+struct vp_side {
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  struct ibv_cq* cq; /* send and receive completions */
+  struct ibv_qp* qp;
+  struct vp_conn self;
+};
+
+/* Opens the first device, allocates PD, CQ and an RC QP in INIT with remote READ/WRITE
+ * access; `psn` is this side's first send PSN. Returns 0, or -1 after printing why. */
+int vp_open(struct vp_side* s, const struct vp_params* p, uint32_t psn);
+/* RTR then RTS towards `peer`. Returns 0, or -1 after printing why. */
+int vp_connect(struct vp_side* s, const struct vp_params* p, const struct vp_conn* peer);
+/* Destroys whatever vp_open created. */
+void vp_close(struct vp_side* s);
+
+/* Polls one completion for at most `timeout_ms`: 1 got one, 0 timed out, -1 poll error. */
+int vp_poll(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms);
+double vp_now_ms(void);
+void vp_sleep_ms(int ms);
+
+/* splitmix64: reproducible pseudo-random numbers for sizes, layouts and contents. */
+uint64_t vp_rand(uint64_t* state);
+
+#endif
