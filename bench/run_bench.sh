@@ -7,7 +7,8 @@
 # `uroce run`, one RC QP over 127.0.0.1) for 4 KiB, 64 KiB and 1 MiB messages.
 # Raw UDP: bench/udp_burst, sendmmsg/recvmmsg bursts of 32 datagrams of 4156 bytes,
 # about the size of uroce's packets at the loopback MTU of 4096.
-# Environment: BUILD_DIR (default build), ITERS_4K / ITERS_64K / ITERS_1M (iterations),
+# Then 64 KiB WRITEs under 0%, 1% and 5% random packet loss (UROCE_FAULT, both sides).
+# Environment: BUILD_DIR (default build), ITERS_4K / ITERS_64K / ITERS_1M / ITERS_LOSS,
 # UDP_SECONDS (default 3), KEEP_LOGS=1 to keep the programs' output.
 set -euo pipefail
 
@@ -40,27 +41,41 @@ echo "$udp_line"
 udp_gbits=$(sed -n 's/.*: \([0-9.]*\) Gbit\/s.*/\1/p' <<<"$udp_line")
 udp_mpps=$(sed -n 's/.* \([0-9.]*\) Mpps received.*/\1/p' <<<"$udp_line")
 
+# One ib_write_bw run under uroce; prints the client's average Gbit/s, or "failed".
+# UROCE_FAULT (if $4 is not empty) is set for both server and client.
+write_bw() {
+  local size=$1 n=$2 port=$3 fault=$4 name="write_bw_$1_$3"
+  local opts=(-d uroce0 -x 0 -s "$size" -n "$n" -F --report_gbits -p "$port")
+  echo "${fault:+UROCE_FAULT=$fault }ib_write_bw ${opts[*]} ..." >&2
+  if env ${fault:+UROCE_FAULT=$fault} "$root/tests/conformance/run_pair.sh" --launcher "$launcher" \
+       --timeout 180 --name "$name" --outdir "$logs" --port "$port" \
+       --server ib_write_bw "${opts[@]}" --client ib_write_bw "${opts[@]}" 127.0.0.1 >/dev/null 2>&1; then
+    # Result row: "#bytes #iterations BW-peak BW-average MsgRate", printed by the client.
+    awk -v s="$size" -v n="$n" '$1 == s && $2 == n { print $4; found = 1; exit } END { if (!found) print "failed" }' \
+      "$logs/$name.client.log"
+  else
+    echo "  failed; output:" >&2
+    sed 's/^/    /' "$logs/$name.server.log" "$logs/$name.client.log" >&2
+    echo failed
+  fi
+}
+
 results=()
 status=0
 for i in "${!sizes[@]}"; do
-  size=${sizes[i]} n=${iters[i]} port=${tcp_ports[i]}
-  opts=(-d uroce0 -x 0 -s "$size" -n "$n" -F --report_gbits -p "$port")
-  echo "ib_write_bw ${opts[*]} ..."
-  if "$root/tests/conformance/run_pair.sh" --launcher "$launcher" --timeout 120 \
-       --name "write_bw_$size" --outdir "$logs" --port "$port" \
-       --server ib_write_bw "${opts[@]}" --client ib_write_bw "${opts[@]}" 127.0.0.1 \
-       >/dev/null 2>&1; then
-    # Result row: "#bytes #iterations BW-peak BW-average MsgRate", printed by the client.
-    gbits=$(awk -v s="$size" -v n="$n" '$1 == s && $2 == n { print $4; exit }' \
-              "$logs/write_bw_$size.client.log")
-    results+=("${gbits:-?}")
-    [[ -n $gbits ]] || status=1
-  else
-    results+=("failed")
-    status=1
-    echo "  failed; output:" >&2
-    sed 's/^/    /' "$logs/write_bw_$size.server.log" "$logs/write_bw_$size.client.log" >&2
-  fi
+  results+=("$(write_bw "${sizes[i]}" "${iters[i]}" "${tcp_ports[i]}" "")")
+  [[ ${results[i]} != failed ]] || status=1
+done
+
+# RC reliability cost: 64 KiB WRITEs with packets lost at random on both sides.
+losses=(0 0.01 0.05)
+loss_iters=${ITERS_LOSS:-2000}
+loss_results=()
+for i in "${!losses[@]}"; do
+  fault=""
+  [[ ${losses[i]} == 0 ]] || fault="loss=${losses[i]},seed=7"
+  loss_results+=("$(write_bw 65536 "$loss_iters" $((18821 + i)) "$fault")")
+  [[ ${loss_results[i]} != failed ]] || status=1
 done
 
 echo
@@ -73,4 +88,11 @@ for i in "${!sizes[@]}"; do
     "$udp_gbits" "$ratio"
 done
 echo "  (raw UDP: 4156-byte datagrams, bursts of 32, $udp_mpps Mpps received)"
+echo
+echo "RC RDMA WRITE 64 KiB over uroce under packet loss (UROCE_FAULT=loss=P on both sides)"
+printf '  %-8s %10s %14s\n' loss iterations "uroce Gbit/s"
+for i in "${!losses[@]}"; do
+  printf '  %-8s %10s %14s\n' "$(awk -v p="${losses[i]}" 'BEGIN { printf "%g%%", 100 * p }')" "$loss_iters" \
+    "${loss_results[i]}"
+done
 exit $status
