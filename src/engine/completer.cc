@@ -63,6 +63,27 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
   requester_run(qp, tx);
 }
 
+// Tail-loss probe (like TCP's TLP): resend only the newest packet, with AckReq.
+// The responder answers a duplicate with an ACK of all it has (C9-…: duplicates
+// are acknowledged), a packet past a hole with a sequence NAK, and a lost last
+// packet with its ACK; either way the requester learns what is missing without
+// sending a window of duplicates when ACKs are merely late (a busy peer).
+// READs keep go-back-N: their missing part is named by the responses received.
+void probe_tail(EngineQp& qp, TxBatch& tx) {
+  uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
+  core::SendWqe* w = nullptr;
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+    core::SendWqe& c = qp.sq.at(i);
+    if (!c.started) break;
+    if (!c.completed && wire::psn_diff(newest, c.first_psn) >= 0 && wire::psn_diff(newest, c.last_psn) <= 0) w = &c;
+  }
+  if (!w || w->opcode == IBV_WR_RDMA_READ) return go_back_n(qp, tx);
+  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  requester_rewind(qp, newest);
+  requester_force_ack_req(qp);
+  requester_run(qp, tx);
+}
+
 // Forward progress: the retry budget is restored (IBA 9.7.5.1.x).
 void progress(EngineQp& qp) {
   qp.comp.retry_left = qp.attr.retry_cnt;
@@ -294,7 +315,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   }
   if (now < qp.timers.retransmit_deadline) {
     if (now >= qp.timers.probe_deadline && qp.timers.probe_interval * 2 < qp.local_ack_timeout()) {
-      go_back_n(qp, tx);
+      probe_tail(qp, tx);
       qp.timers.probe_interval *= 2;
       qp.timers.probe_deadline = now + qp.timers.probe_interval;
     }

@@ -80,10 +80,10 @@ struct QpTimers {
   bool retransmit_armed = false;
   Clock::time_point retransmit_deadline{};  // local ACK timeout (IBA 9.7.6.1.3)
   Clock::time_point rnr_deadline{};
-  // Tail-loss probe: a go-back-N resend well before the local ACK timeout
-  // when nothing was acknowledged for a while (the lost packet was the last
-  // one, or its ACK/NAK was lost). Duplicates are harmless to the responder;
-  // probes do not use up retry_cnt. The interval doubles until progress.
+  // Tail-loss probe: the newest packet is resent well before the local ACK
+  // timeout when nothing was acknowledged for a while (the lost packet was the
+  // last one, or its ACK/NAK was lost); see probe_tail in completer.cc. Probes
+  // do not use up retry_cnt. The interval doubles until progress.
   Clock::time_point probe_deadline{};
   Clock::duration probe_interval{};
 };

@@ -166,6 +166,8 @@ void requester_rewind(EngineQp& qp, uint32_t psn) {
   }
 }
 
+void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
+
 void requester_catch_up(EngineQp& qp) {
   // An ACK may acknowledge packets the requester was about to resend after a
   // rewind; never resend what is already acknowledged.

@@ -12,6 +12,8 @@ namespace uroce::engine {
 void requester_run(EngineQp& qp, TxBatch& tx);
 // Go-back-N: the next request packet sent will be `psn` again.
 void requester_rewind(EngineQp& qp, uint32_t psn);
+// The next request packet sent carries AckReq (a tail-loss probe).
+void requester_force_ack_req(EngineQp& qp);
 // After an ACK: moves the requester past PSNs that are already acknowledged.
 void requester_catch_up(EngineQp& qp);
 

@@ -91,6 +91,13 @@ echo "capture_check: UDP ports of the pair: ${ports[*]}"
 
 decode_as=()
 for p in "${ports[@]}"; do decode_as+=(-d "udp.port==$p,infiniband"); done
+# SEND payloads are application bytes (ibv_rc_pingpong's buffer); Wireshark's heuristic
+# upper-layer dissectors (RPC-over-RDMA, SMB Direct, iSER, ...) sometimes take them for
+# their protocol and then report them malformed. Only the RoCE headers are checked here.
+for h in rpcrdma_infiniband smb_direct_infiniband smcr_infiniband iser_infiniband lnet_ib sdp_infiniband \
+  eth_over_ib fc_infiniband nvme_rdma; do
+  decode_as+=(--disable-heuristic "$h")
+done
 filter="udp.port in {$(IFS=,; echo "${ports[*]}")} && !icmp"
 
 # (a) tshark: every frame on those ports decoded as infiniband, nothing malformed, no
