@@ -80,7 +80,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_ee_rd_atom = 0;
   a->max_res_rd_atom = int(kMaxRdAtomic) * 1024;
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
-  a->atomic_cap = IBV_ATOMIC_NONE;  // atomics arrive with a later issue
+  a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
   a->max_srq = 0;
   a->max_srq_wr = 0;

@@ -138,9 +138,11 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
           return 0;
         default:
-          return EOPNOTSUPP;  // atomics, MW, invalidate: not supported yet
+          return EOPNOTSUPP;  // MW, invalidate: not supported yet
       }
     default:
       return EOPNOTSUPP;
@@ -154,7 +156,10 @@ int Qp::enqueue_send(const ibv_send_wr& wr) {
   uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
   if (total > kMaxMsgSize) return EINVAL;
-  bool is_inline = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ;
+  // Atomics read and write exactly 8 bytes (as rxe: the local buffer is checked
+  // at post; remote alignment is the responder's check, C9-…).
+  if (is_atomic(wr.opcode) && total != 8) return EINVAL;
+  bool is_inline = (wr.send_flags & IBV_SEND_INLINE) && !is_read_or_atomic(wr.opcode);
   if (is_inline && total > caps.max_inline_data) return EINVAL;
 
   uint32_t index = sq.posted;
@@ -164,8 +169,15 @@ int Qp::enqueue_send(const ibv_send_wr& wr) {
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags;
   w.imm_data = wr.imm_data;
-  w.remote_addr = wr.wr.rdma.remote_addr;
-  w.rkey = wr.wr.rdma.rkey;
+  if (is_atomic(wr.opcode)) {
+    w.remote_addr = wr.wr.atomic.remote_addr;
+    w.rkey = wr.wr.atomic.rkey;
+    w.compare_add = wr.wr.atomic.compare_add;
+    w.swap = wr.wr.atomic.swap;
+  } else {
+    w.remote_addr = wr.wr.rdma.remote_addr;
+    w.rkey = wr.wr.rdma.rkey;
+  }
   w.length = uint32_t(total);
   w.is_inline = is_inline;
   w.signaled = sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);

@@ -27,6 +27,11 @@ struct UdDest {
   uint32_t remote_qkey = 0;
 };
 
+inline bool is_atomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
+// READs and atomics are answered with responses and use the initiator's
+// max_rd_atomic credits (IBA 9.7.4.1.x).
+inline bool is_read_or_atomic(ibv_wr_opcode op) { return op == IBV_WR_RDMA_READ || is_atomic(op); }
+
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;

@@ -57,7 +57,7 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted && !w; ++i)
     if (!qp.sq.at(i).completed) w = &qp.sq.at(i);
   uint32_t from = qp.comp.unacked_psn;
-  if (w && w->opcode == IBV_WR_RDMA_READ && w->started)
+  if (w && core::is_read_or_atomic(w->opcode) && w->started)
     from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
   requester_rewind(qp, from);
   requester_run(qp, tx);
@@ -77,7 +77,7 @@ void probe_tail(EngineQp& qp, TxBatch& tx) {
     if (!c.started) break;
     if (!c.completed && wire::psn_diff(newest, c.first_psn) >= 0 && wire::psn_diff(newest, c.last_psn) <= 0) w = &c;
   }
-  if (!w || w->opcode == IBV_WR_RDMA_READ) return go_back_n(qp, tx);
+  if (!w || core::is_read_or_atomic(w->opcode)) return go_back_n(qp, tx);
   qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
   requester_rewind(qp, newest);
   requester_force_ack_req(qp);
@@ -101,8 +101,8 @@ void acknowledge_before(EngineQp& qp, uint32_t psn) {
     core::SendWqe& w = qp.sq.at(i);
     if (!w.started) break;
     if (w.completed) continue;
-    if (w.opcode == IBV_WR_RDMA_READ) {
-      // Only the READ's own responses acknowledge it: PSNs from its first
+    if (core::is_read_or_atomic(w.opcode)) {
+      // Only the READ's (atomic's) own responses acknowledge it: PSNs from its first
       // missing response on are not acknowledged, whatever `psn` says.
       uint32_t missing = wire::psn_add(w.first_psn, qp.comp.read_offset / qp.path.mtu);
       if (wire::psn_diff(psn, missing) > 0) {
@@ -264,6 +264,28 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   }
 }
 
+// ATOMIC_ACKNOWLEDGE: the original remote value goes to the 8-byte local
+// buffer (host byte order), and the atomic completes.
+void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+  uint32_t psn = pkt.bth().psn();
+  acknowledge_before(qp, psn);
+  if (qp.state() == IBV_QPS_ERR) return;
+  uint32_t index = qp.sq.retired;
+  if (index == qp.sq.posted) return;
+  core::SendWqe& w = qp.sq.at(index);
+  if (!core::is_atomic(w.opcode) || !w.started || w.completed || w.first_psn != psn) return;  // stale duplicate
+  uint64_t orig = pkt.atomic_ack_eth().orig();
+  if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
+    return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
+  qp.comp.unacked_psn = wire::psn_add(psn, 1);
+  --qp.req.reads_outstanding;
+  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+  retire_send_wqes(qp);
+  requester_catch_up(qp);
+  progress(qp);
+  requester_run(qp, tx);
+}
+
 }  // namespace
 
 void complete_send_wqe(EngineQp& /*qp*/, core::SendWqe& w, ibv_wc_status status) {
@@ -280,7 +302,7 @@ void retire_send_wqes(EngineQp& qp) {
       wc.wr_id = w.wr_id;
       wc.status = w.status;
       wc.opcode = wc_opcode(w.opcode);
-      wc.byte_len = w.opcode == IBV_WR_RDMA_READ ? w.length : 0;
+      wc.byte_len = core::is_read_or_atomic(w.opcode) ? w.length : 0;
       wc.qp_num = qp.qp_num();
       qp.send_cq->push(wc, true);
     }
@@ -293,7 +315,9 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (pkt.info->flags & wire::kOpReadResponse) {
+  if (wire::operation_of(pkt.bth().opcode()) == Operation::kAtomicAcknowledge) {
+    on_atomic_ack(qp, pkt, tx);
+  } else if (pkt.info->flags & wire::kOpReadResponse) {
     // FIRST/LAST/ONLY carry an AETH; a NAK arrives as an ACKNOWLEDGE.
     on_read_response(qp, pkt, tx);
   } else {

@@ -53,6 +53,8 @@ struct ResponderResource {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint32_t length = 0;
+  bool atomic = false;  // an atomic's saved result, replayed for its duplicates
+  uint64_t orig = 0;
 };
 
 enum class InMessage : uint8_t { kNone, kSend, kWrite };

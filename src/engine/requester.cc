@@ -23,7 +23,8 @@ constexpr uint32_t kMaxPacketsPerAckReq = 64;
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
 
-bool is_read(const core::SendWqe& w) { return w.opcode == IBV_WR_RDMA_READ; }
+// READs and atomics: one request packet, answered by responses.
+bool is_read(const core::SendWqe& w) { return core::is_read_or_atomic(w.opcode); }
 
 Operation send_operation(const core::SendWqe& w, bool first, bool last) {
   bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
@@ -102,6 +103,22 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
   tx.end_packet(qp.path.flow);
   qp.req.psn = wire::psn_add(qp.req.psn, packets_for(remaining, qp.path.mtu));
+  qp.req.pkts_since_ack_req = 0;
+}
+
+// Builds the COMPARE_SWAP / FETCH_ADD request of an atomic WQE (AckReq set:
+// its response is the ATOMIC_ACKNOWLEDGE).
+void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
+  bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+  uint8_t opcode = wire::make_opcode(wire::Service::kRc, cas ? Operation::kCompareSwap : Operation::kFetchAdd);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
+  // AtomicETH: Swap (CmpSwap) or Add (FetchAdd) data, then Compare data.
+  wire::AtomicEth(h + info.offset[unsigned(wire::Hdr::kAtomicEth)])
+      .fill(w.remote_addr, w.rkey, cas ? w.swap : w.compare_add, cas ? w.compare_add : 0);
+  tx.end_packet(qp.path.flow);
+  qp.req.psn = wire::psn_add(qp.req.psn, 1);
   qp.req.pkts_since_ack_req = 0;
 }
 
@@ -204,7 +221,10 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
       if (in_flight > 0 && in_flight + need > kWindowPsns) break;
 
       if (is_read(w)) {
-        send_read_request(qp, w, tx);
+        if (core::is_atomic(w.opcode))
+          send_atomic_request(qp, w, tx);
+        else
+          send_read_request(qp, w, tx);
         qp.req.offset = 0;
         ++qp.req.index;
       } else {

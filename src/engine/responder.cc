@@ -4,6 +4,10 @@
 // Each request packet walks an explicit state machine; every state is one
 // small function named after the IBA check it performs, and every error
 // state after the NAK class it produces.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/log.h"
@@ -114,6 +118,36 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
   }
 }
 
+void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
+  uint8_t opcode = wire::make_opcode(wire::Service::kRc, Operation::kAtomicAcknowledge);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
+  wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
+  wire::AtomicAckEth(h + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(orig);
+  tx.end_packet(qp.path.flow);
+}
+
+// Executes an atomic on 8 bytes of host memory; returns the original value.
+// std::atomic_ref makes it atomic against every other atomic of the process,
+// whatever QP it came through (IBV_ATOMIC_HCA). A host address that is not
+// 8-byte aligned (an MR registered with an unaligned iova) falls back to a lock.
+uint64_t execute_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+    std::atomic_ref<uint64_t> v(*reinterpret_cast<uint64_t*>(dst));
+    if (!cas) return v.fetch_add(swap_add);
+    v.compare_exchange_strong(compare, swap_add);
+    return compare;  // the value found, equal or not
+  }
+  static std::mutex unaligned_mu;
+  std::lock_guard lock(unaligned_mu);
+  uint64_t old;
+  std::memcpy(&old, dst, 8);
+  uint64_t now = cas ? (old == compare ? swap_add : old) : old + swap_add;
+  std::memcpy(dst, &now, 8);
+  return old;
+}
+
 // --- the checks -------------------------------------------------------------
 
 // C9-… (9.7.4.1.x): PSN equal to ePSN is new, earlier is a duplicate, later
@@ -167,8 +201,10 @@ RespState check_op_valid(Request& r) {
   if (r.flags & wire::kOpRead) {
     if (!(access & IBV_ACCESS_REMOTE_READ) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
   }
-  if (r.flags & wire::kOpAtomic) return RespState::kErrInvalidRequest;  // not supported yet
-  if (r.flags & wire::kOpInv) return RespState::kErrInvalidRequest;     // not supported yet
+  if (r.flags & wire::kOpAtomic) {
+    if (!(access & IBV_ACCESS_REMOTE_ATOMIC) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
+  }
+  if (r.flags & wire::kOpInv) return RespState::kErrInvalidRequest;  // not supported yet
   return RespState::kCheckResource;
 }
 
@@ -213,6 +249,14 @@ RespState check_length(Request& r) {
 // C9-88 / o9-…: R_Key, bounds and access of RDMA requests (zero-length
 // requests need no valid R_Key).
 RespState check_rkey(Request& r) {
+  if (r.flags & wire::kOpAtomic) {
+    wire::AtomicEth a = r.pkt.atomic_eth();
+    // o9-…: an atomic's VA must be 8-byte aligned, else NAK invalid request.
+    if (a.va() & 7) return RespState::kErrInvalidRequest;
+    if (r.qp.ctx->mrs.check(a.rkey(), r.qp.pd, a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true) != core::KeyCheck::kOk)
+      return RespState::kErrRemoteAccess;
+    return RespState::kExecute;
+  }
   bool write_start = (r.flags & wire::kOpWrite) && (r.flags & wire::kOpStart);
   if (!write_start && !(r.flags & wire::kOpRead)) return RespState::kExecute;
   wire::Reth reth = r.pkt.reth();
@@ -288,6 +332,20 @@ RespState execute(Request& r) {
     s.epsn = wire::psn_add(r.psn, npkts);
     ++s.msn;
     return RespState::kDone;
+  } else if (r.flags & wire::kOpAtomic) {
+    wire::AtomicEth a = r.pkt.atomic_eth();
+    bool cas = r.op == Operation::kCompareSwap;
+    uint64_t orig = 0;
+    if (qp.ctx->mrs.with_range(a.rkey(), qp.pd, a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, [&](uint8_t* dst) {
+          orig = execute_atomic(dst, cas, a.swap_add(), a.compare());
+        }) != core::KeyCheck::kOk)
+      return RespState::kErrRemoteAccess;
+    ResponderResource& res = s.resources[s.next_resource++ % s.resources.size()];
+    res = ResponderResource{true, r.psn, r.psn, a.va(), a.rkey(), 8, true, orig};
+    ++s.msn;
+    s.epsn = wire::psn_add(r.psn, 1);
+    send_atomic_ack(qp, r.tx, r.psn, orig);
+    return RespState::kDone;
   }
   return (r.flags & wire::kOpEnd) ? RespState::kComplete : RespState::kAcknowledge;
 }
@@ -346,7 +404,9 @@ RespState duplicate(Request& r) {
   if (r.flags & wire::kOpRead) {
     wire::Reth reth = r.pkt.reth();
     for (const ResponderResource& res : s.resources) {
-      if (!res.valid || wire::psn_diff(r.psn, res.first_psn) < 0 || wire::psn_diff(r.psn, res.last_psn) > 0) continue;
+      if (!res.valid || res.atomic || wire::psn_diff(r.psn, res.first_psn) < 0 ||
+          wire::psn_diff(r.psn, res.last_psn) > 0)
+        continue;
       // The retried READ must ask for a part of the original range.
       uint64_t end = res.va + res.length;
       if (reth.rkey() != res.rkey || reth.va() < res.va || reth.va() + reth.dma_len() > end) return RespState::kDrop;
@@ -355,7 +415,16 @@ RespState duplicate(Request& r) {
     }
     return RespState::kDrop;
   }
-  if (r.flags & wire::kOpAtomic) return RespState::kDrop;
+  if (r.flags & wire::kOpAtomic) {
+    // C9-…: a duplicate atomic is never executed again; its saved result is replayed.
+    for (const ResponderResource& res : s.resources) {
+      if (res.valid && res.atomic && res.first_psn == r.psn) {
+        send_atomic_ack(qp, r.tx, r.psn, res.orig);
+        return RespState::kDone;
+      }
+    }
+    return RespState::kDrop;
+  }
   // ACK everything received so far (PSN ePSN-1).
   uint32_t psn = wire::psn_add(s.epsn, wire::kPsnMask);
   if (!s.ack_pending || wire::psn_diff(psn, s.ack_psn) > 0) s.ack_psn = psn;
