@@ -77,7 +77,11 @@ struct Pkt {
   uint32_t msn = 0;
   std::optional<uint64_t> reth_va;
   uint32_t reth_rkey = 0, reth_len = 0;
-  std::optional<uint32_t> imm;  // raw (network order)
+  std::optional<uint32_t> imm;        // raw (network order)
+  std::optional<uint64_t> atomic_va;  // AtomicETH
+  uint32_t atomic_rkey = 0;
+  uint64_t swap_add = 0, compare = 0;
+  std::optional<uint64_t> atomic_orig;  // AtomicAckETH
   std::vector<uint8_t> payload;
 };
 
@@ -93,6 +97,10 @@ struct Craft {
   uint8_t syndrome = wire::kAckNoCredit;
   uint32_t msn = 0;
   uint32_t imm = 0;
+  uint64_t atomic_va = 0;  // AtomicETH
+  uint32_t atomic_rkey = 0;
+  uint64_t swap_add = 0, compare = 0;
+  uint64_t atomic_orig = 0;  // AtomicAckETH
   std::vector<uint8_t> payload;
   bool corrupt_icrc = false;
 };
@@ -233,6 +241,11 @@ class EngineTest : public ::testing::Test {
     if (info.has(wire::Hdr::kAeth))
       wire::Aeth(p.data() + info.offset[unsigned(wire::Hdr::kAeth)]).fill(c.syndrome, c.msn);
     if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(p.data() + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(c.imm);
+    if (info.has(wire::Hdr::kAtomicEth))
+      wire::AtomicEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicEth)])
+          .fill(c.atomic_va, c.atomic_rkey, c.swap_add, c.compare);
+    if (info.has(wire::Hdr::kAtomicAckEth))
+      wire::AtomicAckEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(c.atomic_orig);
     if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
     wire::Ipv4Flow flow{kPeerIp, local_ip, kPeerPort, kLocalPort};
     uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
@@ -291,6 +304,14 @@ class EngineTest : public ::testing::Test {
         p.reth_len = v.reth().dma_len();
       }
       if (v.info->has(wire::Hdr::kImmDt)) p.imm = v.imm().raw();
+      if (v.info->has(wire::Hdr::kAtomicEth)) {
+        wire::AtomicEth a = v.atomic_eth();
+        p.atomic_va = a.va();
+        p.atomic_rkey = a.rkey();
+        p.swap_add = a.swap_add();
+        p.compare = a.compare();
+      }
+      if (v.info->has(wire::Hdr::kAtomicAckEth)) p.atomic_orig = v.atomic_ack_eth().orig();
       // Pad bytes are zero.
       for (unsigned i = 0; i < p.pad; ++i) EXPECT_EQ(v.payload()[v.payload_len + i], 0);
       p.payload.assign(v.payload(), v.payload() + v.payload_len);
@@ -325,7 +346,8 @@ class EngineTest : public ::testing::Test {
 inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03, kSendOnly = 0x04,
                          kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08,
                          kWriteOnly = 0x0A, kWriteOnlyImm = 0x0B, kReadRequest = 0x0C, kReadRespFirst = 0x0D,
-                         kReadRespMiddle = 0x0E, kReadRespLast = 0x0F, kReadRespOnly = 0x10, kAck = 0x11;
+                         kReadRespMiddle = 0x0E, kReadRespLast = 0x0F, kReadRespOnly = 0x10, kAck = 0x11,
+                         kAtomicAck = 0x12, kCompareSwap = 0x13, kFetchAdd = 0x14;
 
 inline uint8_t nak(uint8_t code) { return uint8_t(0x60 | code); }
 inline uint8_t rnr_nak(uint8_t timer) { return uint8_t(0x20 | timer); }
