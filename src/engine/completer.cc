@@ -39,8 +39,20 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
 
 bool infinite(uint8_t count) { return count == 7; }  // rxe: 7 = retry forever
 
+// A request is outstanding while a started WQE awaits its acknowledgement or
+// response. (Not `unacked_psn != req.psn`: after a rewind the requester's PSN
+// may equal the oldest unacknowledged one with requests still outstanding.)
+bool has_outstanding(EngineQp& qp) {
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+    const core::SendWqe& w = qp.sq.at(i);
+    if (!w.started) return false;
+    if (!w.completed) return true;
+  }
+  return false;
+}
+
 void restart_timer(EngineQp& qp) {
-  bool outstanding = qp.comp.unacked_psn != qp.req.psn;
+  bool outstanding = has_outstanding(qp);
   auto now = Clock::now();
   qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
   if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
@@ -223,7 +235,10 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   uint32_t index = qp.sq.retired;
   if (index == qp.sq.posted) return;
   core::SendWqe& w = qp.sq.at(index);
-  if (w.opcode != IBV_WR_RDMA_READ || !w.started || w.completed) return;
+  if (w.opcode != IBV_WR_RDMA_READ || !w.started || w.completed) {
+    requester_run(qp, tx);  // a response for a later request: resend what acknowledge_before rewound
+    return;
+  }
   uint32_t mtu = qp.path.mtu;
   uint32_t expected = wire::psn_add(w.first_psn, qp.comp.read_offset / mtu);
   int32_t d = wire::psn_diff(psn, expected);
@@ -273,7 +288,10 @@ void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   uint32_t index = qp.sq.retired;
   if (index == qp.sq.posted) return;
   core::SendWqe& w = qp.sq.at(index);
-  if (!core::is_atomic(w.opcode) || !w.started || w.completed || w.first_psn != psn) return;  // stale duplicate
+  if (!core::is_atomic(w.opcode) || !w.started || w.completed || w.first_psn != psn) {
+    requester_run(qp, tx);  // a response for a later request: resend what acknowledge_before rewound
+    return;
+  }
   uint64_t orig = pkt.atomic_ack_eth().orig();
   if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
@@ -333,7 +351,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
     requester_run(qp, tx);
   }
   if (!qp.timers.retransmit_armed) return;
-  if (qp.comp.unacked_psn == qp.req.psn && qp.req.index == qp.sq.retired) {
+  if (!has_outstanding(qp)) {
     qp.timers.retransmit_armed = false;
     return;
   }

@@ -192,6 +192,39 @@ TEST_F(Atomic, RequesterSendsAndCompletes) {
   EXPECT_EQ(word(8), 5u);
 }
 
+// Post two FETCH_ADDs; receive only the second's ATOMIC_ACKNOWLEDGE (the first
+// one's was lost) / Expect both requests resent at once from the first one's PSN
+// (go-back-N), then both complete in order with their own original values.
+TEST_F(Atomic, LaterResponseResendsLostOne) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = 0x10000;
+  wr.wr.atomic.rkey = 0x33;
+  wr.wr.atomic.compare_add = 1;
+  for (uint64_t id : {1, 2}) {
+    wr.wr_id = id;
+    post_send(wr, {sge(mem.data() + 8 * (id - 1), 8, mr)});
+  }
+  ASSERT_EQ(take().size(), 2u);
+  deliver(Craft{.opcode = kAtomicAck, .psn = sq(1), .msn = 2, .atomic_orig = 41});
+  EXPECT_TRUE(poll(*scq).empty());
+  auto re = take();
+  ASSERT_EQ(re.size(), 2u);
+  EXPECT_EQ(re[0].opcode, kFetchAdd);
+  EXPECT_EQ(re[0].psn, sq(0));
+  EXPECT_EQ(re[1].psn, sq(1));
+  // The responder replays both saved results.
+  deliver(Craft{.opcode = kAtomicAck, .psn = sq(0), .msn = 1, .atomic_orig = 40});
+  deliver(Craft{.opcode = kAtomicAck, .psn = sq(1), .msn = 2, .atomic_orig = 41});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(word(0), 40u);
+  EXPECT_EQ(word(8), 41u);
+}
+
 // Post an atomic whose local buffer is not 8 bytes / Expect EINVAL at post (as rxe).
 TEST_F(Atomic, LocalLengthMustBeEight) {
   ibv_send_wr wr{};

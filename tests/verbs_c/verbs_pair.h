@@ -38,7 +38,7 @@ struct vp_side {
   struct vp_conn self;
 };
 
-/* Opens the first device, allocates PD, CQ and an RC QP in INIT with remote READ/WRITE
+/* Opens the first device, allocates PD, CQ and an RC QP in INIT with remote READ/WRITE/ATOMIC
  * access; `psn` is this side's first send PSN. Returns 0, or -1 after printing why. */
 int vp_open(struct vp_side* s, const struct vp_params* p, uint32_t psn);
 /* RTR then RTS towards `peer`. Returns 0, or -1 after printing why. */
