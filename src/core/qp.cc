@@ -144,6 +144,20 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
         default:
           return EOPNOTSUPP;  // MW, invalidate: not supported yet
       }
+    case IBV_QPT_UC:  // IBA 9.4: no READ, no atomics
+      switch (wr.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+          return 0;
+        case IBV_WR_RDMA_READ:
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+          return EINVAL;
+        default:
+          return EOPNOTSUPP;
+      }
     default:
       return EOPNOTSUPP;
   }

@@ -218,7 +218,8 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
       }
       uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
       uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
-      if (in_flight > 0 && in_flight + need > kWindowPsns) break;
+      // The window bounds unacknowledged PSNs; UC has no acknowledgements.
+      if (qp.type == IBV_QPT_RC && in_flight > 0 && in_flight + need > kWindowPsns) break;
 
       if (is_read(w)) {
         if (core::is_atomic(w.opcode))

@@ -119,7 +119,9 @@ class EngineTest : public ::testing::Test {
   static constexpr uint32_t kPeerQpn = 0x000777;
   static constexpr unsigned kMtu = 1024;
 
-  // Attributes of the QP under test; tests may change them before bring_up().
+  // Attributes of the QP under test; tests may change them before bring_up()
+  // (qp_type: in the fixture's constructor, the QP is created in SetUp).
+  ibv_qp_type qp_type = IBV_QPT_RC;
   unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   uint32_t rq_psn = 1000;
   uint32_t sq_psn = 5000;
@@ -142,8 +144,7 @@ class EngineTest : public ::testing::Test {
     scq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     rcq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     core::QpCaps caps{64, 64, 4, 4, 64};
-    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false, engine->allocate_qp_num(),
-                      nullptr);
+    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), qp_type, caps, false, engine->allocate_qp_num(), nullptr);
     engine->register_qp(qp);
   }
 
@@ -179,8 +180,9 @@ class EngineTest : public ::testing::Test {
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.dlid = kPeerPort;
     a.ah_attr.port_num = 1;
+    const bool rc = qp_type == IBV_QPT_RC;
     ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                                (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)),
               0);
     a = ibv_qp_attr{};
     a.qp_state = IBV_QPS_RTS;
@@ -189,9 +191,10 @@ class EngineTest : public ::testing::Test {
     a.retry_cnt = retry_cnt;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = max_rd_atomic;
-    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    ASSERT_EQ(
+        qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN |
+                          (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0)),
+        0);
     ASSERT_EQ(qp->state(), IBV_QPS_RTS);
     sent.clear();
   }
