@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/ah.h"
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/limits.h"
@@ -144,6 +145,8 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
         default:
           return EOPNOTSUPP;  // MW, invalidate: not supported yet
       }
+    case IBV_QPT_UD:  // IBA 9.4: SEND only
+      return wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ? 0 : EINVAL;
     case IBV_QPT_UC:  // IBA 9.4: no READ, no atomics
       switch (wr.opcode) {
         case IBV_WR_SEND:
@@ -173,6 +176,12 @@ int Qp::enqueue_send(const ibv_send_wr& wr) {
   // Atomics read and write exactly 8 bytes (as rxe: the local buffer is checked
   // at post; remote alignment is the responder's check, C9-…).
   if (is_atomic(wr.opcode) && total != 8) return EINVAL;
+  // UD: one packet per message, to the address handle's destination.
+  const Ah* ah = nullptr;
+  if (type == IBV_QPT_UD) {
+    if (!wr.wr.ud.ah || total > mtu_bytes(ctx->active_mtu())) return EINVAL;
+    ah = Ah::from(wr.wr.ud.ah);
+  }
   bool is_inline = (wr.send_flags & IBV_SEND_INLINE) && !is_read_or_atomic(wr.opcode);
   if (is_inline && total > caps.max_inline_data) return EINVAL;
 
@@ -188,6 +197,8 @@ int Qp::enqueue_send(const ibv_send_wr& wr) {
     w.rkey = wr.wr.atomic.rkey;
     w.compare_add = wr.wr.atomic.compare_add;
     w.swap = wr.wr.atomic.swap;
+  } else if (ah) {
+    w.ud = UdDest{ah->dst_ip, ah->src_ip, ah->dst_port, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
   } else {
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;

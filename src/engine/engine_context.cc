@@ -80,13 +80,14 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu\n",
+               "rnr_naks %llu, qkey_violations %llu\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
                (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
                (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
-               (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load());
+               (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
+               (unsigned long long)stats.rx_qkey_violations.load());
 }
 
 uint32_t EngineContext::allocate_qp_num() {
@@ -224,7 +225,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (pkt.info->flags & wire::kOpResponse) {
     completer_receive(qp, pkt, TxBatch::local());
   } else {
-    responder_receive(qp, pkt, TxBatch::local());
+    responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
     if (qp.resp.ack_pending && !qp.in_touched_list) {
       qp.in_touched_list = true;
       touched.push_back(&qp);

@@ -30,6 +30,7 @@ struct Stats {
   std::atomic<uint64_t> tx_retransmits{0};
   std::atomic<uint64_t> tx_naks{0};
   std::atomic<uint64_t> rnr_naks_sent{0};
+  std::atomic<uint64_t> rx_qkey_violations{0};  // UD packets dropped for a wrong Q_Key
 };
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):

@@ -28,6 +28,8 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     path.mtu = core::mtu_bytes(attr.path_mtu);
     path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
   }
+  // UD: no connected path; messages go by address handle, one packet each.
+  if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
   if (after == before) return 0;
 
   switch (after) {

@@ -43,7 +43,7 @@ Operation send_operation(const core::SendWqe& w, bool first, bool last) {
 }
 
 wire::Service service_for(const EngineQp& qp) {
-  return qp.type == IBV_QPT_UC ? wire::Service::kUc : wire::Service::kRc;
+  return qp.type == IBV_QPT_UC ? wire::Service::kUc : qp.type == IBV_QPT_UD ? wire::Service::kUd : wire::Service::kRc;
 }
 
 // Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
@@ -135,8 +135,26 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   if (ack_req) qp.req.pkts_since_ack_req = 0;
   bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
 
-  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-  wire::Bth(h).fill(opcode, se, (4 - (len & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, ack_req, qp.req.psn);
+  // RC/UC: the connected path; UD: the WQE's address handle.
+  transport::Endpoint dst = qp.path.dst;
+  uint32_t src_ip = qp.path.src_ip;
+  const wire::Ipv4Flow* flow = &qp.path.flow;
+  uint32_t dest_qp = qp.attr.dest_qp_num;
+  wire::Ipv4Flow ud_flow;
+  if (qp.type == IBV_QPT_UD) {
+    dst = transport::Endpoint{w.ud.dst_ip, w.ud.dst_port};
+    src_ip = w.ud.src_ip;
+    ud_flow = wire::Ipv4Flow{src_ip, dst.ip, qp.engine()->lid(), dst.port};
+    flow = &ud_flow;
+    dest_qp = w.ud.remote_qpn;
+  }
+  uint8_t* h = tx.begin_packet(dst, src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, se, (4 - (len & 3)) & 3, wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
+  if (info.has(wire::Hdr::kDeth)) {
+    // IBA 10.2.5 (roce-facts §2.5): a WR Q_Key with bit 31 set means "use the QP's own".
+    uint32_t qkey = (w.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.ud.remote_qkey;
+    wire::Deth(h + info.offset[unsigned(wire::Hdr::kDeth)]).fill(qkey, qp.qp_num());
+  }
   if (info.has(wire::Hdr::kReth))
     wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr, w.rkey, w.length);
   if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(h + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(w.imm_data);
@@ -144,7 +162,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     tx.abort_packet();
     return false;
   }
-  tx.end_packet(qp.path.flow);
+  tx.end_packet(*flow);
   qp.req.psn = wire::psn_add(qp.req.psn, 1);
   qp.req.offset += len;
   return true;
@@ -236,14 +254,14 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
         if (qp.req.offset >= w.length) {
           qp.req.offset = 0;
           ++qp.req.index;
-          // UC has no acknowledgements: the WQE is done once sent.
-          if (qp.type == IBV_QPT_UC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+          // UC and UD have no acknowledgements: the WQE is done once sent.
+          if (qp.type != IBV_QPT_RC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
         }
       }
       sent = true;
     }
   }
-  if (qp.type == IBV_QPT_UC) retire_send_wqes(qp);
+  if (qp.type != IBV_QPT_RC) retire_send_wqes(qp);
   if (sent) arm_retransmit(qp);
   tx.flush();
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/ah.h"
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/log.h"
@@ -67,10 +68,13 @@ struct Request {
   uint32_t psn;
   uint32_t flags;  // OpcodeInfo flags
   Operation op;
+  const transport::Endpoint& from;  // sender's address and UDP port (its LID)
+  uint32_t to_ip;
   ibv_wc_status recv_status = IBV_WC_SUCCESS;  // for a receive WQE failed by this packet
 };
 
 bool is_rc(const EngineQp& qp) { return qp.type == IBV_QPT_RC; }
+bool is_ud(const EngineQp& qp) { return qp.type == IBV_QPT_UD; }
 
 void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
   uint8_t opcode = wire::make_opcode(wire::Service::kRc, Operation::kAcknowledge);
@@ -155,6 +159,7 @@ uint64_t execute_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t comp
 RespState check_psn(Request& r) {
   ResponderState& s = r.qp.resp;
   int32_t d = wire::psn_diff(r.psn, s.epsn);
+  if (is_ud(r.qp)) return RespState::kCheckOpSeq;  // single-packet messages: no sequence
   if (!is_rc(r.qp)) {
     // UC (9.7.4.1.1 for UC): a gap drops the rest of the current message;
     // resynchronize on the next FIRST/ONLY.
@@ -196,6 +201,14 @@ RespState check_op_seq(Request& r) {
 
 // C9-… (9.7.4.1.4): the QP must permit the operation.
 RespState check_op_valid(Request& r) {
+  if (is_ud(r.qp)) {
+    // roce-facts §2.5: a Q_Key mismatch is dropped silently and counted.
+    if (r.pkt.deth().qkey() != r.qp.attr.qkey) {
+      r.qp.engine()->stats.rx_qkey_violations.fetch_add(1, std::memory_order_relaxed);
+      return RespState::kDrop;
+    }
+    return RespState::kCheckResource;
+  }
   unsigned access = r.qp.attr.qp_access_flags;
   if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE)) return RespState::kErrInvalidRequest;
   if (r.flags & wire::kOpRead) {
@@ -229,7 +242,8 @@ RespState check_length(Request& r) {
   }
   if (r.flags & wire::kOpSend) {
     const core::RecvWqe& w = r.qp.rq.at(r.qp.rq.consumed);
-    if (uint64_t(r.qp.resp.recv_offset) + len > w.length) {
+    uint32_t grh = is_ud(r.qp) ? core::kGrhSize : 0;  // roce-facts §5.3
+    if (uint64_t(r.qp.resp.recv_offset) + grh + len > w.length) {
       r.recv_status = IBV_WC_LOC_LEN_ERR;
       return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
     }
@@ -308,6 +322,12 @@ RespState execute(Request& r) {
   uint32_t len = r.pkt.payload_len;
   if (r.flags & wire::kOpSend) {
     s.in_message = InMessage::kSend;
+    if (is_ud(qp)) {
+      uint8_t grh[core::kGrhSize];
+      core::build_ipv4_grh(r.from.ip, r.to_ip, uint32_t(r.pkt.len), grh);
+      if (!scatter_send(qp, grh, core::kGrhSize)) return RespState::kDrop;
+      s.recv_offset = core::kGrhSize;
+    }
     if (!scatter_send(qp, r.pkt.payload(), len)) {
       r.recv_status = IBV_WC_LOC_PROT_ERR;
       return is_rc(qp) ? RespState::kErrRemoteOperation : RespState::kDrop;
@@ -350,8 +370,9 @@ RespState execute(Request& r) {
   return (r.flags & wire::kOpEnd) ? RespState::kComplete : RespState::kAcknowledge;
 }
 
+// `ud`: the UD request being completed (its sender and the GRH flag), else null.
 void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool imm,
-                   uint32_t imm_data, bool solicited) {
+                   uint32_t imm_data, bool solicited, const Request* ud = nullptr) {
   ibv_wc wc{};
   wc.wr_id = qp.rq.at(qp.rq.consumed).wr_id;
   wc.status = status;
@@ -360,6 +381,11 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
   wc.qp_num = qp.qp_num();
   wc.src_qp = qp.attr.dest_qp_num;
   wc.slid = qp.path.dst.port;
+  if (ud) {
+    wc.src_qp = ud->pkt.deth().src_qp();
+    wc.slid = ud->from.port;
+    wc.wc_flags |= IBV_WC_GRH;
+  }
   if (imm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = imm_data;
@@ -377,7 +403,8 @@ RespState complete(Request& r) {
   bool imm = r.flags & wire::kOpImm;
   uint32_t imm_data = imm ? r.pkt.imm().raw() : 0;
   if (r.flags & wire::kOpSend) {
-    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, imm, imm_data, r.pkt.bth().se());
+    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, imm, imm_data, r.pkt.bth().se(),
+                  is_ud(qp) ? &r : nullptr);
   } else if (r.flags & wire::kOpRcqe) {  // WRITE with immediate
     complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, s.write_length, true, imm_data, r.pkt.bth().se());
   }
@@ -502,14 +529,15 @@ RespState step(RespState s, Request& r) {
 
 }  // namespace
 
-void responder_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from, uint32_t to_ip,
+                       TxBatch& tx) {
   ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   tx.use(&qp.engine()->transport());
-  Request r{qp, pkt, tx, pkt.bth().psn(), pkt.info->flags, wire::operation_of(pkt.bth().opcode())};
+  Request r{qp, pkt, tx, pkt.bth().psn(), pkt.info->flags, wire::operation_of(pkt.bth().opcode()), from, to_ip};
   RespState s = RespState::kCheckPsn;
   while (s != RespState::kDone) {
     if (s >= RespState::kErrInvalidRequest && s <= RespState::kErrRemoteOperation)

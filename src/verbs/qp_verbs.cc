@@ -25,8 +25,8 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       errno = EINVAL;
       return nullptr;
     }
-    if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC) {
-      errno = EOPNOTSUPP;  // UD and XRC: see docs/architecture.md, "Not implemented"
+    if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC && init->qp_type != IBV_QPT_UD) {
+      errno = EOPNOTSUPP;  // XRC, raw packet: see docs/architecture.md, "Not implemented"
       return nullptr;
     }
     if (init->srq) {

@@ -1,0 +1,79 @@
+#include "core/ah.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/context.h"
+#include "core/device.h"
+#include "wire/byte_order.h"
+
+namespace uroce::core {
+
+using wire::load_be32;
+using wire::store_be16;
+using wire::store_be32;
+
+namespace {
+
+constexpr uint16_t kRoceV2Port = 4791;
+
+// Index of the local GID whose address is `ip`, or -1.
+int gid_index_of(const Context& ctx, uint32_t ip) {
+  for (size_t i = 0; i < ctx.gid_count(); ++i) {
+    uint32_t a = 0;
+    if (ctx.gid_ip(unsigned(i), &a) && a == ip) return int(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int resolve_ah(const Context& ctx, const ibv_ah_attr& attr, Ah* out) {
+  if (attr.port_num != 1) return EINVAL;
+  if (!attr.is_global) return EINVAL;  // RoCE: the GRH carries the addresses
+  if (!ctx.gid_ip(attr.grh.sgid_index, &out->src_ip)) return EINVAL;
+  if (!gid_to_ipv4(attr.grh.dgid, &out->dst_ip)) return EINVAL;  // IPv4-mapped GIDs only
+  out->dst_port = attr.dlid ? attr.dlid : kRoceV2Port;
+  out->attr = attr;
+  return 0;
+}
+
+void build_ipv4_grh(uint32_t src_ip, uint32_t dst_ip, uint32_t udp_payload_len, uint8_t out[kGrhSize]) {
+  std::memset(out, 0, kGrhSize);
+  uint8_t* ip = out + 20;
+  ip[0] = 0x45;
+  store_be16(ip + 2, uint16_t(20 + 8 + udp_payload_len));
+  store_be16(ip + 6, 0x4000);  // DF; uroce sends IP ID 0
+  ip[8] = 64;                  // TTL (not visible through a UDP socket; the usual default)
+  ip[9] = 17;                  // UDP
+  store_be32(ip + 12, src_ip);
+  store_be32(ip + 16, dst_ip);
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += uint32_t(ip[i]) << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  store_be16(ip + 10, uint16_t(~sum));
+}
+
+int ah_attr_from_wc(const Context& ctx, uint8_t port, const ibv_wc& wc, const ibv_grh* grh, ibv_ah_attr* attr) {
+  if (port != 1 || !attr) return EINVAL;
+  std::memset(attr, 0, sizeof *attr);
+  attr->dlid = wc.slid;
+  attr->sl = wc.sl;
+  attr->src_path_bits = wc.dlid_path_bits;
+  attr->port_num = port;
+  if (!(wc.wc_flags & IBV_WC_GRH) || !grh) return EINVAL;  // RoCE needs the GRH
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  const uint8_t* ip = raw + 20;
+  if ((ip[0] >> 4) != 4) return EINVAL;
+  uint32_t src = load_be32(ip + 12), dst = load_be32(ip + 16);
+  int sgid = gid_index_of(ctx, dst);
+  if (sgid < 0) return EINVAL;  // not addressed to one of our GIDs
+  attr->is_global = 1;
+  attr->grh.dgid = ipv4_to_gid(src);
+  attr->grh.sgid_index = uint8_t(sgid);
+  attr->grh.hop_limit = 0xFF;
+  attr->grh.traffic_class = ip[1];
+  return 0;
+}
+
+}  // namespace uroce::core

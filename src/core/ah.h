@@ -1,0 +1,41 @@
+// Address handle (ibv_create_ah): where a UD send goes. RoCE v2 needs the GRH
+// (is_global): the destination GID is an IPv4-mapped address and the DLID the
+// peer's UDP port (design §3; 0 means the standard RoCEv2 port 4791).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "core/container_of.h"
+#include "core/result.h"
+
+namespace uroce::core {
+
+class Context;
+
+struct Ah {
+  ibv_ah ibah{};  // ABI object
+  ibv_ah_attr attr{};
+  uint32_t dst_ip = 0;
+  uint32_t src_ip = 0;  // of the GID named by sgid_index
+  uint16_t dst_port = 0;
+
+  static Ah* from(ibv_ah* a) { return UROCE_CONTAINER_OF(a, Ah, ibah); }
+};
+
+// Checks `attr` against the context's port and GID table (EINVAL as rxe: port,
+// missing GRH, GID index, a destination GID that is not IPv4-mapped) and fills
+// the resolved addresses.
+[[nodiscard]] int resolve_ah(const Context& ctx, const ibv_ah_attr& attr, Ah* out);
+
+// The 40-byte GRH area of a UD receive buffer for an IPv4 packet (roce-facts
+// §5.3): 20 zero bytes, then the IPv4 header of the datagram as it arrived.
+inline constexpr uint32_t kGrhSize = 40;
+void build_ipv4_grh(uint32_t src_ip, uint32_t dst_ip, uint32_t udp_payload_len, uint8_t out[kGrhSize]);
+
+// ibv_init_ah_from_wc: the AH attributes that answer a received UD message.
+[[nodiscard]] int ah_attr_from_wc(const Context& ctx, uint8_t port, const ibv_wc& wc, const ibv_grh* grh,
+                                  ibv_ah_attr* attr);
+
+}  // namespace uroce::core
