@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/limits.h"
+#include "core/srq.h"
 
 namespace uroce::core {
 
@@ -34,6 +35,7 @@ Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
   if (pipe2(fds, O_CLOEXEC) == 0) {
     c.async_fd = fds[0];
     async_write_fd_ = fds[1];
+    fcntl(async_write_fd_, F_SETFL, O_NONBLOCK);
   } else {
     c.async_fd = -1;
   }
@@ -43,6 +45,12 @@ Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
   unsigned if_mtu = addrs_.empty() ? 1500 : addrs_.front().if_mtu;
   active_mtu_ = mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256);
   if (config().mtu_override) active_mtu_ = mtu_enum_for_bytes(config().mtu_override);
+}
+
+void Context::raise_async_event(const ibv_async_event& event) const {
+  if (async_write_fd_ < 0) return;
+  // One write of a small struct to a pipe is atomic (PIPE_BUF).
+  [[maybe_unused]] ssize_t n = write(async_write_fd_, &event, sizeof event);
 }
 
 Context::~Context() {
@@ -82,9 +90,9 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
   a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
-  a->max_srq = 0;
-  a->max_srq_wr = 0;
-  a->max_srq_sge = 0;
+  a->max_srq = int(kMaxSrq);
+  a->max_srq_wr = int(kMaxSrqWr);
+  a->max_srq_sge = int(kMaxSrqSge);
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;

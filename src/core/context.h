@@ -45,6 +45,9 @@ class Context {
   int query_pkey(uint8_t port, int index, uint16_t* pkey) const;
 
   int async_fd_write_end() const { return async_write_fd_; }
+  // Queues an event for ibv_get_async_event. Never blocks: if the application
+  // leaves events unread until the pipe is full, further ones are dropped.
+  void raise_async_event(const ibv_async_event& event) const;
 
  private:
   std::vector<HostAddress> addrs_;

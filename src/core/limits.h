@@ -17,6 +17,7 @@ inline constexpr uint32_t kMaxPd = 1 << 16;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: max_qp_rd_atom / max_qp_init_rd_atom
 inline constexpr uint32_t kMaxSrq = 1 << 14;
 inline constexpr uint32_t kMaxSrqWr = 1 << 15;
+inline constexpr uint32_t kMaxSrqSge = 32;
 inline constexpr uint32_t kMaxAh = 1 << 16;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kVendorId = 0xFFFFFF;    // no IEEE OUI: a software device

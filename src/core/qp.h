@@ -19,6 +19,7 @@ namespace uroce::core {
 class Context;
 class Cq;
 struct Pd;
+class Srq;
 
 struct QpCaps {
   uint32_t max_send_wr = 0;
@@ -48,6 +49,8 @@ class Qp {
   const ibv_qp_type type;
   const bool sq_sig_all;
   const QpCaps caps;
+
+  Srq* srq = nullptr;  // receives come from here when set (ibv_qp_init_attr::srq)
 
   std::mutex mu;
   ibv_qp_attr attr{};  // current attributes; attr.qp_state is the state

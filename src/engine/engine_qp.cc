@@ -2,6 +2,7 @@
 
 #include "core/cq.h"
 #include "core/device.h"
+#include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 
@@ -46,6 +47,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
       resp = ResponderState{};
       resp.epsn = attr.rq_psn;
       resp.resources.assign(attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1, ResponderResource{});
+      resp.srq_sges.assign(srq ? srq->max_sge() : 0, core::Sge{});
       break;
     case IBV_QPS_RTS:
       if (before == IBV_QPS_RTR) {
@@ -96,6 +98,19 @@ void EngineQp::flush_send_queue() {
 
 void EngineQp::flush_recv_queue() {
   if (!recv_cq) return;
+  if (srq) {
+    // The SRQ's WQEs belong to every QP on it: only the one this QP took is flushed.
+    if (resp.have_rwqe) {
+      ibv_wc wc{};
+      wc.wr_id = resp.srq_wqe.wr_id;
+      wc.status = IBV_WC_WR_FLUSH_ERR;
+      wc.opcode = IBV_WC_RECV;
+      wc.qp_num = qp_num();
+      recv_cq->push(wc, true);
+    }
+    resp.have_rwqe = false;
+    return;
+  }
   for (; rq.consumed != rq.posted; ++rq.consumed) {
     ibv_wc wc{};
     wc.wr_id = rq.at(rq.consumed).wr_id;

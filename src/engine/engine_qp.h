@@ -66,6 +66,8 @@ struct ResponderState {
   InMessage in_message = InMessage::kNone;
   bool have_rwqe = false;  // receive WQE taken for the current message
   uint32_t recv_offset = 0;
+  core::RecvWqe srq_wqe;            // QPs on an SRQ: the WQE taken from it
+  std::vector<core::Sge> srq_sges;  // (sized at RTR to the SRQ's max_sge)
   uint64_t write_va = 0;
   uint32_t write_rkey = 0;
   uint32_t write_remaining = 0;

@@ -12,6 +12,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/log.h"
+#include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/psn.h"
@@ -221,10 +222,28 @@ RespState check_op_valid(Request& r) {
   return RespState::kCheckResource;
 }
 
+// The receive WQE a message is delivered into: the head of the QP's own
+// receive queue, or the copy taken from its SRQ.
+const core::RecvWqe& recv_wqe(EngineQp& qp) { return qp.srq ? qp.resp.srq_wqe : qp.rq.at(qp.rq.consumed); }
+const core::Sge* recv_sges(EngineQp& qp) { return qp.srq ? qp.resp.srq_sges.data() : qp.rq.sges(qp.rq.consumed); }
+
+bool take_from_srq(EngineQp& qp) {
+  bool limit_reached = false;
+  if (!qp.srq->take(&qp.resp.srq_wqe, qp.resp.srq_sges.data(), &limit_reached)) return false;
+  if (limit_reached) {
+    ibv_async_event ev{};
+    ev.element.srq = &qp.srq->ibsrq;
+    ev.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
+    qp.ctx->raise_async_event(ev);
+  }
+  return true;
+}
+
 // C9-… (9.7.5.2.8): a message that consumes a receive WQE needs one, else RNR NAK.
 RespState check_resource(Request& r) {
   if ((r.flags & wire::kOpRwqe) && !r.qp.resp.have_rwqe) {
-    if (r.qp.rq.empty()) return is_rc(r.qp) ? RespState::kErrRnr : RespState::kDrop;
+    bool got = r.qp.srq ? take_from_srq(r.qp) : !r.qp.rq.empty();
+    if (!got) return is_rc(r.qp) ? RespState::kErrRnr : RespState::kDrop;
     r.qp.resp.have_rwqe = true;
     r.qp.resp.recv_offset = 0;
   }
@@ -241,7 +260,7 @@ RespState check_length(Request& r) {
     if (!ok) return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
   }
   if (r.flags & wire::kOpSend) {
-    const core::RecvWqe& w = r.qp.rq.at(r.qp.rq.consumed);
+    const core::RecvWqe& w = recv_wqe(r.qp);
     uint32_t grh = is_ud(r.qp) ? core::kGrhSize : 0;  // roce-facts §5.3
     if (uint64_t(r.qp.resp.recv_offset) + grh + len > w.length) {
       r.recv_status = IBV_WC_LOC_LEN_ERR;
@@ -293,9 +312,8 @@ RespState check_rkey(Request& r) {
 
 // Copies a SEND payload into the receive WQE's scatter list.
 bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
-  uint32_t index = qp.rq.consumed;
-  const core::RecvWqe& w = qp.rq.at(index);
-  const core::Sge* sge = qp.rq.sges(index);
+  const core::RecvWqe& w = recv_wqe(qp);
+  const core::Sge* sge = recv_sges(qp);
   auto lock = qp.ctx->mrs.read_lock();
   uint32_t skip = qp.resp.recv_offset;
   for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
@@ -374,7 +392,7 @@ RespState execute(Request& r) {
 void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool imm,
                    uint32_t imm_data, bool solicited, const Request* ud = nullptr) {
   ibv_wc wc{};
-  wc.wr_id = qp.rq.at(qp.rq.consumed).wr_id;
+  wc.wr_id = recv_wqe(qp).wr_id;
   wc.status = status;
   wc.opcode = opcode;
   wc.byte_len = byte_len;
@@ -390,7 +408,7 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = imm_data;
   }
-  ++qp.rq.consumed;
+  if (!qp.srq) ++qp.rq.consumed;
   qp.resp.have_rwqe = false;
   qp.resp.recv_offset = 0;
   if (qp.recv_cq) qp.recv_cq->push(wc, solicited);

@@ -8,6 +8,7 @@ void install_context_ops(verbs_context& vctx) {
   ops.req_notify_cq = req_notify_cq;
   ops.post_send = post_send;
   ops.post_recv = post_recv;
+  ops.post_srq_recv = post_srq_recv;
   vctx.query_port = query_port_ex;
   vctx.query_device_ex = query_device_ex;
 }

@@ -2,6 +2,7 @@
 #include <infiniband/verbs.h>
 
 #include "core/cq.h"
+#include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "verbs/export.h"
@@ -29,10 +30,6 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       errno = EOPNOTSUPP;  // XRC, raw packet: see docs/architecture.md, "Not implemented"
       return nullptr;
     }
-    if (init->srq) {
-      errno = EOPNOTSUPP;
-      return nullptr;
-    }
     if (!init->send_cq || !init->recv_cq) {
       errno = EINVAL;
       return nullptr;
@@ -51,6 +48,10 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
     pd->users.fetch_add(1);
     scq->qp_users.fetch_add(1);
     rcq->qp_users.fetch_add(1);
+    if (init->srq) {
+      qp->srq = uroce::core::Srq::from(init->srq);
+      qp->srq->qp_users.fetch_add(1);
+    }
     ctx->register_qp(qp);
     // Report what was granted (verbs: cap is an in/out parameter).
     init->cap.max_send_wr = caps.max_send_wr;
@@ -91,6 +92,7 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   qp->send_cq->qp_users.fetch_sub(1);
   qp->recv_cq->qp_users.fetch_sub(1);
   qp->pd->users.fetch_sub(1);
+  if (qp->srq) qp->srq->qp_users.fetch_sub(1);
   delete qp;
   return 0;
 }
@@ -122,7 +124,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
-  if (qp->state() == IBV_QPS_RESET) {
+  if (qp->state() == IBV_QPS_RESET || qp->srq) {  // a QP on an SRQ has no receive queue
     *bad_wr = wr;
     return EINVAL;
   }

@@ -1,0 +1,69 @@
+#include "core/srq.h"
+
+#include <cerrno>
+
+namespace uroce::core {
+
+int validate_srq_attr(const ibv_srq_attr& a) {
+  if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge) return EINVAL;
+  if (a.srq_limit > a.max_wr) return EINVAL;
+  return 0;
+}
+
+Srq::Srq(Context* c, Pd* p, uint32_t max_wr, uint32_t max_sge) : ctx(c), pd(p), max_wr_(max_wr), max_sge_(max_sge) {
+  rq_.init(max_wr, max_sge);
+}
+
+int Srq::post(const ibv_recv_wr& wr) {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge_) return EINVAL;
+  std::lock_guard lock(mu_);
+  if (rq_.size() >= max_wr_) return ENOMEM;
+  uint32_t index = rq_.posted;
+  RecvWqe& w = rq_.at(index);
+  w.wr_id = wr.wr_id;
+  w.num_sge = uint16_t(wr.num_sge);
+  w.length = 0;
+  Sge* s = rq_.sges(index);
+  for (int i = 0; i < wr.num_sge; ++i) {
+    s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    w.length += wr.sg_list[i].length;
+  }
+  ++rq_.posted;
+  return 0;
+}
+
+bool Srq::take(RecvWqe* w, Sge* sges, bool* limit_reached) {
+  std::lock_guard lock(mu_);
+  *limit_reached = false;
+  if (rq_.empty()) return false;
+  uint32_t index = rq_.consumed++;
+  *w = rq_.at(index);
+  const Sge* s = rq_.sges(index);
+  for (uint16_t i = 0; i < w->num_sge; ++i) sges[i] = s[i];
+  // The event fires once; the application re-arms with ibv_modify_srq.
+  if (limit_ && rq_.size() < limit_) {
+    limit_ = 0;
+    *limit_reached = true;
+  }
+  return true;
+}
+
+int Srq::modify(const ibv_srq_attr& a, int mask) {
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported (no IBV_DEVICE_SRQ_RESIZE)
+  std::lock_guard lock(mu_);
+  if (mask & IBV_SRQ_LIMIT) {
+    if (a.srq_limit > max_wr_) return EINVAL;
+    limit_ = a.srq_limit;
+  }
+  return 0;
+}
+
+void Srq::query(ibv_srq_attr* a) {
+  std::lock_guard lock(mu_);
+  a->max_wr = max_wr_;
+  a->max_sge = max_sge_;
+  a->srq_limit = limit_;
+}
+
+}  // namespace uroce::core
