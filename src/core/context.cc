@@ -77,7 +77,8 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp = int(kMaxQp);
   a->max_qp_wr = int(kMaxQpWr);
   a->device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT |
+      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = int(kMaxSge);
   a->max_sge_rd = int(kMaxSge);
   a->max_cq = int(kMaxCq);
@@ -90,6 +91,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
   a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
+  a->max_mw = int(kMaxMr);  // windows share the MR key table
   a->max_srq = int(kMaxSrq);
   a->max_srq_wr = int(kMaxSrqWr);
   a->max_srq_sge = int(kMaxSrqSge);

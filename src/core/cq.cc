@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/comp_channel.h"
+#include "core/completion_clock.h"
 
 namespace uroce::core {
 
@@ -24,7 +25,11 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
       overruns_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    ring_[(head_ + n) % ring_.size()] = wc;
+    CqEntry& e = ring_[(head_ + n) % ring_.size()];
+    e.wc = wc;
+    // Sampled under the lock, so timestamps never decrease in CQ order.
+    e.timestamp_ns = record_completion_ts_ ? completion_clock_ns() : 0;
+    e.wallclock_ns = record_wallclock_ ? wallclock_ns() : 0;
     count_.store(n + 1, std::memory_order_release);
     bool is_error = wc.status != IBV_WC_SUCCESS;
     if (arm_ == Arm::kNext || (arm_ == Arm::kSolicited && (solicited || is_error))) {
@@ -41,11 +46,22 @@ int Cq::poll(int max, ibv_wc* out) {
   std::lock_guard lock(mu_);
   uint32_t n = std::min<uint32_t>(uint32_t(max), count_.load(std::memory_order_relaxed));
   for (uint32_t i = 0; i < n; ++i) {
-    out[i] = ring_[head_];
+    out[i] = ring_[head_].wc;
     head_ = (head_ + 1) % ring_.size();
   }
   count_.store(count_.load(std::memory_order_relaxed) - n, std::memory_order_release);
   return int(n);
+}
+
+bool Cq::pop(CqEntry* out) {
+  if (count_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(mu_);
+  uint32_t n = count_.load(std::memory_order_relaxed);
+  if (n == 0) return false;
+  *out = ring_[head_];
+  head_ = (head_ + 1) % ring_.size();
+  count_.store(n - 1, std::memory_order_release);
+  return true;
 }
 
 int Cq::arm(bool solicited_only) {
@@ -63,8 +79,8 @@ void Cq::purge_qp(uint32_t qp_num) {
   uint32_t n = count_.load(std::memory_order_relaxed);
   uint32_t kept = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const ibv_wc& wc = ring_[(head_ + i) % ring_.size()];
-    if (wc.qp_num != qp_num) ring_[(head_ + kept++) % ring_.size()] = wc;
+    const CqEntry& e = ring_[(head_ + i) % ring_.size()];
+    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % ring_.size()] = e;
   }
   count_.store(kept, std::memory_order_release);
 }

@@ -6,6 +6,11 @@
 // without the lock (acquire) so that polling an empty CQ costs one atomic load
 // and never blocks. Arming (ibv_req_notify_cq) is also under mu_, so an event
 // is raised exactly once per arm.
+//
+// The extended polling API (ibv_start_poll … ibv_end_poll, src/verbs/
+// cq_ex_verbs.cc) pops entries one at a time into `current`; its batch lock
+// (poll_batch_mu) is a consumer-only lock, never taken by producers, because
+// applications post work (which may push completions) inside a poll batch.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -23,6 +28,14 @@ namespace uroce::core {
 
 class CompChannel;
 
+// One completion as the ring stores it: the work completion plus the times it
+// was produced, sampled only if the CQ records them (ibv_create_cq_ex).
+struct CqEntry {
+  ibv_wc wc{};
+  uint64_t timestamp_ns = 0;  // completion_clock_ns() at push
+  uint64_t wallclock_ns = 0;  // wallclock_ns() at push
+};
+
 class Cq {
  public:
   Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_context);
@@ -35,6 +48,14 @@ class Cq {
   // false if the CQ is full (overrun: the completion is lost and counted).
   bool push(const ibv_wc& wc, bool solicited);
   int poll(int max, ibv_wc* out);
+  // Removes the oldest completion into *out; false if the CQ is empty.
+  bool pop(CqEntry* out);
+  bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
+  // Which clocks push() samples. Set before the CQ is given to any QP.
+  void record_timestamps(bool completion, bool wallclock) {
+    record_completion_ts_ = completion;
+    record_wallclock_ = wallclock;
+  }
   int arm(bool solicited_only);
   // Removes every completion of a QP (the QP is being destroyed).
   void purge_qp(uint32_t qp_num);
@@ -42,17 +63,25 @@ class Cq {
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
   CompChannel* channel() const { return channel_; }
 
+  // Extended polling state (see the contract above): poll_batch_mu is held
+  // from a successful ibv_start_poll to ibv_end_poll; current is the
+  // completion the ibv_wc_read_* functions report.
+  std::mutex poll_batch_mu;
+  CqEntry current;
+
   static Cq* from(ibv_cq* c) { return UROCE_CONTAINER_OF(reinterpret_cast<ibv_cq_ex*>(c), Cq, ibcq); }
 
  private:
   enum class Arm : uint8_t { kNone, kNext, kSolicited };
   CompChannel* channel_;
   std::mutex mu_;
-  std::vector<ibv_wc> ring_;
+  std::vector<CqEntry> ring_;
   uint32_t head_ = 0;  // next to poll
   std::atomic<uint32_t> count_{0};
   Arm arm_ = Arm::kNone;
   std::atomic<uint64_t> overruns_{0};
+  bool record_completion_ts_ = false;
+  bool record_wallclock_ = false;
 };
 
 }  // namespace uroce::core

@@ -13,6 +13,18 @@ int validate_mr_access(unsigned access) {
   return 0;
 }
 
+int MrTable::take_slot_locked(uint32_t* index) {
+  if (!free_.empty()) {
+    *index = free_.back();
+    free_.pop_back();
+    return 0;
+  }
+  if (slots_.size() >= kMaxMr) return ENOMEM;
+  *index = uint32_t(slots_.size());
+  slots_.push_back(nullptr);
+  return 0;
+}
+
 Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access) {
   if (int e = validate_mr_access(access)) return Result<Mr*>::error(e);
   if (length > kMaxMrSize) return Result<Mr*>::error(EINVAL);
@@ -21,16 +33,9 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   if (!mr) return Result<Mr*>::error(ENOMEM);
   std::unique_lock lock(mu_);
   uint32_t index;
-  if (!free_.empty()) {
-    index = free_.back();
-    free_.pop_back();
-  } else {
-    if (slots_.size() >= kMaxMr) {
-      delete mr;
-      return Result<Mr*>::error(ENOMEM);
-    }
-    index = uint32_t(slots_.size());
-    slots_.push_back(nullptr);
+  if (int e = take_slot_locked(&index)) {
+    delete mr;
+    return Result<Mr*>::error(e);
   }
   // key = slot << 8 | generation, so a stale key of a reused slot fails.
   uint32_t key = index << 8 | ++generation_;
@@ -51,11 +56,87 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   return mr;
 }
 
+Result<Mr*> MrTable::add_window(Pd* pd, ibv_mw_type type) {
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return Result<Mr*>::error(EINVAL);
+  auto* mw = new (std::nothrow) Mr;
+  if (!mw) return Result<Mr*>::error(ENOMEM);
+  std::unique_lock lock(mu_);
+  uint32_t index;
+  if (int e = take_slot_locked(&index)) {
+    delete mw;
+    return Result<Mr*>::error(e);
+  }
+  uint32_t key = index << 8 | ++generation_;
+  mw->pd = pd;
+  mw->is_window = true;
+  mw->ibmr.lkey = mw->ibmr.rkey = key;
+  mw->ibmw.context = pd->ibpd.context;
+  mw->ibmw.pd = &pd->ibpd;
+  mw->ibmw.rkey = key;
+  mw->ibmw.handle = index;
+  mw->ibmw.type = type;
+  slots_[index] = mw;
+  pd->users.fetch_add(1);
+  return mw;
+}
+
+void MrTable::unbind_locked(Mr* mw) {
+  if (mw->bound && mw->parent) --mw->parent->windows;
+  mw->bound = false;
+  mw->parent = nullptr;
+}
+
+int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b) {
+  std::unique_lock lock(mu_);
+  if (!mw->is_window || (b.new_rkey >> 8) != (mw->ibmr.lkey >> 8)) return EINVAL;
+  if (mw->pd != pd) return EINVAL;
+  if (b.access & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                   IBV_ACCESS_ZERO_BASED))
+    return EINVAL;
+  if (b.length == 0) {  // IBA: a zero-length bind unbinds the window
+    unbind_locked(mw);
+    mw->ibmr.lkey = mw->ibmr.rkey = b.new_rkey;
+    return 0;
+  }
+  const Mr* parent = nullptr;
+  if (check_locked(b.mr_lkey, pd, b.addr, b.length, IBV_ACCESS_MW_BIND, false, &parent) != KeyCheck::kOk ||
+      parent->is_window)
+    return EINVAL;
+  // Remote write and atomic through a window need local write on the MR.
+  if ((b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(parent->access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  unbind_locked(mw);
+  Mr* p = const_cast<Mr*>(parent);
+  mw->parent = p;
+  ++p->windows;
+  mw->host = p->host + (b.addr - reinterpret_cast<uint64_t>(p->host));
+  mw->iova = (b.access & IBV_ACCESS_ZERO_BASED) ? 0 : b.addr;
+  mw->length = b.length;
+  mw->access = b.access & ~unsigned(IBV_ACCESS_ZERO_BASED);
+  mw->bound = true;
+  mw->ibmr.lkey = mw->ibmr.rkey = b.new_rkey;
+  return 0;
+}
+
+int MrTable::invalidate(uint32_t rkey, const Pd* pd) {
+  std::unique_lock lock(mu_);
+  uint32_t index = rkey >> 8;
+  if (index == 0 || index >= slots_.size()) return EINVAL;
+  Mr* mw = slots_[index];
+  if (!mw || !mw->is_window || mw->ibmr.lkey != rkey || !mw->bound || mw->pd != pd ||
+      mw->ibmw.type != IBV_MW_TYPE_2)
+    return EINVAL;
+  unbind_locked(mw);
+  return 0;
+}
+
 int MrTable::remove(Mr* mr) {
   {
     std::unique_lock lock(mu_);
     uint32_t index = mr->ibmr.lkey >> 8;
     if (index >= slots_.size() || slots_[index] != mr) return EINVAL;
+    if (mr->windows > 0) return EBUSY;  // windows are bound to it
+    if (mr->is_window) unbind_locked(mr);
     slots_[index] = nullptr;
     free_.push_back(index);
   }
@@ -70,6 +151,7 @@ KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t
   if (index == 0 || index >= slots_.size()) return KeyCheck::kBadKey;
   const Mr* mr = slots_[index];
   if (!mr || mr->ibmr.lkey != key) return KeyCheck::kBadKey;
+  if (mr->is_window && (!mr->bound || !remote)) return KeyCheck::kBadKey;  // windows: bound, remote keys only
   if (pd && mr->pd != pd) return KeyCheck::kPdMismatch;
   uint64_t base = remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host);
   if (va < base || len > mr->length || va - base > mr->length - len) return KeyCheck::kOutOfBounds;

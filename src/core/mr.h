@@ -18,14 +18,33 @@
 namespace uroce::core {
 
 struct Mr {
-  ibv_mr ibmr{};  // ABI object (addr, length, lkey, rkey)
+  ibv_mr ibmr{};  // ABI object (addr, length, lkey, rkey); lkey is the current key
   Pd* pd = nullptr;
   uint8_t* host = nullptr;  // where iova maps to in this process
   uint64_t iova = 0;        // address remote peers use
   uint64_t length = 0;
   unsigned access = 0;
 
+  // Memory windows (ibv_alloc_mw) are records of the same table: a window's
+  // range and access come from its bind, inside the `parent` MR, and its key
+  // is valid only while bound (IBA 10.6.7).
+  ibv_mw ibmw{};  // ABI object of a window
+  bool is_window = false;
+  bool bound = false;
+  Mr* parent = nullptr;
+  int windows = 0;  // MR: windows bound to it (deregistration -> EBUSY)
+
   static Mr* from(ibv_mr* m) { return UROCE_CONTAINER_OF(m, Mr, ibmr); }
+  static Mr* from(ibv_mw* w) { return UROCE_CONTAINER_OF(w, Mr, ibmw); }
+};
+
+// A bind of a window (ibv_bind_mw, IBV_WR_BIND_MW).
+struct MwBind {
+  uint32_t new_rkey = 0;  // same table index as the window's key
+  uint32_t mr_lkey = 0;
+  uint64_t addr = 0;  // local address inside the MR (length 0: unbind)
+  uint64_t length = 0;
+  unsigned access = 0;  // IBV_ACCESS_REMOTE_* (| IBV_ACCESS_ZERO_BASED)
 };
 
 // Outcome of a key check, named after what IBA reports for it.
@@ -55,7 +74,14 @@ int validate_mr_access(unsigned access);
 class MrTable {
  public:
   [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access);
-  [[nodiscard]] int remove(Mr* mr);
+  [[nodiscard]] int remove(Mr* mr);  // EBUSY while windows are bound to it
+
+  [[nodiscard]] Result<Mr*> add_window(Pd* pd, ibv_mw_type type);
+  // Binds (or, with length 0, unbinds) a window; EINVAL for a bad MR, range,
+  // access or key (the caller reports IBV_WC_MW_BIND_ERR).
+  [[nodiscard]] int bind_window(Mr* mw, const Pd* pd, const MwBind& bind);
+  // Local or remote invalidation of a type 2 window's key (EINVAL if none).
+  [[nodiscard]] int invalidate(uint32_t rkey, const Pd* pd);
 
   // Checks [va, va+len) against the MR named by `key` and, when allowed, calls
   // f(host_pointer) under the shared lock. `remote` selects rkey semantics
@@ -77,6 +103,9 @@ class MrTable {
                         const Mr** out) const;
 
  private:
+  int take_slot_locked(uint32_t* index);
+  void unbind_locked(Mr* mw);
+
   mutable std::shared_mutex mu_;
   std::vector<Mr*> slots_{nullptr};  // slot 0 unused: key 0 is never valid
   std::vector<uint32_t> free_;

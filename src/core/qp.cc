@@ -141,9 +141,12 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
         case IBV_WR_RDMA_READ:
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        case IBV_WR_SEND_WITH_INV:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_BIND_MW:
           return 0;
         default:
-          return EOPNOTSUPP;  // MW, invalidate: not supported yet
+          return EOPNOTSUPP;  // TSO, driver-specific opcodes
       }
     case IBV_QPT_UD:  // IBA 9.4: SEND only
       return wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ? 0 : EINVAL;
@@ -153,6 +156,9 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
         case IBV_WR_SEND_WITH_IMM:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_BIND_MW:
           return 0;
         case IBV_WR_RDMA_READ:
         case IBV_WR_ATOMIC_CMP_AND_SWP:
@@ -166,7 +172,17 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
   }
 }
 
-int Qp::enqueue_send(const ibv_send_wr& wr) {
+int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
+  // Local operations (bind, invalidate) move no data: their SGEs are ignored.
+  ibv_send_wr local;
+  const ibv_send_wr* p = &in;
+  if (in.opcode == IBV_WR_BIND_MW || in.opcode == IBV_WR_LOCAL_INV) {
+    local = in;
+    local.num_sge = 0;
+    local.sg_list = nullptr;
+    p = &local;
+  }
+  const ibv_send_wr& wr = *p;
   if (int e = check_send_opcode(wr)) return e;
   if (wr.num_sge < 0 || uint32_t(wr.num_sge) > caps.max_send_sge) return EINVAL;
   if (sq.full()) return ENOMEM;
@@ -191,12 +207,19 @@ int Qp::enqueue_send(const ibv_send_wr& wr) {
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags;
-  w.imm_data = wr.imm_data;
+  w.imm_data = wr.imm_data;  // union with invalidate_rkey (SEND_WITH_INV, LOCAL_INV)
+  w.invalidate_rkey = wr.invalidate_rkey;
   if (is_atomic(wr.opcode)) {
     w.remote_addr = wr.wr.atomic.remote_addr;
     w.rkey = wr.wr.atomic.rkey;
     w.compare_add = wr.wr.atomic.compare_add;
     w.swap = wr.wr.atomic.swap;
+  } else if (wr.opcode == IBV_WR_BIND_MW) {
+    // Type 2 windows are bound through the send queue; type 1 by ibv_bind_mw.
+    if (!wr.bind_mw.mw || wr.bind_mw.mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2)) return EINVAL;
+    const ibv_mw_bind_info& bi = wr.bind_mw.bind_info;
+    w.bind_mw = Mr::from(wr.bind_mw.mw);
+    w.bind = MwBind{wr.bind_mw.rkey, bi.mr ? bi.mr->lkey : 0, bi.addr, bi.length, bi.mw_access_flags};
   } else if (ah) {
     w.ud = UdDest{ah->dst_ip, ah->src_ip, ah->dst_port, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
   } else {

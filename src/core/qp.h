@@ -66,7 +66,9 @@ class Qp {
   void query(ibv_qp_attr* a, ibv_qp_init_attr* init) const;
 
   // Validate one work request and copy it into the queue (caller holds mu).
-  int enqueue_send(const ibv_send_wr& wr);
+  // `type1_bind`: the WR comes from ibv_bind_mw (type 1 windows are bound
+  // through the send queue too, but never by a user's IBV_WR_BIND_MW).
+  int enqueue_send(const ibv_send_wr& wr, bool type1_bind = false);
   int enqueue_recv(const ibv_recv_wr& wr);
 
   static Qp* from(ibv_qp* q) { return UROCE_CONTAINER_OF(reinterpret_cast<ibv_qp_ex*>(q), Qp, ibqp); }

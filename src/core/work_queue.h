@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/mr.h"
+
 namespace uroce::core {
 
 struct Sge {
@@ -43,6 +45,8 @@ struct SendWqe {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   UdDest ud;
+  struct Mr* bind_mw = nullptr;  // IBV_WR_BIND_MW / ibv_bind_mw: the window
+  MwBind bind;
   uint32_t length = 0;  // total message length
   uint16_t num_sge = 0;
   bool is_inline = false;

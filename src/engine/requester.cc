@@ -5,6 +5,8 @@
 // has no initiator credit left (max_rd_atomic), when a fenced WQE waits for
 // earlier READs, or while an RNR NAK's timer runs. The completer moves it
 // back (requester_rewind) for go-back-N retransmission.
+#include <endian.h>
+
 #include "core/context.h"
 #include "core/cq.h"
 #include "engine/engine_context.h"
@@ -28,6 +30,7 @@ bool is_read(const core::SendWqe& w) { return core::is_read_or_atomic(w.opcode);
 
 Operation send_operation(const core::SendWqe& w, bool first, bool last) {
   bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
   bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   bool wimm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   if (write) {
@@ -36,9 +39,9 @@ Operation send_operation(const core::SendWqe& w, bool first, bool last) {
     if (last) return wimm ? Operation::kWriteLastImm : Operation::kWriteLast;
     return Operation::kWriteMiddle;
   }
-  if (first && last) return imm ? Operation::kSendOnlyImm : Operation::kSendOnly;
+  if (first && last) return imm ? Operation::kSendOnlyImm : inv ? Operation::kSendOnlyInv : Operation::kSendOnly;
   if (first) return Operation::kSendFirst;
-  if (last) return imm ? Operation::kSendLastImm : Operation::kSendLast;
+  if (last) return imm ? Operation::kSendLastImm : inv ? Operation::kSendLastInv : Operation::kSendLast;
   return Operation::kSendMiddle;
 }
 
@@ -158,6 +161,10 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   if (info.has(wire::Hdr::kReth))
     wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr, w.rkey, w.length);
   if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(h + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(w.imm_data);
+  if (info.has(wire::Hdr::kIeth)) {
+    uint32_t key = htobe32(w.invalidate_rkey);  // IETH: the R_Key, big-endian
+    wire::Ieth(h + info.offset[unsigned(wire::Hdr::kIeth)]).fill_raw(key);
+  }
   if (!gather_payload(qp, index, w, offset, len, tx)) {
     tx.abort_packet();
     return false;
@@ -171,6 +178,29 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
 void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
   complete_send_wqe(qp, w, status);
   qp.enter_error();
+}
+
+bool is_local_op(const core::SendWqe& w) { return w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV; }
+
+// Memory-window bind and local invalidate execute in send-queue order and
+// send nothing (rxe's do_local_ops); a failure completes in error and moves
+// the QP to ERR: IBV_WC_MW_BIND_ERR / IBV_WC_LOC_QP_OP_ERR as rxe.
+bool run_local_op(EngineQp& qp, core::SendWqe& w) {
+  w.started = true;
+  w.first_psn = w.last_psn = wire::psn_add(qp.req.psn, wire::kPsnMask);  // occupies no PSN
+  ++qp.req.index;
+  qp.req.offset = 0;
+  if (w.opcode == IBV_WR_BIND_MW) {
+    if (qp.ctx->mrs.bind_window(w.bind_mw, qp.pd, w.bind) != 0) {
+      fail_local(qp, w, IBV_WC_MW_BIND_ERR);
+      return false;
+    }
+  } else if (qp.ctx->mrs.invalidate(w.invalidate_rkey, qp.pd) != 0) {
+    fail_local(qp, w, IBV_WC_LOC_QP_OP_ERR);
+    return false;
+  }
+  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+  return true;
 }
 
 }  // namespace
@@ -209,57 +239,71 @@ void requester_catch_up(EngineQp& qp) {
   if (wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) < 0) requester_rewind(qp, qp.comp.unacked_psn);
 }
 
+namespace {
+
+// Sends what the window, credits and fences allow, under the MR table's
+// shared lock. Returns true when it stopped at a local operation that may run
+// now (it changes the table, so it runs outside the lock).
+bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
+  auto mr_lock = qp.ctx->mrs.read_lock();
+  while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
+    uint32_t index = qp.req.index;
+    core::SendWqe& w = qp.sq.at(index);
+    uint32_t mtu = qp.path.mtu;
+    if (!w.started && is_local_op(w)) return !((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0);
+    if (!w.started) {
+      uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
+      if (is_read(w) && qp.req.reads_outstanding >= max_reads) break;
+      // Fence: wait until every earlier READ/ATOMIC has completed.
+      if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
+      if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+        fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+        break;
+      }
+      w.started = true;
+      w.first_psn = qp.req.psn;
+      w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);
+      qp.req.offset = 0;
+      if (is_read(w)) ++qp.req.reads_outstanding;
+    }
+    uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
+    uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
+    // The window bounds unacknowledged PSNs; UC has no acknowledgements.
+    if (qp.type == IBV_QPT_RC && in_flight > 0 && in_flight + need > kWindowPsns) break;
+
+    if (is_read(w)) {
+      if (core::is_atomic(w.opcode))
+        send_atomic_request(qp, w, tx);
+      else
+        send_read_request(qp, w, tx);
+      qp.req.offset = 0;
+      ++qp.req.index;
+    } else {
+      if (!send_data_packet(qp, index, w, tx)) {
+        fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+        break;
+      }
+      if (qp.req.offset >= w.length) {
+        qp.req.offset = 0;
+        ++qp.req.index;
+        // UC and UD have no acknowledgements: the WQE is done once sent.
+        if (qp.type != IBV_QPT_RC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+      }
+    }
+    *sent = true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void requester_run(EngineQp& qp, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS || qp.req.rnr_wait) return;
   tx.use(&qp.engine()->transport());
   bool sent = false;
-  {
-    auto mr_lock = qp.ctx->mrs.read_lock();
-    while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
-      uint32_t index = qp.req.index;
-      core::SendWqe& w = qp.sq.at(index);
-      uint32_t mtu = qp.path.mtu;
-      if (!w.started) {
-        uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
-        if (is_read(w) && qp.req.reads_outstanding >= max_reads) break;
-        // Fence: wait until every earlier READ/ATOMIC has completed.
-        if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
-        if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
-          fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
-          break;
-        }
-        w.started = true;
-        w.first_psn = qp.req.psn;
-        w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);
-        qp.req.offset = 0;
-        if (is_read(w)) ++qp.req.reads_outstanding;
-      }
-      uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
-      uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
-      // The window bounds unacknowledged PSNs; UC has no acknowledgements.
-      if (qp.type == IBV_QPT_RC && in_flight > 0 && in_flight + need > kWindowPsns) break;
-
-      if (is_read(w)) {
-        if (core::is_atomic(w.opcode))
-          send_atomic_request(qp, w, tx);
-        else
-          send_read_request(qp, w, tx);
-        qp.req.offset = 0;
-        ++qp.req.index;
-      } else {
-        if (!send_data_packet(qp, index, w, tx)) {
-          fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
-          break;
-        }
-        if (qp.req.offset >= w.length) {
-          qp.req.offset = 0;
-          ++qp.req.index;
-          // UC and UD have no acknowledgements: the WQE is done once sent.
-          if (qp.type != IBV_QPT_RC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
-        }
-      }
-      sent = true;
-    }
+  while (send_burst(qp, tx, &sent)) {
+    if (!run_local_op(qp, qp.sq.at(qp.req.index))) break;
+    retire_send_wqes(qp);
   }
   if (qp.type != IBV_QPT_RC) retire_send_wqes(qp);
   if (sent) arm_retransmit(qp);

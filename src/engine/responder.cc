@@ -4,6 +4,8 @@
 // Each request packet walks an explicit state machine; every state is one
 // small function named after the IBA check it performs, and every error
 // state after the NAK class it produces.
+#include <endian.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -218,7 +220,6 @@ RespState check_op_valid(Request& r) {
   if (r.flags & wire::kOpAtomic) {
     if (!(access & IBV_ACCESS_REMOTE_ATOMIC) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
   }
-  if (r.flags & wire::kOpInv) return RespState::kErrInvalidRequest;  // not supported yet
   return RespState::kCheckResource;
 }
 
@@ -389,8 +390,10 @@ RespState execute(Request& r) {
 }
 
 // `ud`: the UD request being completed (its sender and the GRH flag), else null.
-void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool imm,
-                   uint32_t imm_data, bool solicited, const Request* ud = nullptr) {
+// `flags`: IBV_WC_WITH_IMM (value = imm_data, network order) or IBV_WC_WITH_INV
+// (value = the invalidated R_Key), else 0.
+void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, unsigned flags,
+                   uint32_t value, bool solicited, const Request* ud = nullptr) {
   ibv_wc wc{};
   wc.wr_id = recv_wqe(qp).wr_id;
   wc.status = status;
@@ -404,9 +407,9 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
     wc.slid = ud->from.port;
     wc.wc_flags |= IBV_WC_GRH;
   }
-  if (imm) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = imm_data;
+  if (flags) {
+    wc.wc_flags |= flags;
+    wc.imm_data = value;  // a union with invalidated_rkey
   }
   if (!qp.srq) ++qp.rq.consumed;
   qp.resp.have_rwqe = false;
@@ -420,11 +423,20 @@ RespState complete(Request& r) {
   ResponderState& s = qp.resp;
   bool imm = r.flags & wire::kOpImm;
   uint32_t imm_data = imm ? r.pkt.imm().raw() : 0;
+  unsigned flags = imm ? IBV_WC_WITH_IMM : 0;
+  if (r.flags & wire::kOpInv) {
+    // SEND with invalidate (IBA 9.4.1.1.1): the named type 2 window's key is
+    // invalidated before the completion; a bad key is an invalid request.
+    imm_data = be32toh(r.pkt.ieth().raw());
+    if (qp.ctx->mrs.invalidate(imm_data, qp.pd) != 0) return RespState::kErrInvalidRequest;
+    flags = IBV_WC_WITH_INV;
+  }
   if (r.flags & wire::kOpSend) {
-    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, imm, imm_data, r.pkt.bth().se(),
+    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, flags, imm_data, r.pkt.bth().se(),
                   is_ud(qp) ? &r : nullptr);
   } else if (r.flags & wire::kOpRcqe) {  // WRITE with immediate
-    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, s.write_length, true, imm_data, r.pkt.bth().se());
+    complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, s.write_length, IBV_WC_WITH_IMM, imm_data,
+                  r.pkt.bth().se());
   }
   s.in_message = InMessage::kNone;
   ++s.msn;
@@ -500,7 +512,7 @@ RespState err_fatal(Request& r, wire::NakCode code) {
     ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS        ? r.recv_status
                        : code == wire::NakCode::kRemoteAccess ? IBV_WC_REM_ACCESS_ERR
                                                               : IBV_WC_REM_INV_REQ_ERR;
-    complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, false, 0, true);
+    complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, 0, 0, true);
   }
   qp.enter_error();
   return RespState::kDone;

@@ -1,6 +1,8 @@
 // Devices and contexts: ibv_get_device_list … ibv_query_pkey.
 #include <infiniband/verbs.h>
+#include <net/if.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -119,18 +121,20 @@ UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigne
   return 0;
 }
 
+// entry_size is the caller's sizeof(struct ibv_gid_entry): a newer, larger
+// layout gets its unknown tail zeroed, and table entries are entry_size apart.
 UROCE_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
                                 uint32_t flags, size_t entry_size) {
-  if (!context || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num > 255) return EINVAL;
+  if (!context || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num != 1) return EINVAL;
   auto* e = EngineContext::from(context);
   ibv_gid gid;
-  if (e->query_gid(uint8_t(port_num), int(gid_index), &gid) != 0) return ENODATA;
-  std::memset(entry, 0, sizeof *entry);
+  if (gid_index > INT32_MAX || e->query_gid(1, int(gid_index), &gid) != 0) return ENODATA;
+  std::memset(entry, 0, entry_size);
   entry->gid = gid;
   entry->gid_index = gid_index;
   entry->port_num = port_num;
   entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-  entry->ndev_ifindex = 0;
+  entry->ndev_ifindex = if_nametoindex(e->addresses()[gid_index].ifname.c_str());
   return 0;
 }
 
@@ -141,7 +145,8 @@ UROCE_API ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entr
   size_t n = e->gid_count();
   if (n > max_entries) return -EINVAL;
   for (size_t i = 0; i < n; ++i) {
-    if (int r = _ibv_query_gid_ex(context, 1, uint32_t(i), &entries[i], 0, entry_size)) return -r;
+    auto* entry = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
+    if (int r = _ibv_query_gid_ex(context, 1, uint32_t(i), entry, 0, entry_size)) return -r;
   }
   return ssize_t(n);
 }
@@ -159,18 +164,6 @@ int query_port_ex(ibv_context* context, uint8_t port_num, ibv_port_attr* port_at
   if (r) return r;
   std::memset(port_attr, 0, port_attr_len);
   std::memcpy(port_attr, &a, std::min(port_attr_len, sizeof a));
-  return 0;
-}
-
-int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
-                    size_t attr_size) {
-  if (!context || !attr) return EINVAL;
-  if (input && input->comp_mask) return EINVAL;
-  ibv_device_attr_ex a{};
-  EngineContext::from(context)->query_device(&a.orig_attr);
-  a.max_dm_size = 0;
-  std::memset(attr, 0, attr_size);
-  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   return 0;
 }
 

@@ -4,10 +4,12 @@
 #include "core/mr.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
+#include "verbs/ops.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
+using uroce::core::KeyCheck;
 using uroce::core::Mr;
 using uroce::core::Pd;
 using uroce::engine::EngineContext;
@@ -65,3 +67,32 @@ UROCE_API int ibv_dereg_mr(ibv_mr* ibmr) {
   if (!ibmr) return EINVAL;
   return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr));
 }
+
+namespace uroce::verbs {
+
+// ibv_advise_mr: uroce never pins or maps anything ahead of an access, so a
+// prefetch has nothing to do; the arguments are still checked with the
+// errors ibv_advise_mr(3) lists, so a program that works here also works on
+// hardware.
+int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges) {
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  if (!ibpd || (flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sges == 0) return EINVAL;
+  const auto& mrs = EngineContext::from(ibpd->context)->mrs;
+  Pd* pd = Pd::from(ibpd);
+  for (uint32_t i = 0; i < num_sges; ++i) {
+    const ibv_sge& s = sg_list[i];
+    // Invalid lkey or range outside the MR: EFAULT; another PD's MR: EPERM.
+    if (mrs.check(s.lkey, nullptr, s.addr, s.length, 0, false) != KeyCheck::kOk) return EFAULT;
+    if (mrs.check(s.lkey, pd, s.addr, s.length, 0, false) != KeyCheck::kOk) return EPERM;
+    // Prefetching applies to on-demand MRs only (ibv_advise_mr(3)).
+    if (mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_ON_DEMAND, false) != KeyCheck::kOk) return EINVAL;
+    if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE, false) != KeyCheck::kOk)
+      return EPERM;  // write prefetch of a read-only MR
+  }
+  return 0;
+}
+
+}  // namespace uroce::verbs

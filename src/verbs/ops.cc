@@ -9,8 +9,15 @@ void install_context_ops(verbs_context& vctx) {
   ops.post_send = post_send;
   ops.post_recv = post_recv;
   ops.post_srq_recv = post_srq_recv;
+  ops.alloc_mw = alloc_mw;
+  ops.dealloc_mw = dealloc_mw;
+  ops.bind_mw = bind_mw;
   vctx.query_port = query_port_ex;
   vctx.query_device_ex = query_device_ex;
+  vctx.query_rt_values = query_rt_values;
+  vctx.create_qp_ex = create_qp_ex;
+  vctx.create_cq_ex = create_cq_ex;
+  vctx.advise_mr = advise_mr;
 }
 
 }  // namespace uroce::verbs

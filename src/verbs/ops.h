@@ -8,14 +8,23 @@ namespace uroce::verbs {
 
 void install_context_ops(verbs_context& vctx);
 
-// Data path entry points (ops.c-style), defined in cq_verbs.cc / qp_verbs.cc.
+// Data path entry points (ops.c-style), defined in cq_verbs.cc / qp_verbs.cc / device_*verbs.cc.
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 int query_port_ex(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr, size_t port_attr_len);
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size);
+
+// Extended verbs (device_ex_verbs.cc, qp_ex_verbs.cc, cq_ex_verbs.cc, mr_verbs.cc).
+int query_rt_values(ibv_context* context, ibv_values_ex* values);
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges);
 
 }  // namespace uroce::verbs

@@ -1,6 +1,6 @@
 // Completion queue ring and completion channel: order, overflow, arming and
 // events (one per arm; solicited-only arms fire on solicited or error
-// completions; the channel fd becomes readable).
+// completions; the channel fd becomes readable); pop() and timestamps.
 #include "core/cq.h"
 
 #include <fcntl.h>
@@ -215,6 +215,36 @@ TEST_F(CqChannel, OverrunRaisesNoEvent) {
   small.arm(false);
   EXPECT_FALSE(small.push(wc(2), false));
   EXPECT_FALSE(readable(ch->ibch.fd));
+}
+
+// pop() (the extended polling API's consumer) / Expect FIFO order shared with
+// poll(), no timestamps unless asked, then non-decreasing non-zero ones.
+TEST(Cq, PopAndTimestamps) {
+  Cq cq(nullptr, 4, nullptr, nullptr);
+  CqEntry e;
+  EXPECT_TRUE(cq.empty());
+  EXPECT_FALSE(cq.pop(&e));
+  cq.push(wc(1), false);
+  ASSERT_TRUE(cq.pop(&e));
+  EXPECT_EQ(e.wc.wr_id, 1u);
+  EXPECT_EQ(e.timestamp_ns, 0u);
+  EXPECT_EQ(e.wallclock_ns, 0u);
+
+  cq.record_timestamps(true, true);
+  for (uint64_t i = 2; i <= 4; ++i) cq.push(wc(i), false);
+  ibv_wc out[1];
+  EXPECT_EQ(cq.poll(1, out), 1);
+  EXPECT_EQ(out[0].wr_id, 2u);
+  uint64_t last = 0;
+  for (uint64_t i = 3; i <= 4; ++i) {
+    ASSERT_TRUE(cq.pop(&e));
+    EXPECT_EQ(e.wc.wr_id, i);
+    EXPECT_NE(e.timestamp_ns, 0u);
+    EXPECT_GE(e.timestamp_ns, last);
+    EXPECT_NE(e.wallclock_ns, 0u);
+    last = e.timestamp_ns;
+  }
+  EXPECT_TRUE(cq.empty());
 }
 
 }  // namespace

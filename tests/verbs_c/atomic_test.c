@@ -24,18 +24,6 @@
 
 #include "verbs_pair.h"
 
-static int g_failures;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      g_failures++;                               \
-    }                                             \
-  } while (0)
-
 #define CHILDREN 2
 #define QPS_PER_CHILD 3
 #define DEPTH 8 /* outstanding atomics per QP */

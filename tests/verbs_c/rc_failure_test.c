@@ -22,18 +22,6 @@
 
 #include "verbs_pair.h"
 
-static int g_failures;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      g_failures++;                               \
-    }                                             \
-  } while (0)
-
 #define MSG_LEN 4096
 
 /* A (index 0) and B (index 1) in this process, connected to each other. */

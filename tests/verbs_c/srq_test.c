@@ -18,18 +18,6 @@
 
 #include "verbs_pair.h"
 
-static int g_failures;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      g_failures++;                               \
-    }                                             \
-  } while (0)
-
 #define MSG 512
 #define SLOTS 8
 

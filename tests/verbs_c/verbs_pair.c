@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+int g_failures;
+
 void vp_default_params(struct vp_params* p) {
   memset(p, 0, sizeof *p);
   p->mtu = IBV_MTU_1024;

@@ -7,6 +7,7 @@
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* QP parameters of a test connection (both directions use the same). */
 struct vp_params {
@@ -50,6 +51,18 @@ void vp_close(struct vp_side* s);
 int vp_poll(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms);
 double vp_now_ms(void);
 void vp_sleep_ms(int ms);
+
+/* Failed checks so far; CHECK records one with where and why ("FAIL file:line: ..."). */
+extern int g_failures;
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (!(cond)) {                                \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+      g_failures++;                               \
+    }                                             \
+  } while (0)
 
 /* splitmix64: reproducible pseudo-random numbers for sizes, layouts and contents. */
 uint64_t vp_rand(uint64_t* state);

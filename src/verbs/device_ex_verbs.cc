@@ -1,0 +1,59 @@
+// Extended device queries: ibv_query_device_ex (verbs_context::query_device_ex)
+// and ibv_query_rt_values_ex (verbs_context::query_rt_values).
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/completion_clock.h"
+#include "engine/engine_context.h"
+#include "verbs/ops.h"
+
+using uroce::engine::EngineContext;
+
+namespace uroce::verbs {
+
+// Everything beyond orig_attr that uroce has, and zero for what it has not
+// (TSO, RSS, WQs, packet pacing, tag matching, CQ moderation, device memory,
+// PCI atomics, XRC).
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                    size_t attr_size) {
+  if (!context || !attr) return EINVAL;
+  if (input && input->comp_mask) return EINVAL;
+  ibv_device_attr_ex a{};
+  EngineContext::from(context)->query_device(&a.orig_attr);
+  a.device_cap_flags_ex = unsigned(a.orig_attr.device_cap_flags);  // no flag above bit 31 applies
+  // On-demand paging is what uroce always does: nothing is pinned, and every
+  // access goes through the MR table at the time it happens. Implicit ODP
+  // (one MR for the whole address space) is not offered: it would let a peer
+  // reach any address of the process.
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                              (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
+  a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  a.completion_timestamp_mask = core::kCompletionTimestampMask;
+  a.hca_core_clock = core::kHcaCoreClockKhz;
+  a.phys_port_cnt_ex = uint32_t(a.orig_attr.phys_port_cnt);
+  std::memset(attr, 0, attr_size);
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+// The raw clock goes in tv_nsec with tv_sec = 0, as mlx5 reports its cycle
+// counter: consumers read either tv_nsec alone or tv_sec * 1e9 + tv_nsec,
+// and both give the ticks of ibv_wc_read_completion_ts.
+int query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  if (!context || !values) return EINVAL;
+  uint32_t requested = values->comp_mask;
+  values->comp_mask = 0;
+  if (requested & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = long(core::completion_clock_ns());
+    values->comp_mask |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  return 0;
+}
+
+}  // namespace uroce::verbs
