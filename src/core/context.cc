@@ -45,6 +45,12 @@ Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
   unsigned if_mtu = addrs_.empty() ? 1500 : addrs_.front().if_mtu;
   active_mtu_ = mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256);
   if (config().mtu_override) active_mtu_ = mtu_enum_for_bytes(config().mtu_override);
+
+  // The port is up as soon as the context exists (IBV_DEVICE_PORT_ACTIVE_EVENT).
+  ibv_async_event ev{};
+  ev.element.port_num = 1;
+  ev.event_type = IBV_EVENT_PORT_ACTIVE;
+  raise_async_event(ev);
 }
 
 void Context::raise_async_event(const ibv_async_event& event) const {
@@ -76,9 +82,8 @@ void Context::query_device(ibv_device_attr* a) const {
   a->hw_ver = kHwVersion;
   a->max_qp = int(kMaxQp);
   a->max_qp_wr = int(kMaxQpWr);
-  a->device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT |
-      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = int(kMaxSge);
   a->max_sge_rd = int(kMaxSge);
   a->max_cq = int(kMaxCq);

@@ -1,9 +1,11 @@
 #include "core/cq.h"
 
 #include <algorithm>
+#include <cerrno>
 
 #include "core/comp_channel.h"
 #include "core/completion_clock.h"
+#include "core/context.h"
 
 namespace uroce::core {
 
@@ -22,7 +24,13 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
     std::lock_guard lock(mu_);
     uint32_t n = count_.load(std::memory_order_relaxed);
     if (n == ring_.size()) {
-      overruns_.fetch_add(1, std::memory_order_relaxed);
+      // IBA 11.4.2.x: an overrun is a CQ error, reported once as an async event.
+      if (overruns_.fetch_add(1, std::memory_order_relaxed) == 0 && ibcq.context) {
+        ibv_async_event ev{};
+        ev.element.cq = reinterpret_cast<ibv_cq*>(&ibcq);
+        ev.event_type = IBV_EVENT_CQ_ERR;
+        Context::from(ibcq.context)->raise_async_event(ev);
+      }
       return false;
     }
     CqEntry& e = ring_[(head_ + n) % ring_.size()];
@@ -39,6 +47,18 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   }
   if (raise) channel_->notify(this);
   return true;
+}
+
+int Cq::resize(uint32_t entries) {
+  std::lock_guard lock(mu_);
+  uint32_t n = count_.load(std::memory_order_relaxed);
+  if (entries == 0 || entries < n) return EINVAL;
+  std::vector<CqEntry> ring(entries);
+  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
+  ring_.swap(ring);
+  head_ = 0;
+  ibcq.cqe = int(entries);
+  return 0;
 }
 
 int Cq::poll(int max, ibv_wc* out) {

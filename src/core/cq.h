@@ -57,6 +57,8 @@ class Cq {
     record_wallclock_ = wallclock;
   }
   int arm(bool solicited_only);
+  // ibv_resize_cq: keeps every queued completion; EINVAL if they would not fit.
+  [[nodiscard]] int resize(uint32_t entries);
   // Removes every completion of a QP (the QP is being destroyed).
   void purge_qp(uint32_t qp_num);
   uint32_t capacity() const { return uint32_t(ring_.size()); }

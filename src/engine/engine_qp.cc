@@ -65,6 +65,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     case IBV_QPS_ERR:
       flush_send_queue();
       flush_recv_queue();
+      raise_last_wqe_reached();
       break;
     default:
       break;
@@ -80,6 +81,20 @@ void EngineQp::enter_error() {
   timers.retransmit_armed = false;
   flush_send_queue();
   flush_recv_queue();
+  raise_last_wqe_reached();
+}
+
+void EngineQp::raise_event(ibv_event_type type) {
+  ibv_async_event ev{};
+  ev.element.qp = &ibqp.qp_base;
+  ev.event_type = type;
+  ctx->raise_async_event(ev);
+}
+
+// IBA 11.6.3.x: a QP on an SRQ that enters ERR reports that no more of the
+// SRQ's WQEs will be consumed through it.
+void EngineQp::raise_last_wqe_reached() {
+  if (srq) raise_event(IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 void EngineQp::flush_send_queue() {

@@ -109,6 +109,9 @@ class EngineQp : public core::Qp {
   int modify(const ibv_qp_attr& a, int mask);
   // Moves the QP to ERR and flushes both queues (IBA 10.3.1).
   void enter_error();
+  // Queues an asynchronous event about this QP (ibv_get_async_event).
+  void raise_event(ibv_event_type type);
+  void raise_last_wqe_reached();
   // Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR.
   void flush_send_queue();
   void flush_recv_queue();

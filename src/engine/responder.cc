@@ -514,6 +514,7 @@ RespState err_fatal(Request& r, wire::NakCode code) {
                                                               : IBV_WC_REM_INV_REQ_ERR;
     complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, 0, 0, true);
   }
+  qp.raise_event(IBV_EVENT_QP_FATAL);  // a class C/D responder error (IBA 9.9.3.x)
   qp.enter_error();
   return RespState::kDone;
 }

@@ -46,6 +46,11 @@ UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
   });
 }
 
+UROCE_API int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
+  if (!ibcq || cqe < 1 || uint32_t(cqe) > uroce::core::kMaxCqe) return EINVAL;
+  return abi_guard<int>(ENOMEM, [&] { return Cq::from(ibcq)->resize(uint32_t(cqe)); });
+}
+
 UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
   if (!ibcq) return EINVAL;
   Cq* cq = Cq::from(ibcq);

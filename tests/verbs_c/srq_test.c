@@ -112,6 +112,9 @@ int main(void) {
   mod.srq_limit = 4;
   CHECK(ibv_modify_srq(srq, &mod, IBV_SRQ_LIMIT) == 0, "arming srq_limit");
   struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
+  struct ibv_async_event first;
+  CHECK(poll(&pfd, 1, 1000) == 1 && ibv_get_async_event(ctx, &first) == 0 && first.event_type == IBV_EVENT_PORT_ACTIVE,
+        "the context's first event is not PORT_ACTIVE");
   for (int m = 0; m < 4; m++) {
     int from = m % 2;
     send_from(&a[from], smr[from], from);
