@@ -1,5 +1,6 @@
 // Completion channels and completion queues.
 #include <infiniband/verbs.h>
+#include <sched.h>
 
 #include "core/comp_channel.h"
 #include "core/cq.h"
@@ -91,7 +92,13 @@ namespace uroce::verbs {
 
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
-  return Cq::from(cq)->poll(num_entries, wc);
+  int n = Cq::from(cq)->poll(num_entries, wc);
+  // An application spinning on an empty CQ competes for the CPU with the
+  // progress thread that produces its completions; on a machine with few cores
+  // that spin delays the very completion it waits for. Yielding on an empty
+  // poll lets the engine run (hardware has no such thread to starve).
+  if (n == 0) sched_yield();
+  return n;
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only != 0); }
