@@ -249,17 +249,7 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
 int Qp::enqueue_recv(const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || uint32_t(wr.num_sge) > caps.max_recv_sge) return EINVAL;
   if (rq.full()) return ENOMEM;
-  uint32_t index = rq.posted;
-  RecvWqe& w = rq.at(index);
-  w.wr_id = wr.wr_id;
-  w.num_sge = uint16_t(wr.num_sge);
-  w.length = 0;
-  Sge* s = rq.sges(index);
-  for (int i = 0; i < wr.num_sge; ++i) {
-    s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
-    w.length += wr.sg_list[i].length;
-  }
-  ++rq.posted;
+  rq.push(wr);
   return 0;
 }
 

@@ -18,17 +18,7 @@ int Srq::post(const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge_) return EINVAL;
   std::lock_guard lock(mu_);
   if (rq_.size() >= max_wr_) return ENOMEM;
-  uint32_t index = rq_.posted;
-  RecvWqe& w = rq_.at(index);
-  w.wr_id = wr.wr_id;
-  w.num_sge = uint16_t(wr.num_sge);
-  w.length = 0;
-  Sge* s = rq_.sges(index);
-  for (int i = 0; i < wr.num_sge; ++i) {
-    s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
-    w.length += wr.sg_list[i].length;
-  }
-  ++rq_.posted;
+  rq_.push(wr);
   return 0;
 }
 

@@ -28,4 +28,18 @@ void RecvQueue::init(uint32_t max_wr, uint32_t max_sge) {
   posted = consumed = 0;
 }
 
+void RecvQueue::push(const ibv_recv_wr& wr) {
+  uint32_t index = posted;
+  RecvWqe& w = at(index);
+  w.wr_id = wr.wr_id;
+  w.num_sge = uint16_t(wr.num_sge);
+  w.length = 0;
+  Sge* s = sges(index);
+  for (int i = 0; i < wr.num_sge; ++i) {
+    s[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    w.length += wr.sg_list[i].length;
+  }
+  ++posted;
+}
+
 }  // namespace uroce::core

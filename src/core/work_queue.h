@@ -104,6 +104,8 @@ class RecvQueue {
 
   RecvWqe& at(uint32_t index) { return wqes_[index & mask_]; }
   Sge* sges(uint32_t index) { return &sges_[size_t(index & mask_) * max_sge_]; }
+  // Copies a receive WR into the next slot (the caller checked num_sge and room).
+  void push(const ibv_recv_wr& wr);
 
   uint32_t posted = 0;
   uint32_t consumed = 0;

@@ -75,13 +75,16 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
   requester_run(qp, tx);
 }
 
-// Tail-loss probe (like TCP's TLP): resend only the newest packet, with AckReq.
-// The responder answers a duplicate with an ACK of all it has (C9-…: duplicates
-// are acknowledged), a packet past a hole with a sequence NAK, and a lost last
-// packet with its ACK; either way the requester learns what is missing without
-// sending a window of duplicates when ACKs are merely late (a busy peer).
-// READs keep go-back-N: their missing part is named by the responses received.
+// Tail-loss probe (like TCP's TLP). The first probe after progress resends
+// only the newest packet, with AckReq: the responder answers a duplicate with
+// an ACK of all it has (C9-…: duplicates are acknowledged), a packet past a
+// hole with a sequence NAK, and a lost last packet with its ACK — so a peer
+// whose ACKs are merely late is not sent a window of duplicates. Later probes
+// go back N: after a hole whose NAK was lost, the responder stays silent
+// (one NAK per gap) and only the missing packet itself restarts it. READs and
+// atomics always go back N: their missing part is named by the responses.
 void probe_tail(EngineQp& qp, TxBatch& tx) {
+  if (qp.timers.probe_interval != kFirstProbeInterval) return go_back_n(qp, tx);
   uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
   core::SendWqe* w = nullptr;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
@@ -228,6 +231,17 @@ bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data,
   return len == 0;
 }
 
+// The last response of a READ or atomic: the WQE completes, and its credit
+// (max_rd_atomic) is free for the requester.
+void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx) {
+  --qp.req.reads_outstanding;
+  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+  retire_send_wqes(qp);
+  requester_catch_up(qp);
+  progress(qp);
+  requester_run(qp, tx);
+}
+
 void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   uint32_t psn = pkt.bth().psn();
   acknowledge_before(qp, psn);
@@ -268,12 +282,7 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
   if (ends) {
     qp.comp.read_offset = 0;
-    --qp.req.reads_outstanding;
-    complete_send_wqe(qp, w, IBV_WC_SUCCESS);
-    retire_send_wqes(qp);
-    requester_catch_up(qp);
-    progress(qp);
-    requester_run(qp, tx);
+    finish_response(qp, w, tx);
   } else {
     progress(qp);
   }
@@ -296,12 +305,7 @@ void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
-  --qp.req.reads_outstanding;
-  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
-  retire_send_wqes(qp);
-  requester_catch_up(qp);
-  progress(qp);
-  requester_run(qp, tx);
+  finish_response(qp, w, tx);
 }
 
 }  // namespace

@@ -1,0 +1,253 @@
+// Binding and address/route resolution.
+//
+// RoCE resolves an IP address to a GID (the IPv4-mapped address of the local
+// interface that routes to it) and needs no SA; what the active side still
+// lacks is the remote LID, which for uroce is the UDP port of the peer's
+// device. Resolution therefore opens the CM connection (TCP to the
+// destination's rdma_cm port) and reads the listener's ClassPortInfo. A
+// refused connection still resolves (the host answered; rdma_connect then
+// reports no listener); silence until the timeout is ADDR_ERROR/ROUTE_ERROR
+// with -ETIMEDOUT, an unreachable network the connect error.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/context.h"
+#include "core/device.h"
+#include "rdmacm/cm_service.h"
+#include "rdmacm/sockaddr_util.h"
+
+namespace uroce::rdmacm {
+
+namespace {
+
+constexpr int kDefaultResolveTimeoutMs = 2000;
+
+// The source address the kernel's routing picks for `dst`.
+int route_source(uint32_t dst, uint32_t* src) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  sockaddr_in d = make_sockaddr(dst, 4791);
+  int err = 0;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&d), sizeof d) != 0) {
+    err = errno;
+  } else {
+    sockaddr_in s{};
+    socklen_t len = sizeof s;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&s), &len) != 0) {
+      err = errno;
+    } else {
+      *src = ntohl(s.sin_addr.s_addr);
+    }
+  }
+  close(fd);
+  return err;
+}
+
+// The path MTU for traffic from `src_ip`: as rxe, the largest IB MTU that fits
+// the interface MTU minus 80 header bytes, at most the device's maximum.
+// Loopback traffic thus gets 4096, while a routable address gets what its
+// interface carries; UROCE_MTU (the port's active MTU) wins when set.
+ibv_mtu path_mtu_for(uint32_t src_ip, const CmDevice& dev) {
+  unsigned if_mtu = 0;
+  for (const core::HostAddress& h : core::host_ipv4_addresses())
+    if (h.ip == src_ip) if_mtu = h.if_mtu;
+  ibv_mtu mtu = if_mtu ? core::mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256) : dev.active_mtu;
+  if (core::config().mtu_override) mtu = dev.active_mtu;
+  return mtu > dev.max_mtu ? dev.max_mtu : mtu;
+}
+
+}  // namespace
+
+int CmService::attach_device(CmId* id, uint32_t ip) {
+  auto dp = device_for_ip(ip);
+  if (!dp.ok()) return dp.err();
+  id->port = *dp;
+  id->abi.verbs = dp->device->verbs;
+  if (!id->abi.pd) id->abi.pd = dp->device->pd;
+  id->abi.port_num = 1;
+  return 0;
+}
+
+void CmService::set_route_addresses(CmId* id) {
+  rdma_addr& a = id->abi.route.addr;
+  std::memset(&a.src_storage, 0, sizeof a.src_storage);
+  std::memset(&a.dst_storage, 0, sizeof a.dst_storage);
+  a.src_sin = make_sockaddr(id->src_ip, id->src_port);
+  if (id->dst_ip || id->dst_port) a.dst_sin = make_sockaddr(id->dst_ip, id->dst_port);
+  rdma_ib_addr& ib = a.addr.ibaddr;
+  ib.sgid = id->src_ip ? core::ipv4_to_gid(id->src_ip) : ibv_gid{};
+  ib.dgid = id->dst_ip ? core::ipv4_to_gid(id->dst_ip) : ibv_gid{};
+  ib.pkey = htons(0xFFFF);
+}
+
+void CmService::fill_path_record(CmId* id) {
+  if (!id->abi.route.path_rec) {
+    id->abi.route.path_rec = static_cast<ibv_sa_path_rec*>(calloc(1, sizeof(ibv_sa_path_rec)));
+    if (!id->abi.route.path_rec) return;
+  }
+  ibv_sa_path_rec& p = *id->abi.route.path_rec;
+  std::memset(&p, 0, sizeof p);
+  p.sgid = core::ipv4_to_gid(id->src_ip);
+  p.dgid = core::ipv4_to_gid(id->dst_ip);
+  p.slid = htons(id->port.device ? id->port.device->lid : 0);
+  p.dlid = htons(id->conn.remote_lid);
+  p.hop_limit = kHopLimit;
+  p.traffic_class = id->tos.value_or(0);
+  p.reversible = 1;
+  p.numb_path = 1;
+  p.pkey = htons(0xFFFF);
+  p.mtu_selector = 2;  // exactly
+  p.mtu = id->conn.path_mtu;
+  p.rate_selector = 2;
+  p.packet_life_time_selector = 2;
+  p.packet_life_time = 16;  // the kernel CM's RoCE packet lifetime
+  id->abi.route.num_paths = 1;
+}
+
+int CmService::open_bound_socket(CmId* id, uint32_t ip, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  // Always: a listener restarted on its port must not trip over its
+  // predecessor's TIME_WAIT connections. Two listeners still conflict (listen
+  // fails with EADDRINUSE), as two rdma_cm listeners on one port do.
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a = make_sockaddr(ip, port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (id->sock >= 0) close(id->sock);
+  id->sock = fd;
+  id->src_port = ntohs(a.sin_port);
+  return 0;
+}
+
+int CmService::bind(CmId* id, const sockaddr* addr) {
+  if (id->state != CmState::kIdle || id->bound) return EINVAL;
+  Ipv4Endpoint ep;
+  if (int err = parse_sockaddr(addr, &ep)) return err;
+  if (ep.ip != 0) {
+    if (int err = attach_device(id, ep.ip)) return err;
+  }
+  if (int err = open_bound_socket(id, ep.ip, ep.port)) return err;
+  id->bound = true;
+  id->src_ip = ep.ip;
+  set_route_addresses(id);
+  return 0;
+}
+
+int CmService::start_connect(CmId* id, bool retry_on_fresh_port) {
+  detach_link(id);
+  int fd = id->sock;
+  id->sock = -1;
+  if (fd < 0) {
+    // A socket of an earlier attempt is spent: a new one, on the id's port if
+    // that is free again.
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a = make_sockaddr(id->src_ip, retry_on_fresh_port ? 0 : id->src_port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      a = make_sockaddr(id->src_ip, 0);
+      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    }
+  }
+  sockaddr_in d = make_sockaddr(id->dst_ip, id->dst_port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&d), sizeof d) != 0 && errno != EINPROGRESS) {
+    int err = errno;
+    close(fd);
+    if (err != EADDRNOTAVAIL || retry_on_fresh_port) return err;
+    // The id's port still has a connection to this destination in TIME_WAIT:
+    // the CM connection may come from any port (the cma header names the id's).
+    return start_connect(id, true);
+  }
+  TcpLink* link = new_link(fd, TcpLink::Phase::kConnecting);
+  link->owner = id;
+  id->link = link;
+  return 0;
+}
+
+int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
+  if (id->state != CmState::kIdle) return EINVAL;
+  Ipv4Endpoint d;
+  if (int err = parse_sockaddr(dst, &d)) return err;
+  if (d.ip == 0) return EADDRNOTAVAIL;
+  if (!id->bound) {
+    if (src) {
+      if (int err = bind(id, src)) return err;
+    }
+  }
+  id->dst_ip = d.ip;
+  id->dst_port = d.port;
+  id->resolve_timeout_ms = timeout_ms > 0 ? timeout_ms : kDefaultResolveTimeoutMs;
+  id->state = CmState::kAddrQuery;
+  int err = 0;
+  uint32_t src_ip = id->src_ip;
+  if (src_ip == 0) err = route_source(d.ip, &src_ip);
+  if (!err && !id->port.device) err = attach_device(id, src_ip);
+  if (!err && !id->bound) {
+    err = open_bound_socket(id, src_ip, 0);
+    if (!err) id->bound = true;
+  }
+  if (!err) {
+    id->src_ip = src_ip;
+    id->conn.path_mtu = path_mtu_for(src_ip, *id->port.device);
+    set_route_addresses(id);
+    // A multicast group has no CM to ask (joining it is not implemented; see
+    // unsupported.cc): it resolves at once.
+    if (IN_MULTICAST(d.ip)) {
+      finish_resolve(id, 0);
+      return 0;
+    }
+    err = start_connect(id);
+  }
+  if (err) {
+    finish_resolve(id, err == ECONNREFUSED ? 0 : err);
+  } else {
+    arm_timer(id, TimerKind::kResolve, id->resolve_timeout_ms);
+  }
+  return 0;
+}
+
+int CmService::resolve_route(CmId* id, int timeout_ms) {
+  if (id->state != CmState::kAddrResolved) return EINVAL;
+  if (timeout_ms > 0) id->resolve_timeout_ms = timeout_ms;
+  id->state = CmState::kRouteQuery;
+  if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
+    finish_resolve(id, 0);
+    return 0;
+  }
+  // The listener may have appeared since rdma_resolve_addr: ask again.
+  if (int err = start_connect(id)) {
+    finish_resolve(id, err == ECONNREFUSED ? 0 : err);
+  } else {
+    arm_timer(id, TimerKind::kResolve, id->resolve_timeout_ms);
+  }
+  return 0;
+}
+
+void CmService::finish_resolve(CmId* id, int err) {
+  cancel_timer(id);
+  if (err || (id->link && id->link->phase != TcpLink::Phase::kOpen)) detach_link(id);
+  if (id->state == CmState::kAddrQuery) {
+    id->state = err ? CmState::kIdle : CmState::kAddrResolved;
+    queue_event(id, err ? RDMA_CM_EVENT_ADDR_ERROR : RDMA_CM_EVENT_ADDR_RESOLVED, -err);
+  } else if (id->state == CmState::kRouteQuery) {
+    id->state = err ? CmState::kAddrResolved : CmState::kRouteResolved;
+    if (!err) fill_path_record(id);
+    queue_event(id, err ? RDMA_CM_EVENT_ROUTE_ERROR : RDMA_CM_EVENT_ROUTE_RESOLVED, -err);
+  }
+}
+
+}  // namespace uroce::rdmacm

@@ -1,0 +1,115 @@
+// An rdma_cm_id and the connection state behind it. Every field after `abi`
+// is guarded by the CmService mutex; the application reads `abi` (verbs, qp,
+// route, ...) directly, as with librdmacm.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/container_of.h"
+#include "rdmacm/cm_devices.h"
+
+namespace uroce::rdmacm {
+
+class EventChannel;
+class TcpLink;
+
+// The id's place in the IB CM / rdma_cm life cycle (kernel cma.c and cm.c
+// states, merged).
+enum class CmState : uint8_t {
+  kIdle,           // created, possibly bound
+  kAddrQuery,      // rdma_resolve_addr: probing the destination
+  kAddrResolved,   //
+  kRouteQuery,     // rdma_resolve_route: asking the listener for its port
+  kRouteResolved,  //
+  kListen,         //
+  kReqSent,        // active: REQ sent (or its TCP connection being set up)
+  kRepRcvd,        // active, no QP attached: CONNECT_RESPONSE delivered, waiting for rdma_establish
+  kReqRcvd,        // passive: REQ received, CONNECT_REQUEST queued
+  kRepSent,        // passive: REP sent, waiting for the RTU
+  kEstablished,    //
+  kDreqSent,       // rdma_disconnect sent a DREQ, waiting for the DREP
+  kDreqRcvd,       // DREQ received (DISCONNECTED delivered), waiting for rdma_disconnect
+  kTimewait,       // disconnected; TIMEWAIT_EXIT follows
+  kSidrReqSent,    // UD: SIDR_REQ sent
+  kClosed,         // rejected, failed, or after TIMEWAIT_EXIT: only rdma_destroy_id is useful
+};
+const char* state_name(CmState s);
+
+// What the two sides agreed on (or proposed), in the terms of the IB CM.
+struct Connection {
+  uint32_t local_comm_id = 0;
+  uint32_t remote_comm_id = 0;
+  uint64_t transaction_id = 0;  // of the REQ (REP and RTU reuse it), or the SIDR_REQ
+  uint64_t dreq_tid = 0;        // of the DREQ received (the DREP reuses it)
+  uint32_t local_qpn = 0;
+  uint32_t remote_qpn = 0;
+  uint32_t local_psn = 0;   // own starting PSN (sent in REQ / REP): the QP's sq_psn
+  uint32_t remote_psn = 0;  // the peer's: the QP's rq_psn
+  uint32_t remote_qkey = 0;
+  uint16_t remote_lid = 0;  // the peer's UDP port
+  ibv_gid remote_gid{};
+  ibv_mtu path_mtu = IBV_MTU_1024;
+  uint8_t responder_resources = 0;       // own: the QP's max_dest_rd_atomic
+  uint8_t peer_responder_resources = 0;  // passive: what the REQ offered (bounds own initiator depth)
+  uint8_t initiator_depth = 0;           // own: the QP's max_rd_atomic
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry_count = 7;
+  uint8_t local_ack_timeout = 0;  // the QP's timeout
+  bool flow_control = false;
+  bool srq = false;
+  bool remote_known = false;  // REQ (passive) or REP (active) seen: RTR attributes exist
+  bool params_known = false;  // REQ sent or received: INIT access flags exist
+  bool disconnect_reported = false;
+};
+
+struct CmId {
+  rdma_cm_id abi{};  // first: what the application holds
+
+  static CmId* from(rdma_cm_id* id) { return UROCE_CONTAINER_OF(id, CmId, abi); }
+  EventChannel* channel() const;
+
+  uint64_t serial = 0;  // never reused; timers and tokens name ids by it
+  CmState state = CmState::kIdle;
+  bool sync = false;  // created without a channel: operations wait for their event
+  bool destroying = false;
+  int events_delivered = 0;
+  int events_acked = 0;
+
+  // Addressing. Addresses in host byte order; the ABI copies are in abi.route.
+  DevicePort port;  // device is null until the id is bound to an address or resolved
+  bool bound = false;
+  uint32_t src_ip = 0;  // 0: wildcard
+  uint16_t src_port = 0;
+  uint32_t dst_ip = 0;
+  uint16_t dst_port = 0;
+  int sock = -1;  // bound TCP socket (listener, or the active side's until connect)
+  uint64_t listen_token = 0;
+  TcpLink* link = nullptr;  // the CM connection to the peer, if any
+  int resolve_timeout_ms = 0;
+
+  // Options (rdma_set_option).
+  std::optional<uint8_t> tos;
+  std::optional<uint8_t> ack_timeout;
+  bool reuseaddr = false;
+  bool afonly = false;
+
+  Connection conn;
+  // Private data for the next REQ (rdma_connect before the link is up).
+  uint8_t pending_private[256] = {};
+  uint8_t pending_private_len = 0;
+
+  // rdma_create_ep on a passive id: attributes for the QPs rdma_get_request creates.
+  std::unique_ptr<ibv_qp_init_attr> ep_qp_init_attr;
+  // Local ECE (rdma_set_local_ece), offered in REQ/REP.
+  uint32_t ece_vendor_id = 0;
+  uint32_t ece_options = 0;
+
+  // Pending timer (see CmService::arm_timer).
+  uint64_t timer_seq = 0;
+};
+
+}  // namespace uroce::rdmacm

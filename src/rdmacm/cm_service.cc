@@ -1,0 +1,457 @@
+// CmService plumbing: the progress thread, timers, the id registry and the
+// CM connections. The state machines live in cm_address.cc, cm_active.cc,
+// cm_passive.cc and cm_teardown.cc; events in cm_events.cc.
+#include "rdmacm/cm_service.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/device.h"
+#include "core/log.h"
+
+namespace uroce::rdmacm {
+
+namespace {
+constexpr uint64_t kWakeToken = 0;
+
+uint64_t random_u64() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != sizeof v) v = uint64_t(getpid()) << 32 ^ uint64_t(time(nullptr));
+  return v;
+}
+}  // namespace
+
+const char* state_name(CmState s) {
+  switch (s) {
+    case CmState::kIdle:
+      return "idle";
+    case CmState::kAddrQuery:
+      return "addr-query";
+    case CmState::kAddrResolved:
+      return "addr-resolved";
+    case CmState::kRouteQuery:
+      return "route-query";
+    case CmState::kRouteResolved:
+      return "route-resolved";
+    case CmState::kListen:
+      return "listen";
+    case CmState::kReqSent:
+      return "req-sent";
+    case CmState::kRepRcvd:
+      return "rep-rcvd";
+    case CmState::kReqRcvd:
+      return "req-rcvd";
+    case CmState::kRepSent:
+      return "rep-sent";
+    case CmState::kEstablished:
+      return "established";
+    case CmState::kDreqSent:
+      return "dreq-sent";
+    case CmState::kDreqRcvd:
+      return "dreq-rcvd";
+    case CmState::kTimewait:
+      return "timewait";
+    case CmState::kSidrReqSent:
+      return "sidr-req-sent";
+    case CmState::kClosed:
+      return "closed";
+  }
+  return "?";
+}
+
+EventChannel* CmId::channel() const { return EventChannel::from(abi.channel); }
+
+CmService& CmService::get() {
+  static CmService* s = new CmService();  // never destroyed: the thread may outlive main()
+  return *s;
+}
+
+CmService::CmService() {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeToken;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  uint64_t r = random_u64();
+  next_tid_ = r << 16;
+  comm_id_seed_ = uint32_t(r >> 32);
+}
+
+void CmService::ensure_thread() {
+  if (thread_started_) return;
+  thread_started_ = true;
+  // Detached: nothing joins it at exit, and it touches only this never-freed object.
+  thread_ = std::thread([this] { run(); });
+  thread_.detach();
+}
+
+void CmService::wake() { eventfd_write(wake_fd_, 1); }
+
+void CmService::run() {
+  // The application's signals are not ours to take.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  epoll_event evs[64];
+  for (;;) {
+    int timeout;
+    {
+      std::lock_guard lock(mu);
+      timeout = next_timeout_ms();
+    }
+    int n = epoll_wait(epoll_fd_, evs, 64, timeout);
+    if (n < 0 && errno != EINTR) {
+      LOG_ERROR("rdma_cm: epoll_wait: %s", strerror(errno));
+      usleep(10000);
+      continue;
+    }
+    std::lock_guard lock(mu);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t token = evs[i].data.u64;
+      if (token == kWakeToken) {
+        eventfd_t v;
+        eventfd_read(wake_fd_, &v);
+        continue;
+      }
+      // Look tokens up each time: handling one event may close other sockets.
+      if (auto l = listeners_.find(token); l != listeners_.end()) {
+        on_listen_ready(l->second);
+      } else if (auto k = links_.find(token); k != links_.end()) {
+        on_link_event(k->second, evs[i].events);
+      }
+    }
+    run_timers(Clock::now());
+  }
+}
+
+// ---- ids ----
+
+CmId* CmService::create_id(EventChannel* channel, bool sync, void* context, rdma_port_space ps, ibv_qp_type qp_type) {
+  auto* id = new CmId();
+  id->abi.channel = &channel->abi;
+  id->abi.context = context;
+  id->abi.ps = ps;
+  id->abi.qp_type = qp_type;
+  id->sync = sync;
+  id->serial = next_serial_++;
+  ids_[id->serial] = id;
+  return id;
+}
+
+CmId* CmService::id_by_serial(uint64_t serial) {
+  auto it = ids_.find(serial);
+  return it == ids_.end() ? nullptr : it->second;
+}
+
+uint32_t CmService::new_comm_id() {
+  // Unique within the process, unpredictable across processes (as the IB CM's).
+  comm_id_seed_ = comm_id_seed_ * 1664525u + 1013904223u;
+  return comm_id_seed_ ? comm_id_seed_ : 1;
+}
+
+void CmService::destroy_id(CmId* id, std::unique_lock<std::mutex>& lock) {
+  id->destroying = true;
+  cancel_timer(id);
+  abandon(id);
+  // Undelivered events die with the id; a listener's undelivered connection
+  // requests take their new ids with them (the application never saw them).
+  for (CmEvent* e : id->channel()->take_if([id](CmEvent* ev) { return ev->owner == id; })) {
+    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.id != &id->abi) free_unseen_id(CmId::from(e->ev.id));
+    delete e;
+  }
+  acked.wait(lock, [id] { return id->events_acked >= id->events_delivered; });
+  release_id(id);
+}
+
+void CmService::free_unseen_id(CmId* id) {
+  id->destroying = true;
+  cancel_timer(id);
+  abandon(id);
+  for (CmEvent* e : id->channel()->take_if([id](CmEvent* ev) { return ev->owner == id; })) delete e;
+  release_id(id);
+}
+
+void CmService::release_id(CmId* id) {
+  ids_.erase(id->serial);
+  if (id->sock >= 0) close(id->sock);
+  free(id->abi.route.path_rec);
+  if (id->sync) id->channel()->destroy();
+  delete id;
+}
+
+void CmService::migrate_id(CmId* id, EventChannel* to, bool to_sync, std::unique_lock<std::mutex>& lock) {
+  EventChannel* from = id->channel();
+  for (CmEvent* e : from->take_if([id](CmEvent* ev) { return ev->owner == id; })) {
+    to->push(e);
+    // A connection request not yet delivered brings its new id along.
+    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.id != &id->abi) {
+      CmId* child = CmId::from(e->ev.id);
+      if (!child->sync && child->channel() == from) {
+        for (CmEvent* c : from->take_if([child](CmEvent* ev) { return ev->owner == child; })) to->push(c);
+        child->abi.channel = &to->abi;
+      }
+    }
+  }
+  const bool was_sync = id->sync;
+  id->abi.channel = &to->abi;
+  id->sync = to_sync;
+  if (was_sync) {
+    if (id->abi.event) {
+      CmEvent* e = CmEvent::from(id->abi.event);
+      id->abi.event = nullptr;
+      e->owner->events_acked++;
+      delete e;
+    }
+    from->destroy();
+  }
+  // As librdmacm: events already handed out on the old channel must be
+  // acknowledged before the id is used through the new one.
+  acked.wait(lock, [id] { return id->events_acked >= id->events_delivered; });
+}
+
+// ---- timers ----
+
+void CmService::arm_timer(CmId* id, TimerKind kind, int ms) {
+  id->timer_seq = next_timer_seq_++;
+  timers_.push({Clock::now() + std::chrono::milliseconds(ms), id->serial, id->timer_seq, kind});
+  ensure_thread();
+  wake();  // the progress thread may be sleeping past the new deadline
+}
+
+void CmService::cancel_timer(CmId* id) { id->timer_seq = 0; }
+
+int CmService::next_timeout_ms() {
+  while (!timers_.empty()) {
+    const TimerEntry& t = timers_.top();
+    CmId* id = id_by_serial(t.serial);
+    if (id && id->timer_seq == t.seq) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(t.deadline - Clock::now()).count();
+      return left < 0 ? 0 : int(std::min<int64_t>(left, 60 * 1000));
+    }
+    timers_.pop();  // stale: cancelled, re-armed or id gone
+  }
+  return -1;
+}
+
+void CmService::run_timers(Clock::time_point now) {
+  while (!timers_.empty() && timers_.top().deadline <= now) {
+    TimerEntry t = timers_.top();
+    timers_.pop();
+    CmId* id = id_by_serial(t.serial);
+    if (!id || id->timer_seq != t.seq) continue;
+    id->timer_seq = 0;
+    on_timer(id, t.kind);
+  }
+}
+
+// ---- links ----
+
+TcpLink* CmService::new_link(int fd, TcpLink::Phase phase) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // one small MAD at a time
+  // A peer host that vanishes without a FIN is noticed within ~15 s.
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  int idle = 10, intvl = 2, cnt = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  const uint64_t token = next_token_++;
+  auto* link = new TcpLink(epoll_fd_, fd, token, phase);
+  links_[token] = link;
+  ensure_thread();
+  return link;
+}
+
+void CmService::close_link(TcpLink* link) {
+  if (link->owner && link->owner->link == link) link->owner->link = nullptr;
+  links_.erase(link->token());
+  delete link;
+}
+
+void CmService::detach_link(CmId* id) {
+  if (id->link) close_link(id->link);
+}
+
+int CmService::send_mad(CmId* id, const CmMessage& m, uint64_t tid) {
+  if (!id->link || id->link->dead || id->link->phase != TcpLink::Phase::kOpen) return ENOTCONN;
+  // A failed write shows up as EPOLLERR/EPOLLHUP and is handled as a lost link.
+  return id->link->send(encode_mad(tid, m));
+}
+
+void CmService::on_link_event(TcpLink* link, uint32_t events) {
+  const uint64_t token = link->token();
+  auto alive = [this, token] { return links_.count(token) != 0; };
+  if (link->phase == TcpLink::Phase::kConnecting) {
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    on_link_connected(link);
+    if (!alive() || link->phase == TcpLink::Phase::kConnecting) return;
+  }
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    std::vector<Mad> frames;
+    int err = link->receive(&frames);
+    for (const Mad& f : frames) {
+      if (!alive()) return;
+      auto mad = decode_mad(f);
+      if (!mad) {
+        LOG_WARN("rdma_cm: dropping a malformed CM MAD");
+        continue;
+      }
+      on_mad(link, *mad);
+    }
+    if (err && alive()) {
+      on_link_lost(link, err);
+      return;
+    }
+  }
+  if ((events & EPOLLOUT) && alive()) {
+    if (int err = link->flush()) on_link_lost(link, err);
+  }
+}
+
+void CmService::on_link_connected(TcpLink* link) {
+  int err = link->connect_result();
+  CmId* id = link->owner;
+  if (err == 0) {
+    link->phase = TcpLink::Phase::kGreeting;
+    link->learn_addresses();
+    if (int e = link->flush()) err = e;
+    if (!err) return;  // the listener's ClassPortInfo comes next
+  }
+  close_link(link);
+  if (!id) return;
+  switch (id->state) {
+    case CmState::kAddrQuery:
+    case CmState::kRouteQuery:
+      // A refused connection still proves the host is there: the address
+      // (and route) resolve; rdma_connect will find no listener.
+      finish_resolve(id, err == ECONNREFUSED ? 0 : err);
+      break;
+    case CmState::kReqSent:
+      cancel_timer(id);
+      id->state = CmState::kClosed;
+      if (err == ECONNREFUSED) {
+        // What the IB CM of a host without a listener on the service answers.
+        queue_event(id, RDMA_CM_EVENT_REJECTED, int(RejReason::kInvalidServiceId));
+      } else {
+        queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void CmService::on_link_lost(TcpLink* link, int err) {
+  CmId* id = link->owner;
+  if (!id) {  // accepted, no REQ yet
+    close_link(link);
+    return;
+  }
+  link->dead = true;
+  LOG_DEBUG("rdma_cm: CM connection of id %llu lost in state %s: %s", (unsigned long long)id->serial,
+            state_name(id->state), strerror(err));
+  switch (id->state) {
+    case CmState::kAddrQuery:
+    case CmState::kRouteQuery:
+      close_link(link);
+      finish_resolve(id, 0);
+      break;
+    case CmState::kAddrResolved:
+    case CmState::kRouteResolved:
+      close_link(link);  // rdma_connect reconnects
+      break;
+    default:
+      peer_gone(id, err);
+      break;
+  }
+}
+
+void CmService::on_mad(TcpLink* link, const DecodedMad& mad) {
+  CmId* id = link->owner;
+  const uint64_t tid = mad.transaction_id;
+  struct Dispatch {
+    CmService* s;
+    TcpLink* link;
+    CmId* id;
+    uint64_t tid;
+    void operator()(const PortInfoMessage& m) const {
+      if (link->phase != TcpLink::Phase::kGreeting) return;
+      link->phase = TcpLink::Phase::kOpen;
+      link->peer_port_info = m;
+      link->have_peer_port_info = true;
+      if (!id) return;
+      id->conn.remote_lid = m.redirect_lid;
+      if (id->state == CmState::kAddrQuery || id->state == CmState::kRouteQuery) {
+        s->finish_resolve(id, 0);
+      } else if (id->state == CmState::kReqSent) {
+        s->send_req(id);
+      } else if (id->state == CmState::kSidrReqSent) {
+        s->send_sidr_req(id);
+      }
+    }
+    void operator()(const ReqMessage& m) const {
+      if (!id && link->listener) s->on_req(link, tid, m);
+    }
+    void operator()(const SidrReqMessage& m) const {
+      if (!id && link->listener) s->on_sidr_req(link, tid, m);
+    }
+    void operator()(const RepMessage& m) const {
+      if (id && id->state == CmState::kReqSent && m.remote_comm_id == id->conn.local_comm_id) s->on_rep(id, m);
+    }
+    void operator()(const RejMessage& m) const {
+      if (id && (m.remote_comm_id == id->conn.local_comm_id || m.remote_comm_id == 0)) s->on_rej(id, m);
+    }
+    void operator()(const RtuMessage& m) const {
+      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_rtu(id);
+    }
+    void operator()(const DreqMessage& m) const {
+      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_dreq(id, tid, m);
+    }
+    void operator()(const DrepMessage& m) const {
+      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_drep(id);
+    }
+    void operator()(const SidrRepMessage& m) const {
+      if (id && id->state == CmState::kSidrReqSent && m.request_id == id->conn.local_comm_id) s->on_sidr_rep(id, m);
+    }
+  };
+  std::visit(Dispatch{this, link, id, tid}, mad.message);
+}
+
+// ---- listeners ----
+
+void CmService::on_listen_ready(CmId* listener) {
+  for (;;) {
+    int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        LOG_WARN("rdma_cm: accept on port %u: %s", listener->src_port, strerror(errno));
+      return;
+    }
+    TcpLink* link = new_link(fd, TcpLink::Phase::kOpen);
+    link->listener = listener;
+    link->learn_addresses();
+    send_greeting(link);
+  }
+}
+
+void CmService::send_greeting(TcpLink* link) {
+  PortInfoMessage info;
+  info.redirect_gid = core::ipv4_to_gid(link->local_ip);
+  auto dp = device_for_ip(link->local_ip);
+  info.redirect_lid = dp.ok() ? dp->device->lid : 0;
+  link->send(encode_mad(next_tid_++, info));
+}
+
+}  // namespace uroce::rdmacm

@@ -1,0 +1,214 @@
+// The process's connection manager: every rdma_cm id, the CM connections
+// (TCP, design §6), the CM state machines and their timers.
+//
+// Threads: application threads call in through the exported rdma_* functions
+// and run the state machines directly (send a REQ, program a QP, queue an
+// event) under `mu`. One progress thread, started on first use, waits in
+// epoll for the CM sockets and the timers and runs the same state machines,
+// also under `mu`. Nothing blocks while holding `mu` except the few verbs
+// calls that program a QP (ibv_modify_qp), which never call back into the CM.
+// Waiting (rdma_get_cm_event, rdma_destroy_id, synchronous ids) happens
+// outside the mutex.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "rdmacm/cm_id.h"
+#include "rdmacm/cm_messages.h"
+#include "rdmacm/event_channel.h"
+#include "rdmacm/tcp_link.h"
+
+namespace uroce::rdmacm {
+
+using Clock = std::chrono::steady_clock;
+
+// IB CM values uroce puts in its messages (those of the Linux CM).
+constexpr uint8_t kCmResponseTimeout = 20;  // 4.096 us * 2^20 = 4.3 s
+constexpr uint8_t kMaxCmRetries = 15;
+// Local ACK timeout of CM-programmed QPs unless RDMA_OPTION_ID_ACK_TIMEOUT
+// says otherwise: 14 (67 ms), what perftest and most verbs programs use. The
+// kernel's RoCE default (about 0.5 s) would only slow down the detection of a
+// dead peer, since uroce recovers lost packets with tail-loss probes.
+constexpr uint8_t kDefaultAckTimeout = 14;
+constexpr uint8_t kHopLimit = 64;  // IPv4 TTL of the path
+
+// uroce's CM timers. Transport loss is TCP's business; these bound how long
+// a side waits for the other's CM (application) to act.
+constexpr int kConnectTimeoutMs = 5000;  // rdma_connect: TCP connection + ClassPortInfo
+constexpr int kRepTimeoutMs = 60000;     // REQ -> REP and REP -> RTU (the kernel's MRA allows ~68 s)
+constexpr int kDreqTimeoutMs = 4000;     // DREQ -> DREP, then DISCONNECTED with -ETIMEDOUT
+constexpr int kTimewaitMs = 500;         // DISCONNECTED -> TIMEWAIT_EXIT (the kernel's RoCE ~0.5 s)
+
+// What a pending timer of an id is for.
+enum class TimerKind : uint8_t { kNone, kResolve, kConnect, kRep, kDreq, kTimewait, kSidr };
+
+// A random 24-bit starting PSN, as the IB CM chooses them.
+uint32_t new_psn();
+
+// Fields of an event's param.conn / param.ud beyond type and status.
+struct EventParams {
+  const uint8_t* private_data = nullptr;
+  size_t private_data_len = 0;
+  uint8_t responder_resources = 0;
+  uint8_t initiator_depth = 0;
+  uint8_t flow_control = 0;
+  uint8_t retry_count = 0;
+  uint8_t rnr_retry_count = 0;
+  uint8_t srq = 0;
+  uint32_t qp_num = 0;
+  // UD events
+  bool ud = false;
+  ibv_ah_attr ah_attr{};
+  uint32_t qkey = 0;
+};
+
+class CmService {
+ public:
+  static CmService& get();  // created on first use, never destroyed
+
+  std::mutex mu;
+  std::condition_variable acked;  // an event was acknowledged
+
+  // ---- ids (callers hold mu) ----
+  CmId* create_id(EventChannel* channel, bool sync, void* context, rdma_port_space ps, ibv_qp_type qp_type);
+  // Marks the id destroyed, sends what the IB CM sends for its state, drops
+  // its undelivered events, waits for its delivered events to be
+  // acknowledged, then frees it. `lock` holds mu (released while waiting).
+  void destroy_id(CmId* id, std::unique_lock<std::mutex>& lock);
+  // Moves the id (and its undelivered events) to another channel.
+  void migrate_id(CmId* id, EventChannel* to, bool to_sync, std::unique_lock<std::mutex>& lock);
+
+  // ---- events ----
+  // Queues an event for `id` on its channel (dropped if the id is being destroyed).
+  void queue_event(CmId* id, rdma_cm_event_type type, int status, const EventParams& p = {});
+  // CONNECT_REQUEST: on the listener's channel, counted against the listener.
+  void queue_connect_request(CmId* listener, CmId* child, const EventParams& p);
+  // rdma_get_cm_event: waits (unless the fd is non-blocking) for an event.
+  // Called without mu. Returns 0 or an errno.
+  int get_event(EventChannel* channel, CmEvent** out);
+  // rdma_ack_cm_event. Called without mu.
+  void ack_event(CmEvent* e);
+  // What a synchronous id (created without a channel) does after starting an
+  // operation: acknowledge its previous event, wait for the next one (kept in
+  // id->event) and turn a failure status into an errno. 0 for other ids.
+  // Called without mu.
+  int complete_sync(CmId* id);
+
+  // ---- operations of the exported API (callers hold mu); return an errno ----
+  int bind(CmId* id, const sockaddr* addr);
+  int resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms);
+  int resolve_route(CmId* id, int timeout_ms);
+  int listen(CmId* id, int backlog);
+  int connect(CmId* id, const rdma_conn_param* param);
+  int accept(CmId* id, const rdma_conn_param* param);
+  int reject(CmId* id, const void* private_data, uint8_t len, RejReason reason);
+  int disconnect(CmId* id);
+  int establish(CmId* id);
+  int notify(CmId* id, ibv_event_type event);
+
+  // ---- QP programming (qp_attrs.cc; callers hold mu) ----
+  // rdma_init_qp_attr: the attributes the CM would use to move id's QP to attr->qp_state.
+  int init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const;
+  // Moves the attached QP INIT -> RTR -> RTS with the connection's attributes.
+  int program_qp_rts(CmId* id);
+  // Moves the attached QP (if any) to ERR.
+  void qp_to_error(CmId* id);
+
+ private:
+  CmService();
+  void ensure_thread();
+  void run();
+  void wake();
+
+  // Timers: one pending per id; stale heap entries are skipped by seq.
+  void arm_timer(CmId* id, TimerKind kind, int ms);
+  void cancel_timer(CmId* id);
+  void run_timers(Clock::time_point now);
+  void on_timer(CmId* id, TimerKind kind);
+  int next_timeout_ms();
+
+  // Links.
+  TcpLink* new_link(int fd, TcpLink::Phase phase);
+  void close_link(TcpLink* link);
+  void detach_link(CmId* id);  // closes id's link
+  // A new CM connection (TCP) to the id's destination; returns an errno.
+  int start_connect(CmId* id, bool retry_on_fresh_port = false);
+  void on_link_event(TcpLink* link, uint32_t events);
+  void on_link_connected(TcpLink* link);
+  void on_link_lost(TcpLink* link, int err);
+  void on_mad(TcpLink* link, const DecodedMad& mad);
+  int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
+
+  // Listeners.
+  void on_listen_ready(CmId* listener);
+  void send_greeting(TcpLink* link);
+
+  // Address helpers (cm_address.cc).
+  int attach_device(CmId* id, uint32_t ip);
+  void set_route_addresses(CmId* id);
+  void fill_path_record(CmId* id);
+  int open_bound_socket(CmId* id, uint32_t ip, uint16_t port);
+
+  // Active side (cm_active.cc).
+  void finish_resolve(CmId* id, int err);
+  void send_req(CmId* id);
+  void on_rep(CmId* id, const RepMessage& rep);
+  void on_rej(CmId* id, const RejMessage& rej);
+
+  // Passive side (cm_passive.cc).
+  void on_req(TcpLink* link, uint64_t tid, const ReqMessage& req);
+  void on_rtu(CmId* id);
+  void reject_link(TcpLink* link, uint64_t tid, const ReqMessage& req, RejReason reason);
+
+  // Teardown (cm_teardown.cc).
+  void on_dreq(CmId* id, uint64_t tid, const DreqMessage& dreq);
+  void on_drep(CmId* id);
+  void enter_timewait(CmId* id);
+  void report_disconnected(CmId* id, int status);
+  void peer_gone(CmId* id, int err);
+  void abandon(CmId* id);  // the IB CM's messages for an id being destroyed
+
+  // UD (cm_sidr.cc).
+  void on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& req);
+  void on_sidr_rep(CmId* id, const SidrRepMessage& rep);
+  void send_sidr_req(CmId* id);
+  int accept_ud(CmId* id, const rdma_conn_param* param);
+  int reject_ud(CmId* id, const void* private_data, uint8_t len);
+
+  // Frees an id the application never saw (its CONNECT_REQUEST undelivered).
+  void free_unseen_id(CmId* id);
+  void release_id(CmId* id);  // the last step of destroying an id
+  CmId* id_by_serial(uint64_t serial);
+  uint32_t new_comm_id();
+
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  bool thread_started_ = false;
+  uint64_t next_serial_ = 1;
+  uint64_t next_token_ = 1;
+  uint64_t next_tid_ = 0;
+  uint32_t comm_id_seed_ = 0;
+  std::unordered_map<uint64_t, CmId*> ids_;        // by serial
+  std::unordered_map<uint64_t, CmId*> listeners_;  // by epoll token
+  std::unordered_map<uint64_t, TcpLink*> links_;   // by epoll token
+
+  struct TimerEntry {
+    Clock::time_point deadline;
+    uint64_t serial;
+    uint64_t seq;
+    TimerKind kind;
+    bool operator>(const TimerEntry& o) const { return deadline > o.deadline; }
+  };
+  std::priority_queue<TimerEntry, std::vector<TimerEntry>, std::greater<TimerEntry>> timers_;
+  uint64_t next_timer_seq_ = 1;
+};
+
+}  // namespace uroce::rdmacm

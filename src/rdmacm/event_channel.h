@@ -1,0 +1,75 @@
+// rdma_event_channel and rdma_cm_event: the queue through which the
+// connection manager hands events to the application.
+//
+// The channel's fd is an eventfd used as a level indicator: its counter is 1
+// exactly while the queue holds an event, so poll/epoll on channel->fd say
+// "readable" iff rdma_get_cm_event would not block. The queue and the counter
+// change together, under the CmService mutex.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <cstdint>
+#include <deque>
+
+#include "core/container_of.h"
+
+namespace uroce::rdmacm {
+
+struct CmId;
+
+// Private data of any CM message fits (REQ/REP/REJ/RTU/DREQ/DREP: <= 224).
+constexpr size_t kEventPrivateDataMax = 256;
+
+struct CmEvent {
+  rdma_cm_event ev{};  // ABI object handed to the application
+  // The id whose delivered/acknowledged counters this event counts against:
+  // the listener for CONNECT_REQUEST (the new id may be destroyed before the
+  // event is acknowledged), ev.id otherwise. rdma_destroy_id waits until all
+  // events delivered for an id are acknowledged.
+  CmId* owner = nullptr;
+  uint8_t private_data[kEventPrivateDataMax] = {};
+
+  static CmEvent* from(rdma_cm_event* e) { return UROCE_CONTAINER_OF(e, CmEvent, ev); }
+};
+
+class EventChannel {
+ public:
+  rdma_event_channel abi{};  // abi.fd is the eventfd
+
+  // nullptr + errno on failure.
+  static EventChannel* create();
+  static EventChannel* from(rdma_event_channel* c) { return UROCE_CONTAINER_OF(c, EventChannel, abi); }
+  // Closes the fd and frees every undelivered event.
+  void destroy();
+
+  // The following run under the CmService mutex.
+  void push(CmEvent* e);
+  CmEvent* pop();  // nullptr if empty
+  bool empty() const { return queue_.empty(); }
+  // Removes (and returns, in order) the undelivered events matching pred.
+  template <class Pred>
+  std::deque<CmEvent*> take_if(Pred pred);
+
+ private:
+  EventChannel() = default;
+  void set_readable(bool readable);
+  std::deque<CmEvent*> queue_;
+};
+
+template <class Pred>
+std::deque<CmEvent*> EventChannel::take_if(Pred pred) {
+  std::deque<CmEvent*> out;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (pred(*it)) {
+      out.push_back(*it);
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!out.empty() && queue_.empty()) set_readable(false);
+  return out;
+}
+
+}  // namespace uroce::rdmacm

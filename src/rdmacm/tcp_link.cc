@@ -1,0 +1,127 @@
+#include "rdmacm/tcp_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace uroce::rdmacm {
+
+TcpLink::TcpLink(int epoll_fd, int fd, uint64_t token, Phase p)
+    : phase(p), epoll_fd_(epoll_fd), fd_(fd), token_(token) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  if (p == Phase::kConnecting) {
+    ev.events |= EPOLLOUT;  // connect completion
+    watching_output_ = true;
+  }
+  ev.data.u64 = token_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd_, &ev);
+}
+
+TcpLink::~TcpLink() {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  if (!out_.empty() && !dead && phase == Phase::kOpen) {
+    // The last message (a REJ, DREP, ...) did not fit in the socket buffer:
+    // give it a moment, bounded, so that closing does not lose it.
+    int flags = fcntl(fd_, F_GETFL);
+    fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+    timeval tv{0, 100 * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    size_t off = 0;
+    while (off < out_.size()) {
+      ssize_t n = ::send(fd_, out_.data() + off, out_.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += size_t(n);
+    }
+  }
+  close(fd_);
+}
+
+void TcpLink::watch_output(bool on) {
+  if (on == watching_output_) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u);
+  ev.data.u64 = token_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
+  watching_output_ = on;
+}
+
+int TcpLink::send(const Mad& mad) {
+  if (dead) return ECONNRESET;
+  out_.insert(out_.end(), mad.begin(), mad.end());
+  if (phase == Phase::kConnecting) return 0;  // flushed once connected
+  return flush();
+}
+
+int TcpLink::flush() {
+  size_t off = 0;
+  while (off < out_.size()) {
+    ssize_t n = ::send(fd_, out_.data() + off, out_.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    out_.clear();
+    watch_output(false);
+    return n < 0 ? errno : EPIPE;
+  }
+  out_.erase(out_.begin(), out_.begin() + std::ptrdiff_t(off));
+  watch_output(!out_.empty());
+  return 0;
+}
+
+int TcpLink::receive(std::vector<Mad>* out) {
+  uint8_t buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in_.insert(in_.end(), buf, buf + n);
+      continue;
+    }
+    int err = 0;
+    if (n == 0) {
+      err = ECONNRESET;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      err = errno;
+    }
+    // Hand over the complete MADs even when the peer has gone: a REJ or DREP
+    // followed by the close must still be processed.
+    size_t whole = in_.size() / kMadSize * kMadSize;
+    for (size_t off = 0; off < whole; off += kMadSize) {
+      Mad m;
+      std::memcpy(m.data(), in_.data() + off, kMadSize);
+      out->push_back(m);
+    }
+    in_.erase(in_.begin(), in_.begin() + std::ptrdiff_t(whole));
+    return err;
+  }
+}
+
+int TcpLink::connect_result() {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+void TcpLink::learn_addresses() {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sin_family == AF_INET)
+    local_ip = ntohl(a.sin_addr.s_addr);
+  len = sizeof a;
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sin_family == AF_INET)
+    peer_ip = ntohl(a.sin_addr.s_addr);
+}
+
+}  // namespace uroce::rdmacm
