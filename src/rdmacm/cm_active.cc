@@ -40,11 +40,11 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
       id->pending_private_len = param->private_data_len;
     }
     id->state = CmState::kSidrReqSent;
+    id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
     if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
       send_sidr_req(id);
     } else if (int err = start_connect(id)) {
-      id->state = CmState::kClosed;
-      queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
+      connect_failed(id, err);
       return 0;
     }
     arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
@@ -79,22 +79,35 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
     id->pending_private_len = param->private_data_len;
   }
   id->state = CmState::kReqSent;
+  id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
   if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
     send_req(id);
     return 0;
   }
   // No CM connection (the listener did not exist at resolution time): try now.
   if (int err = start_connect(id)) {
-    id->state = CmState::kClosed;
-    if (err == ECONNREFUSED) {
-      queue_event(id, RDMA_CM_EVENT_REJECTED, int(RejReason::kInvalidServiceId));
-    } else {
-      queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
-    }
+    connect_failed(id, err);
     return 0;
   }
   arm_timer(id, TimerKind::kConnect, kConnectTimeoutMs);
   return 0;
+}
+
+void CmService::connect_failed(CmId* id, int err) {
+  cancel_timer(id);
+  detach_link(id);
+  const bool nobody_listened = err == ECONNREFUSED || err == ECONNRESET;
+  if (nobody_listened && Clock::now() < id->refused_grace_end) {
+    arm_timer(id, TimerKind::kConnectRetry, kConnectRetryMs);
+    return;
+  }
+  id->state = CmState::kClosed;
+  if (nobody_listened) {
+    // What the IB CM of a host without a listener on the service answers.
+    queue_event(id, RDMA_CM_EVENT_REJECTED, int(RejReason::kInvalidServiceId));
+  } else {
+    queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
+  }
 }
 
 void CmService::send_req(CmId* id) {

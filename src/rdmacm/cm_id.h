@@ -5,7 +5,9 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -16,6 +18,20 @@ namespace uroce::rdmacm {
 
 class EventChannel;
 class TcpLink;
+struct CmId;
+
+using Clock = std::chrono::steady_clock;
+
+// What a pending timer of an id is for.
+enum class TimerKind : uint8_t { kNone, kResolve, kConnect, kConnectRetry, kRep, kDreq, kTimewait, kSidr };
+
+// Pending timers, earliest first; an id holds the position of its one timer so
+// that cancelling it is cheap and leaves nothing behind.
+struct TimerEntry {
+  CmId* id;
+  TimerKind kind;
+};
+using TimerMap = std::multimap<Clock::time_point, TimerEntry>;
 
 // The id's place in the IB CM / rdma_cm life cycle (kernel cma.c and cm.c
 // states, merged).
@@ -72,7 +88,7 @@ struct CmId {
   static CmId* from(rdma_cm_id* id) { return UROCE_CONTAINER_OF(id, CmId, abi); }
   EventChannel* channel() const;
 
-  uint64_t serial = 0;  // never reused; timers and tokens name ids by it
+  uint64_t serial = 0;  // never reused: names the id in log messages
   CmState state = CmState::kIdle;
   bool sync = false;  // created without a channel: operations wait for their event
   bool destroying = false;
@@ -90,6 +106,8 @@ struct CmId {
   uint64_t listen_token = 0;
   TcpLink* link = nullptr;  // the CM connection to the peer, if any
   int resolve_timeout_ms = 0;
+  // Until when rdma_connect retries a refused CM connection (see kRefusedGraceMs).
+  Clock::time_point refused_grace_end{};
 
   // Options (rdma_set_option).
   std::optional<uint8_t> tos;
@@ -109,7 +127,7 @@ struct CmId {
   uint32_t ece_options = 0;
 
   // Pending timer (see CmService::arm_timer).
-  uint64_t timer_seq = 0;
+  std::optional<TimerMap::iterator> timer;
 };
 
 }  // namespace uroce::rdmacm

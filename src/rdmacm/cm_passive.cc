@@ -47,7 +47,7 @@ void CmService::reject_link(TcpLink* link, uint64_t tid, const ReqMessage& req, 
   rej.remote_comm_id = req.local_comm_id;
   rej.message_rejected = RejectedMessage::kReq;
   rej.reason = uint16_t(reason);
-  link->send(encode_mad(tid, rej));
+  (void)link->send(encode_mad(tid, rej));  // best effort: the link closes either way
   close_link(link);
 }
 

@@ -140,18 +140,13 @@ void CmService::run() {
 CmId* CmService::create_id(EventChannel* channel, bool sync, void* context, rdma_port_space ps, ibv_qp_type qp_type) {
   auto* id = new CmId();
   id->abi.channel = &channel->abi;
+  channel->add_user();
   id->abi.context = context;
   id->abi.ps = ps;
   id->abi.qp_type = qp_type;
   id->sync = sync;
   id->serial = next_serial_++;
-  ids_[id->serial] = id;
   return id;
-}
-
-CmId* CmService::id_by_serial(uint64_t serial) {
-  auto it = ids_.find(serial);
-  return it == ids_.end() ? nullptr : it->second;
 }
 
 uint32_t CmService::new_comm_id() {
@@ -183,10 +178,12 @@ void CmService::free_unseen_id(CmId* id) {
 }
 
 void CmService::release_id(CmId* id) {
-  ids_.erase(id->serial);
+  cancel_timer(id);
   if (id->sock >= 0) close(id->sock);
   free(id->abi.route.path_rec);
-  if (id->sync) id->channel()->destroy();
+  EventChannel* channel = id->channel();
+  if (id->sync) channel->destroy();
+  channel->remove_user();
   delete id;
 }
 
@@ -200,12 +197,15 @@ void CmService::migrate_id(CmId* id, EventChannel* to, bool to_sync, std::unique
       if (!child->sync && child->channel() == from) {
         for (CmEvent* c : from->take_if([child](CmEvent* ev) { return ev->owner == child; })) to->push(c);
         child->abi.channel = &to->abi;
+        from->remove_user();
+        to->add_user();
       }
     }
   }
   const bool was_sync = id->sync;
   id->abi.channel = &to->abi;
   id->sync = to_sync;
+  to->add_user();
   if (was_sync) {
     if (id->abi.event) {
       CmEvent* e = CmEvent::from(id->abi.event);
@@ -215,6 +215,7 @@ void CmService::migrate_id(CmId* id, EventChannel* to, bool to_sync, std::unique
     }
     from->destroy();
   }
+  from->remove_user();
   // As librdmacm: events already handed out on the old channel must be
   // acknowledged before the id is used through the new one.
   acked.wait(lock, [id] { return id->events_acked >= id->events_delivered; });
@@ -223,35 +224,30 @@ void CmService::migrate_id(CmId* id, EventChannel* to, bool to_sync, std::unique
 // ---- timers ----
 
 void CmService::arm_timer(CmId* id, TimerKind kind, int ms) {
-  id->timer_seq = next_timer_seq_++;
-  timers_.push({Clock::now() + std::chrono::milliseconds(ms), id->serial, id->timer_seq, kind});
+  cancel_timer(id);
+  id->timer = timers_.emplace(Clock::now() + std::chrono::milliseconds(ms), TimerEntry{id, kind});
   ensure_thread();
   wake();  // the progress thread may be sleeping past the new deadline
 }
 
-void CmService::cancel_timer(CmId* id) { id->timer_seq = 0; }
+void CmService::cancel_timer(CmId* id) {
+  if (!id->timer) return;
+  timers_.erase(*id->timer);
+  id->timer.reset();
+}
 
 int CmService::next_timeout_ms() {
-  while (!timers_.empty()) {
-    const TimerEntry& t = timers_.top();
-    CmId* id = id_by_serial(t.serial);
-    if (id && id->timer_seq == t.seq) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(t.deadline - Clock::now()).count();
-      return left < 0 ? 0 : int(std::min<int64_t>(left, 60 * 1000));
-    }
-    timers_.pop();  // stale: cancelled, re-armed or id gone
-  }
-  return -1;
+  if (timers_.empty()) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - Clock::now()).count();
+  return left < 0 ? 0 : int(std::min<int64_t>(left, 60 * 1000));
 }
 
 void CmService::run_timers(Clock::time_point now) {
-  while (!timers_.empty() && timers_.top().deadline <= now) {
-    TimerEntry t = timers_.top();
-    timers_.pop();
-    CmId* id = id_by_serial(t.serial);
-    if (!id || id->timer_seq != t.seq) continue;
-    id->timer_seq = 0;
-    on_timer(id, t.kind);
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    const TimerEntry t = timers_.begin()->second;
+    timers_.erase(timers_.begin());
+    t.id->timer.reset();
+    on_timer(t.id, t.kind);
   }
 }
 
@@ -338,14 +334,8 @@ void CmService::on_link_connected(TcpLink* link) {
       finish_resolve(id, err == ECONNREFUSED ? 0 : err);
       break;
     case CmState::kReqSent:
-      cancel_timer(id);
-      id->state = CmState::kClosed;
-      if (err == ECONNREFUSED) {
-        // What the IB CM of a host without a listener on the service answers.
-        queue_event(id, RDMA_CM_EVENT_REJECTED, int(RejReason::kInvalidServiceId));
-      } else {
-        queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
-      }
+    case CmState::kSidrReqSent:
+      connect_failed(id, err);
       break;
     default:
       break;
@@ -370,6 +360,12 @@ void CmService::on_link_lost(TcpLink* link, int err) {
     case CmState::kAddrResolved:
     case CmState::kRouteResolved:
       close_link(link);  // rdma_connect reconnects
+      break;
+    case CmState::kReqSent:
+    case CmState::kSidrReqSent:
+      // Closed before any answer: the listener went away (perhaps to be
+      // re-created at once); the REQ is tried again on a new connection.
+      connect_failed(id, err);
       break;
     default:
       peer_gone(id, err);
@@ -451,7 +447,8 @@ void CmService::send_greeting(TcpLink* link) {
   info.redirect_gid = core::ipv4_to_gid(link->local_ip);
   auto dp = device_for_ip(link->local_ip);
   info.redirect_lid = dp.ok() ? dp->device->lid : 0;
-  link->send(encode_mad(next_tid_++, info));
+  // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.
+  (void)link->send(encode_mad(next_tid_++, info));
 }
 
 }  // namespace uroce::rdmacm

@@ -15,7 +15,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <queue>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -26,8 +25,6 @@
 #include "rdmacm/tcp_link.h"
 
 namespace uroce::rdmacm {
-
-using Clock = std::chrono::steady_clock;
 
 // IB CM values uroce puts in its messages (those of the Linux CM).
 constexpr uint8_t kCmResponseTimeout = 20;  // 4.096 us * 2^20 = 4.3 s
@@ -45,9 +42,13 @@ constexpr int kConnectTimeoutMs = 5000;  // rdma_connect: TCP connection + Class
 constexpr int kRepTimeoutMs = 60000;     // REQ -> REP and REP -> RTU (the kernel's MRA allows ~68 s)
 constexpr int kDreqTimeoutMs = 4000;     // DREQ -> DREP, then DISCONNECTED with -ETIMEDOUT
 constexpr int kTimewaitMs = 500;         // DISCONNECTED -> TIMEWAIT_EXIT (the kernel's RoCE ~0.5 s)
-
-// What a pending timer of an id is for.
-enum class TimerKind : uint8_t { kNone, kResolve, kConnect, kRep, kDreq, kTimewait, kSidr };
+// rdma_connect keeps retrying a CM connection that finds no listener (refused,
+// or closed before any answer) for this long before it reports REJECTED:
+// uroce's resolution is near-instant, and programs written against real
+// rdma_cm (perftest -R re-creating its listener between its two connections)
+// rely on the slack that ARP/route resolution gives a listener to appear.
+constexpr int kRefusedGraceMs = 500;
+constexpr int kConnectRetryMs = 10;
 
 // A random 24-bit starting PSN, as the IB CM chooses them.
 uint32_t new_psn();
@@ -92,32 +93,32 @@ class CmService {
   void queue_connect_request(CmId* listener, CmId* child, const EventParams& p);
   // rdma_get_cm_event: waits (unless the fd is non-blocking) for an event.
   // Called without mu. Returns 0 or an errno.
-  int get_event(EventChannel* channel, CmEvent** out);
+  [[nodiscard]] int get_event(EventChannel* channel, CmEvent** out);
   // rdma_ack_cm_event. Called without mu.
   void ack_event(CmEvent* e);
   // What a synchronous id (created without a channel) does after starting an
   // operation: acknowledge its previous event, wait for the next one (kept in
   // id->event) and turn a failure status into an errno. 0 for other ids.
   // Called without mu.
-  int complete_sync(CmId* id);
+  [[nodiscard]] int complete_sync(CmId* id);
 
   // ---- operations of the exported API (callers hold mu); return an errno ----
-  int bind(CmId* id, const sockaddr* addr);
-  int resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms);
-  int resolve_route(CmId* id, int timeout_ms);
-  int listen(CmId* id, int backlog);
-  int connect(CmId* id, const rdma_conn_param* param);
-  int accept(CmId* id, const rdma_conn_param* param);
-  int reject(CmId* id, const void* private_data, uint8_t len, RejReason reason);
-  int disconnect(CmId* id);
-  int establish(CmId* id);
-  int notify(CmId* id, ibv_event_type event);
+  [[nodiscard]] int bind(CmId* id, const sockaddr* addr);
+  [[nodiscard]] int resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms);
+  [[nodiscard]] int resolve_route(CmId* id, int timeout_ms);
+  [[nodiscard]] int listen(CmId* id, int backlog);
+  [[nodiscard]] int connect(CmId* id, const rdma_conn_param* param);
+  [[nodiscard]] int accept(CmId* id, const rdma_conn_param* param);
+  [[nodiscard]] int reject(CmId* id, const void* private_data, uint8_t len, RejReason reason);
+  [[nodiscard]] int disconnect(CmId* id);
+  [[nodiscard]] int establish(CmId* id);
+  [[nodiscard]] int notify(CmId* id, ibv_event_type event);
 
   // ---- QP programming (qp_attrs.cc; callers hold mu) ----
   // rdma_init_qp_attr: the attributes the CM would use to move id's QP to attr->qp_state.
-  int init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const;
+  [[nodiscard]] int init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const;
   // Moves the attached QP INIT -> RTR -> RTS with the connection's attributes.
-  int program_qp_rts(CmId* id);
+  [[nodiscard]] int program_qp_rts(CmId* id);
   // Moves the attached QP (if any) to ERR.
   void qp_to_error(CmId* id);
 
@@ -127,7 +128,7 @@ class CmService {
   void run();
   void wake();
 
-  // Timers: one pending per id; stale heap entries are skipped by seq.
+  // Timers: at most one pending per id (arming replaces it).
   void arm_timer(CmId* id, TimerKind kind, int ms);
   void cancel_timer(CmId* id);
   void run_timers(Clock::time_point now);
@@ -139,25 +140,29 @@ class CmService {
   void close_link(TcpLink* link);
   void detach_link(CmId* id);  // closes id's link
   // A new CM connection (TCP) to the id's destination; returns an errno.
-  int start_connect(CmId* id, bool retry_on_fresh_port = false);
+  [[nodiscard]] int start_connect(CmId* id, bool retry_on_fresh_port = false);
   void on_link_event(TcpLink* link, uint32_t events);
   void on_link_connected(TcpLink* link);
   void on_link_lost(TcpLink* link, int err);
   void on_mad(TcpLink* link, const DecodedMad& mad);
-  int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
+  [[nodiscard]] int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
 
   // Listeners.
   void on_listen_ready(CmId* listener);
   void send_greeting(TcpLink* link);
 
   // Address helpers (cm_address.cc).
-  int attach_device(CmId* id, uint32_t ip);
+  [[nodiscard]] int attach_device(CmId* id, uint32_t ip);
   void set_route_addresses(CmId* id);
   void fill_path_record(CmId* id);
-  int open_bound_socket(CmId* id, uint32_t ip, uint16_t port);
+  [[nodiscard]] int open_bound_socket(CmId* id, uint32_t ip, uint16_t port);
+
+  void finish_resolve(CmId* id, int err);
 
   // Active side (cm_active.cc).
-  void finish_resolve(CmId* id, int err);
+  // The REQ's (or SIDR_REQ's) CM connection failed: retry within the grace
+  // period if nobody listened, else report REJECTED / UNREACHABLE.
+  void connect_failed(CmId* id, int err);
   void send_req(CmId* id);
   void on_rep(CmId* id, const RepMessage& rep);
   void on_rej(CmId* id, const RejMessage& rej);
@@ -179,13 +184,12 @@ class CmService {
   void on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& req);
   void on_sidr_rep(CmId* id, const SidrRepMessage& rep);
   void send_sidr_req(CmId* id);
-  int accept_ud(CmId* id, const rdma_conn_param* param);
-  int reject_ud(CmId* id, const void* private_data, uint8_t len);
+  [[nodiscard]] int accept_ud(CmId* id, const rdma_conn_param* param);
+  [[nodiscard]] int reject_ud(CmId* id, const void* private_data, uint8_t len);
 
   // Frees an id the application never saw (its CONNECT_REQUEST undelivered).
   void free_unseen_id(CmId* id);
   void release_id(CmId* id);  // the last step of destroying an id
-  CmId* id_by_serial(uint64_t serial);
   uint32_t new_comm_id();
 
   int epoll_fd_ = -1;
@@ -196,19 +200,10 @@ class CmService {
   uint64_t next_token_ = 1;
   uint64_t next_tid_ = 0;
   uint32_t comm_id_seed_ = 0;
-  std::unordered_map<uint64_t, CmId*> ids_;        // by serial
   std::unordered_map<uint64_t, CmId*> listeners_;  // by epoll token
   std::unordered_map<uint64_t, TcpLink*> links_;   // by epoll token
 
-  struct TimerEntry {
-    Clock::time_point deadline;
-    uint64_t serial;
-    uint64_t seq;
-    TimerKind kind;
-    bool operator>(const TimerEntry& o) const { return deadline > o.deadline; }
-  };
-  std::priority_queue<TimerEntry, std::vector<TimerEntry>, std::greater<TimerEntry>> timers_;
-  uint64_t next_timer_seq_ = 1;
+  TimerMap timers_;
 };
 
 }  // namespace uroce::rdmacm

@@ -27,7 +27,7 @@ void CmService::on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& r
     rep.request_id = req.request_id;
     rep.status = status;
     rep.service_id = req.service_id;
-    link->send(encode_mad(tid, rep));
+    (void)link->send(encode_mad(tid, rep));  // best effort: the link closes either way
     close_link(link);
   };
   if (l->state != CmState::kListen || l->destroying || l->abi.qp_type != IBV_QPT_UD ||

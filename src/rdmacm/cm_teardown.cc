@@ -181,6 +181,15 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
     case TimerKind::kResolve:
       finish_resolve(id, ETIMEDOUT);
       return;
+    case TimerKind::kConnectRetry:
+      if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) {
+        if (int err = start_connect(id)) {
+          connect_failed(id, err);
+        } else {
+          arm_timer(id, id->state == CmState::kReqSent ? TimerKind::kConnect : TimerKind::kSidr, kConnectTimeoutMs);
+        }
+      }
+      return;
     case TimerKind::kConnect:
     case TimerKind::kRep:
     case TimerKind::kSidr:

@@ -28,12 +28,24 @@ void EventChannel::destroy() {
   for (CmEvent* e : queue_) delete e;
   queue_.clear();
   close(abi.fd);
-  delete this;
+  abi.fd = -1;
+  closed_ = true;
+  if (users_ == 0) delete this;
+}
+
+void EventChannel::remove_user() {
+  if (--users_ == 0 && closed_) delete this;
 }
 
 void EventChannel::push(CmEvent* e) {
+  if (closed_) {
+    delete e;
+    return;
+  }
   queue_.push_back(e);
-  if (queue_.size() == 1) set_readable(true);
+  // Every event wakes the fd (not only the first), so that an application
+  // waiting with edge-triggered epoll sees each one, as with the kernel's fd.
+  set_readable(true);
 }
 
 CmEvent* EventChannel::pop() {
@@ -45,8 +57,10 @@ CmEvent* EventChannel::pop() {
 }
 
 void EventChannel::set_readable(bool readable) {
-  // The counter is 0 or 1 (see the header), so neither call can block, even if
-  // the application made the fd blocking or non-blocking.
+  if (closed_) return;
+  // The counter is non-zero exactly while events are queued (see the header),
+  // so neither call can block, whether or not the application made the fd
+  // non-blocking; a read resets it to 0.
   if (readable) {
     eventfd_write(abi.fd, 1);
   } else {

@@ -1,10 +1,10 @@
 // rdma_event_channel and rdma_cm_event: the queue through which the
 // connection manager hands events to the application.
 //
-// The channel's fd is an eventfd used as a level indicator: its counter is 1
-// exactly while the queue holds an event, so poll/epoll on channel->fd say
-// "readable" iff rdma_get_cm_event would not block. The queue and the counter
-// change together, under the CmService mutex.
+// The channel's fd is an eventfd used as a level indicator: its counter is
+// non-zero exactly while the queue holds an event, so poll/epoll on
+// channel->fd say "readable" iff rdma_get_cm_event would not block. The queue
+// and the counter change together, under the CmService mutex.
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -40,8 +40,14 @@ class EventChannel {
   // nullptr + errno on failure.
   static EventChannel* create();
   static EventChannel* from(rdma_event_channel* c) { return UROCE_CONTAINER_OF(c, EventChannel, abi); }
-  // Closes the fd and frees every undelivered event.
+  // Closes the fd and frees every undelivered event. The object itself lives
+  // on while ids still name it (an application that destroys a channel
+  // before its ids): their later events are dropped instead of landing in
+  // freed memory.
   void destroy();
+  // Ids whose channel this is (under the CmService mutex).
+  void add_user() { ++users_; }
+  void remove_user();
 
   // The following run under the CmService mutex.
   void push(CmEvent* e);
@@ -55,6 +61,8 @@ class EventChannel {
   EventChannel() = default;
   void set_readable(bool readable);
   std::deque<CmEvent*> queue_;
+  int users_ = 0;
+  bool closed_ = false;
 };
 
 template <class Pred>

@@ -40,14 +40,14 @@ class TcpLink {
   bool have_peer_port_info = false;
 
   // Queues one MAD and writes what the socket takes. Returns an errno (0 ok).
-  int send(const Mad& mad);
+  [[nodiscard]] int send(const Mad& mad);
   // Writes queued bytes (EPOLLOUT). Returns an errno (0 ok).
-  int flush();
+  [[nodiscard]] int flush();
   // Reads what is available and appends every complete MAD to `out`.
   // Returns 0, an errno, or ECONNRESET when the peer closed the connection.
-  int receive(std::vector<Mad>* out);
+  [[nodiscard]] int receive(std::vector<Mad>* out);
   // Completion of a non-blocking connect: 0 or the connect error.
-  int connect_result();
+  [[nodiscard]] int connect_result();
   // Records the local and peer addresses (after connect or accept).
   void learn_addresses();
 

@@ -1,0 +1,770 @@
+// librdmacm behaviour, written against rdma-core's public <rdma/rdma_cma.h>
+// and <rdma/rdma_verbs.h> and linked with -lrdmacm -libverbs, so it runs
+// unchanged on rxe or hardware; under `uroce run` it exercises uroce.
+//
+//   cm_test CASE PORT      (cm_test --list prints the cases)
+//
+// Two-sided cases fork: the child is one side, the parent the other, each
+// using rdma_cm only after the fork. Every wait is bounded.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char* g_case = "";
+static char g_port[16];
+static enum ibv_qp_type g_qp_type = IBV_QPT_RC;  // of the endpoint ping-pong
+
+static void fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "cm_test %s [pid %d]: FAILED: ", g_case, (int)getpid());
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+#define CHECK(cond, ...)            \
+  do {                              \
+    if (!(cond)) fail(__VA_ARGS__); \
+  } while (0)
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Waits (poll on channel->fd, so the fd must work with poll) for the next
+// event; fails after timeout_ms. The caller acknowledges it.
+static struct rdma_cm_event* next_event(struct rdma_event_channel* ch, int timeout_ms) {
+  struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+  int r = poll(&p, 1, timeout_ms);
+  CHECK(r == 1, "no rdma_cm event within %d ms (poll returned %d)", timeout_ms, r);
+  struct rdma_cm_event* e;
+  CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
+  return e;
+}
+
+static struct rdma_cm_event* expect_event(struct rdma_event_channel* ch, enum rdma_cm_event_type type, int timeout_ms) {
+  struct rdma_cm_event* e = next_event(ch, timeout_ms);
+  CHECK(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event), e->status);
+  return e;
+}
+
+static void ack_expected(struct rdma_event_channel* ch, enum rdma_cm_event_type type, int timeout_ms) {
+  rdma_ack_cm_event(expect_event(ch, type, timeout_ms));
+}
+
+static struct sockaddr_in loopback(int port) {
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// Resident set size in KiB (VmRSS of /proc/self/status), -1 if unknown.
+static long rss_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  fclose(f);
+  return kib;
+}
+
+static int open_fds(void) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+// A one-byte pipe message, so that one process waits for the other.
+static void signal_peer(int fd) { CHECK(write(fd, "x", 1) == 1, "pipe write"); }
+static void wait_peer(int fd, int timeout_ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  CHECK(poll(&p, 1, timeout_ms) == 1, "peer did not signal within %d ms", timeout_ms);
+  char c;
+  CHECK(read(fd, &c, 1) == 1, "peer exited early");
+}
+
+static int reap(pid_t pid, int timeout_ms) {
+  double end = now_ms() + timeout_ms;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fail("child %d did not exit within %d ms", (int)pid, timeout_ms);
+    }
+    usleep(10000);
+  }
+  return status;
+}
+
+static void expect_child_ok(pid_t pid) {
+  int status = reap(pid, 30000);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)", status);
+}
+
+// ---- endpoint ping-pong: rdma_getaddrinfo + rdma_create_ep + rdma_get_request + rdma_verbs.h ----
+
+enum { kMsgSize = 64, kPingPongs = 100 };
+static const char kConnectData[] = "connect-private-data";
+static const char kAcceptData[] = "accept-private-data";
+
+static void ep_qp_attr(struct ibv_qp_init_attr* attr) {
+  memset(attr, 0, sizeof *attr);
+  attr->cap.max_send_wr = attr->cap.max_recv_wr = 4;
+  attr->cap.max_send_sge = attr->cap.max_recv_sge = 1;
+  attr->sq_sig_all = 1;
+}
+
+static void endpoint_server(int ready_fd) {
+  struct rdma_addrinfo hints, *res;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = g_qp_type;
+  CHECK(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "server rdma_getaddrinfo: %s", strerror(errno));
+  CHECK(res->ai_src_addr && res->ai_qp_type == (int)g_qp_type, "passive rdma_getaddrinfo without source address");
+  struct ibv_qp_init_attr attr;
+  ep_qp_attr(&attr);
+  struct rdma_cm_id *listen_id, *id;
+  CHECK(rdma_create_ep(&listen_id, res, NULL, &attr) == 0, "rdma_create_ep (passive): %s", strerror(errno));
+  rdma_freeaddrinfo(res);
+  CHECK(rdma_listen(listen_id, 1) == 0, "rdma_listen: %s", strerror(errno));
+  CHECK(ntohs(rdma_get_src_port(listen_id)) == atoi(g_port), "listener port %u", ntohs(rdma_get_src_port(listen_id)));
+  signal_peer(ready_fd);
+
+  CHECK(rdma_get_request(listen_id, &id) == 0, "rdma_get_request: %s", strerror(errno));
+  CHECK(id->verbs && id->pd && id->qp && id->qp->qp_type == g_qp_type, "new id without verbs/pd/qp");
+  CHECK(id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST, "no CONNECT_REQUEST on the new id");
+  CHECK(id->event->listen_id == listen_id, "listen_id of CONNECT_REQUEST");
+  CHECK(id->event->param.conn.private_data_len >= sizeof kConnectData &&
+            memcmp(id->event->param.conn.private_data, kConnectData, sizeof kConnectData) == 0,
+        "connect private data not delivered (len %u)", id->event->param.conn.private_data_len);
+  CHECK(g_qp_type != IBV_QPT_RC ||
+            (id->event->param.conn.initiator_depth == 1 && id->event->param.conn.responder_resources == 1),
+        "CONNECT_REQUEST resources %u/%u", id->event->param.conn.responder_resources,
+        id->event->param.conn.initiator_depth);
+  CHECK(rdma_get_dst_port(id) != 0 && rdma_get_src_port(id) == rdma_get_src_port(listen_id), "new id ports");
+
+  char* recv_buf = calloc(1, kMsgSize);
+  char* send_buf = calloc(1, kMsgSize);
+  struct ibv_mr* recv_mr = rdma_reg_msgs(id, recv_buf, kMsgSize);
+  struct ibv_mr* send_mr = rdma_reg_msgs(id, send_buf, kMsgSize);
+  CHECK(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
+  CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
+  struct rdma_conn_param param;
+  memset(&param, 0, sizeof param);
+  param.private_data = kAcceptData;
+  param.private_data_len = sizeof kAcceptData;
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  CHECK(rdma_accept(id, &param) == 0, "rdma_accept: %s", strerror(errno));
+
+  struct ibv_wc wc;
+  for (int i = 0; i < kPingPongs; i++) {
+    CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server recv %d: %s", i,
+          ibv_wc_status_str(wc.status));
+    char expect[kMsgSize];
+    snprintf(expect, sizeof expect, "ping %d", i);
+    CHECK(strcmp(recv_buf, expect) == 0, "server got '%s', expected '%s'", recv_buf, expect);
+    CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
+    snprintf(send_buf, kMsgSize, "pong %d", i);
+    CHECK(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
+    CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server send %d", i);
+  }
+  // The client disconnects first: DISCONNECTED arrives on the new id's own
+  // channel, and our rdma_disconnect answers it (synchronous: it waits for
+  // that DISCONNECTED event).
+  CHECK(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
+  CHECK(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "server: no DISCONNECTED after disconnect");
+  rdma_dereg_mr(recv_mr);
+  rdma_dereg_mr(send_mr);
+  free(recv_buf);
+  free(send_buf);
+  rdma_destroy_ep(id);
+  rdma_destroy_ep(listen_id);
+}
+
+static void endpoint_client(void) {
+  struct rdma_addrinfo hints, *res;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = g_qp_type;
+  CHECK(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "client rdma_getaddrinfo: %s", strerror(errno));
+  CHECK(res->ai_dst_addr && !(res->ai_flags & RAI_PASSIVE), "active rdma_getaddrinfo without destination");
+  struct ibv_qp_init_attr attr;
+  ep_qp_attr(&attr);
+  struct rdma_cm_id* id;
+  CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "rdma_create_ep (active): %s", strerror(errno));
+  rdma_freeaddrinfo(res);
+  CHECK(id->verbs && id->pd && id->qp && id->send_cq && id->recv_cq, "active endpoint incomplete");
+  CHECK(id->route.num_paths == 1 && id->route.path_rec, "no path record after route resolution");
+
+  char* recv_buf = calloc(1, kMsgSize);
+  char* send_buf = calloc(1, kMsgSize);
+  struct ibv_mr* recv_mr = rdma_reg_msgs(id, recv_buf, kMsgSize);
+  struct ibv_mr* send_mr = rdma_reg_msgs(id, send_buf, kMsgSize);
+  CHECK(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
+  CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
+  struct rdma_conn_param param;
+  memset(&param, 0, sizeof param);
+  param.private_data = kConnectData;
+  param.private_data_len = sizeof kConnectData;
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  CHECK(rdma_connect(id, &param) == 0, "rdma_connect: %s", strerror(errno));
+  CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED, "no ESTABLISHED after rdma_connect");
+  CHECK(id->event->param.conn.private_data_len >= sizeof kAcceptData &&
+            memcmp(id->event->param.conn.private_data, kAcceptData, sizeof kAcceptData) == 0,
+        "accept private data not delivered");
+  CHECK(id->event->param.conn.qp_num != 0, "ESTABLISHED without the peer's QPN");
+
+  struct ibv_wc wc;
+  for (int i = 0; i < kPingPongs; i++) {
+    snprintf(send_buf, kMsgSize, "ping %d", i);
+    CHECK(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
+    CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client send %d: %s", i,
+          ibv_wc_status_str(wc.status));
+    CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client recv %d", i);
+    char expect[kMsgSize];
+    snprintf(expect, sizeof expect, "pong %d", i);
+    CHECK(strcmp(recv_buf, expect) == 0, "client got '%s', expected '%s'", recv_buf, expect);
+    CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
+  }
+  CHECK(rdma_disconnect(id) == 0, "client rdma_disconnect: %s", strerror(errno));
+  CHECK(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "client: no DISCONNECTED after disconnect");
+  rdma_dereg_mr(recv_mr);
+  rdma_dereg_mr(send_mr);
+  free(recv_buf);
+  free(send_buf);
+  rdma_destroy_ep(id);
+}
+
+static void case_endpoint_pingpong(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    close(fds[0]);
+    endpoint_server(fds[1]);
+    exit(0);
+  }
+  close(fds[1]);
+  wait_peer(fds[0], 10000);
+  endpoint_client();
+  expect_child_ok(pid);
+}
+
+// ---- an asynchronous client, step by step ----
+
+struct async_client {
+  struct rdma_event_channel* ch;
+  struct rdma_cm_id* id;
+  struct ibv_pd* pd;
+  struct ibv_cq* cq;
+};
+
+// Resolves 127.0.0.1:port and creates an RC QP on the id.
+static void async_client_setup(struct async_client* c, int port) {
+  c->ch = rdma_create_event_channel();
+  CHECK(c->ch, "rdma_create_event_channel: %s", strerror(errno));
+  CHECK(rdma_create_id(c->ch, &c->id, c, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  struct sockaddr_in dst = loopback(port);
+  CHECK(rdma_resolve_addr(c->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  ack_expected(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
+  CHECK(c->id->verbs, "no verbs context after ADDR_RESOLVED (127.0.0.1 must resolve to the uroce device)");
+  union ibv_gid gid;
+  CHECK(ibv_query_gid(c->id->verbs, 1, 0, &gid) == 0, "ibv_query_gid");
+  CHECK(gid.raw[10] == 0xff && gid.raw[11] == 0xff, "GID 0 is not IPv4-mapped");
+  CHECK(rdma_resolve_route(c->id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
+  ack_expected(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
+  c->pd = ibv_alloc_pd(c->id->verbs);
+  c->cq = ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0);
+  CHECK(c->pd && c->cq, "pd/cq");
+  struct ibv_qp_init_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.send_cq = attr.recv_cq = c->cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  CHECK(rdma_create_qp(c->id, c->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
+  struct ibv_qp_attr qa;
+  struct ibv_qp_init_attr qi;
+  CHECK(ibv_query_qp(c->id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT,
+        "rdma_create_qp did not leave the QP in INIT");
+}
+
+static void async_client_teardown(struct async_client* c) {
+  rdma_destroy_qp(c->id);
+  CHECK(rdma_destroy_id(c->id) == 0, "rdma_destroy_id: %s", strerror(errno));
+  ibv_destroy_cq(c->cq);
+  ibv_dealloc_pd(c->pd);
+  rdma_destroy_event_channel(c->ch);
+}
+
+static struct rdma_conn_param basic_param(const void* data, uint8_t len) {
+  struct rdma_conn_param p;
+  memset(&p, 0, sizeof p);
+  p.private_data = data;
+  p.private_data_len = len;
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;
+  return p;
+}
+
+// Connecting to a port nobody listens on: REJECTED or UNREACHABLE within a second.
+static void case_no_listener(void) {
+  struct async_client c;
+  async_client_setup(&c, atoi(g_port));
+  struct rdma_conn_param p = basic_param(NULL, 0);
+  double t0 = now_ms();
+  CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  struct rdma_cm_event* e = next_event(c.ch, 1000);
+  CHECK(e->event == RDMA_CM_EVENT_REJECTED || e->event == RDMA_CM_EVENT_UNREACHABLE,
+        "expected REJECTED or UNREACHABLE, got %s", rdma_event_str(e->event));
+  printf("no listener: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
+  rdma_ack_cm_event(e);
+  async_client_teardown(&c);
+}
+
+// An address nobody answers: ADDR_ERROR (or UNREACHABLE later) once the timeout has passed.
+static void case_addr_timeout(void) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  struct rdma_cm_id* id;
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  // TEST-NET-2 (RFC 5737): never assigned, so nothing answers (or no route).
+  struct sockaddr_in dst = loopback(atoi(g_port));
+  dst.sin_addr.s_addr = inet_addr("198.51.100.77");
+  double t0 = now_ms();
+  int r = rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 500);
+  if (r == 0) {
+    struct rdma_cm_event* e = next_event(ch, 5000);
+    double dt = now_ms() - t0;
+    printf("unanswered address: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, dt);
+    CHECK(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
+    CHECK(e->status < 0, "ADDR_ERROR status %d", e->status);
+    rdma_ack_cm_event(e);
+  } else {
+    printf("unanswered address: rdma_resolve_addr failed at once: %s\n", strerror(errno));
+  }
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
+// Private data over the IB CM limits is refused with EINVAL (56 on connect,
+// 196 on accept, 148 on reject); data within them arrives intact.
+static void case_private_data_limits(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    close(fds[0]);
+    struct rdma_event_channel* ch = rdma_create_event_channel();
+    struct rdma_cm_id* listen_id;
+    CHECK(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+    struct sockaddr_in a = loopback(atoi(g_port));
+    CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+    CHECK(listen_id->verbs, "binding 127.0.0.1 did not attach the device");
+    CHECK(rdma_listen(listen_id, 4) == 0, "rdma_listen");
+    signal_peer(fds[1]);
+    struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
+    struct rdma_cm_id* id = e->id;
+    CHECK(e->listen_id == listen_id && id != listen_id, "CONNECT_REQUEST ids");
+    CHECK(id->verbs, "CONNECT_REQUEST's new id has no verbs context");
+    CHECK(e->param.conn.private_data_len == 56, "REQ private data length %u, expected 56",
+          e->param.conn.private_data_len);
+    const uint8_t* pd = e->param.conn.private_data;
+    for (int i = 0; i < 56; i++) CHECK(pd[i] == (uint8_t)(0xA0 + i), "REQ private data byte %d", i);
+    uint8_t big[256];
+    memset(big, 0x5A, sizeof big);
+    struct rdma_conn_param p = basic_param(big, 197);
+    CHECK(rdma_accept(id, &p) == -1 && errno == EINVAL, "rdma_accept with 197 bytes did not fail with EINVAL");
+    CHECK(rdma_reject(id, big, 149) == -1 && errno == EINVAL, "rdma_reject with 149 bytes did not fail with EINVAL");
+    for (int i = 0; i < 148; i++) big[i] = (uint8_t)i;
+    CHECK(rdma_reject(id, big, 148) == 0, "rdma_reject with 148 bytes: %s", strerror(errno));
+    rdma_ack_cm_event(e);
+    rdma_destroy_id(id);
+    rdma_destroy_id(listen_id);
+    rdma_destroy_event_channel(ch);
+    exit(0);
+  }
+  close(fds[1]);
+  wait_peer(fds[0], 10000);
+  struct async_client c;
+  async_client_setup(&c, atoi(g_port));
+  uint8_t data[64];
+  for (int i = 0; i < 64; i++) data[i] = (uint8_t)(0xA0 + i);
+  struct rdma_conn_param p = basic_param(data, 57);
+  CHECK(rdma_connect(c.id, &p) == -1 && errno == EINVAL, "rdma_connect with 57 bytes did not fail with EINVAL");
+  p.private_data_len = 56;
+  CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect with 56 bytes: %s", strerror(errno));
+  struct rdma_cm_event* e = expect_event(c.ch, RDMA_CM_EVENT_REJECTED, 10000);
+  CHECK(e->status == 28, "REJECTED status %d, expected 28 (consumer defined)", e->status);
+  CHECK(e->param.conn.private_data_len == 148, "REJ private data length %u", e->param.conn.private_data_len);
+  const uint8_t* rd = e->param.conn.private_data;
+  for (int i = 0; i < 148; i++) CHECK(rd[i] == (uint8_t)i, "REJ private data byte %d", i);
+  rdma_ack_cm_event(e);
+  async_client_teardown(&c);
+  expect_child_ok(pid);
+}
+
+// A listener with an asynchronous channel; accepts every request with a QP of its own.
+struct server {
+  struct rdma_event_channel* ch;
+  struct rdma_cm_id* listen_id;
+  struct ibv_pd* pd;
+  struct ibv_cq* cq;
+};
+
+static void server_listen(struct server* s) {
+  s->ch = rdma_create_event_channel();
+  CHECK(rdma_create_id(s->ch, &s->listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  struct sockaddr_in a = loopback(atoi(g_port));
+  CHECK(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+  CHECK(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
+  s->pd = ibv_alloc_pd(s->listen_id->verbs);
+  s->cq = ibv_create_cq(s->listen_id->verbs, 64, NULL, NULL, 0);
+  CHECK(s->pd && s->cq, "server pd/cq");
+}
+
+static struct rdma_cm_id* server_accept(struct server* s, int timeout_ms) {
+  struct rdma_cm_event* e = expect_event(s->ch, RDMA_CM_EVENT_CONNECT_REQUEST, timeout_ms);
+  struct rdma_cm_id* id = e->id;
+  rdma_ack_cm_event(e);
+  struct ibv_qp_init_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.send_cq = attr.recv_cq = s->cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  CHECK(rdma_create_qp(id, s->pd, &attr) == 0, "server rdma_create_qp: %s", strerror(errno));
+  struct rdma_conn_param p = basic_param(NULL, 0);
+  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
+  struct ibv_qp_attr qa;
+  struct ibv_qp_init_attr qi;
+  CHECK(ibv_query_qp(id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS,
+        "passive QP not in RTS after rdma_accept");
+  ack_expected(s->ch, RDMA_CM_EVENT_ESTABLISHED, timeout_ms);
+  return id;
+}
+
+// A client killed mid-connection: DISCONNECTED on the server within a few seconds.
+static void case_peer_killed(void) {
+  int to_child[2], to_parent[2];
+  CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
+  pid_t pid = fork();  // before any rdma_cm use: a forked child inherits no CM thread
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    wait_peer(to_child[0], 10000);
+    struct async_client c;
+    async_client_setup(&c, atoi(g_port));
+    struct rdma_conn_param p = basic_param(NULL, 0);
+    CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect");
+    ack_expected(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
+    signal_peer(to_parent[1]);
+    pause();  // until killed
+    exit(0);
+  }
+  struct server s;
+  server_listen(&s);
+  signal_peer(to_child[1]);
+  struct rdma_cm_id* id = server_accept(&s, 10000);
+  wait_peer(to_parent[0], 10000);
+  double t0 = now_ms();
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  ack_expected(s.ch, RDMA_CM_EVENT_DISCONNECTED, 5000);
+  printf("peer killed: DISCONNECTED after %.1f ms\n", now_ms() - t0);
+  rdma_disconnect(id);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_id(s.listen_id);
+  rdma_destroy_event_channel(s.ch);
+}
+
+// A listener survives many connect/disconnect cycles without leaking fds.
+static void case_cycles(int cycles) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    close(fds[0]);
+    struct server s;
+    server_listen(&s);
+    int fds_before = -1;
+    long rss_before = -1;
+    signal_peer(fds[1]);
+    for (int i = 0; i < cycles; i++) {
+      struct rdma_cm_id* id = server_accept(&s, 10000);
+      ack_expected(s.ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+      CHECK(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
+      rdma_destroy_qp(id);
+      CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+      if (i == 9) {
+        fds_before = open_fds();
+        rss_before = rss_kib();
+      }
+    }
+    int fds_after = open_fds();
+    long rss_after = rss_kib();
+    printf("server after 10 cycles: %d fds, %ld KiB; after %d: %d fds, %ld KiB\n", fds_before, rss_before, cycles,
+           fds_after, rss_after);
+    CHECK(fds_after <= fds_before + 2, "fd leak: %d -> %d", fds_before, fds_after);
+    // Connection state is freed with its id; allow for allocator noise only.
+    CHECK(rss_after - rss_before < 4096, "memory grows with connections: %ld -> %ld KiB", rss_before, rss_after);
+    rdma_destroy_id(s.listen_id);
+    rdma_destroy_event_channel(s.ch);
+    exit(0);
+  }
+  close(fds[1]);
+  wait_peer(fds[0], 10000);
+  double t0 = now_ms();
+  for (int i = 0; i < cycles; i++) {
+    struct async_client c;
+    async_client_setup(&c, atoi(g_port));
+    struct rdma_conn_param p = basic_param(NULL, 0);
+    CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect");
+    ack_expected(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
+    CHECK(rdma_disconnect(c.id) == 0, "rdma_disconnect: %s", strerror(errno));
+    ack_expected(c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+    async_client_teardown(&c);
+  }
+  printf("%d connect/disconnect cycles in %.0f ms\n", cycles, now_ms() - t0);
+  expect_child_ok(pid);
+}
+
+// QPs the application owns (not attached to the id): programmed with
+// rdma_init_qp_attr, CONNECT_RESPONSE on the active side, rdma_establish.
+static struct ibv_qp* own_qp(struct ibv_pd* pd, struct ibv_cq* cq) {
+  struct ibv_qp_init_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.send_cq = attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  struct ibv_qp* qp = ibv_create_qp(pd, &attr);
+  CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+  return qp;
+}
+
+static void move_qp(struct rdma_cm_id* id, struct ibv_qp* qp, enum ibv_qp_state state) {
+  struct ibv_qp_attr attr;
+  int mask = 0;
+  attr.qp_state = state;
+  CHECK(rdma_init_qp_attr(id, &attr, &mask) == 0, "rdma_init_qp_attr(%d): %s", (int)state, strerror(errno));
+  CHECK(ibv_modify_qp(qp, &attr, mask) == 0, "ibv_modify_qp to %d with the CM's attributes", (int)state);
+}
+
+static void case_external_qp(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    close(fds[0]);
+    struct rdma_event_channel* ch = rdma_create_event_channel();
+    struct rdma_cm_id* listen_id;
+    CHECK(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+    struct sockaddr_in a = loopback(atoi(g_port));
+    CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0 && rdma_listen(listen_id, 1) == 0, "listen");
+    signal_peer(fds[1]);
+    struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
+    struct rdma_cm_id* id = e->id;
+    rdma_ack_cm_event(e);
+    struct ibv_pd* pd = ibv_alloc_pd(id->verbs);
+    struct ibv_cq* cq = ibv_create_cq(id->verbs, 4, NULL, NULL, 0);
+    struct ibv_qp* qp = own_qp(pd, cq);
+    move_qp(id, qp, IBV_QPS_INIT);
+    move_qp(id, qp, IBV_QPS_RTR);
+    move_qp(id, qp, IBV_QPS_RTS);
+    uint64_t word = 0;
+    struct ibv_mr* mr = ibv_reg_mr(pd, &word, sizeof word, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_sge sge = {.addr = (uintptr_t)&word, .length = sizeof word, .lkey = mr->lkey};
+    struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+    CHECK(ibv_post_recv(qp, &rwr, &bad) == 0, "ibv_post_recv");
+    struct rdma_conn_param p = basic_param(NULL, 0);
+    p.qp_num = qp->qp_num;
+    CHECK(rdma_accept(id, &p) == 0, "rdma_accept with qp_num: %s", strerror(errno));
+    ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
+    struct ibv_wc wc;
+    double end = now_ms() + 10000;
+    int n;
+    while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end) usleep(100);
+    CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && word == 0x1122334455667788ull, "no SEND over the QPs");
+    ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+    rdma_disconnect(id);
+    ibv_destroy_qp(qp);
+    ibv_dereg_mr(mr);
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    rdma_destroy_id(id);
+    rdma_destroy_id(listen_id);
+    rdma_destroy_event_channel(ch);
+    exit(0);
+  }
+  close(fds[1]);
+  wait_peer(fds[0], 10000);
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  struct rdma_cm_id* id;
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  struct sockaddr_in dst = loopback(atoi(g_port));
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr");
+  ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
+  CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
+  ack_expected(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
+  struct ibv_pd* pd = ibv_alloc_pd(id->verbs);
+  struct ibv_cq* cq = ibv_create_cq(id->verbs, 4, NULL, NULL, 0);
+  struct ibv_qp* qp = own_qp(pd, cq);
+  move_qp(id, qp, IBV_QPS_INIT);
+  struct ibv_qp_attr attr;
+  int mask;
+  attr.qp_state = IBV_QPS_RTR;
+  CHECK(rdma_init_qp_attr(id, &attr, &mask) == -1 && errno == EINVAL, "RTR attributes before the REP");
+  struct rdma_conn_param p = basic_param(NULL, 0);
+  p.qp_num = qp->qp_num;
+  CHECK(rdma_connect(id, &p) == 0, "rdma_connect with qp_num: %s", strerror(errno));
+  struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, 10000);
+  CHECK(e->param.conn.qp_num != 0 && e->param.conn.qp_num != qp->qp_num, "CONNECT_RESPONSE qp_num %u",
+        e->param.conn.qp_num);
+  rdma_ack_cm_event(e);
+  move_qp(id, qp, IBV_QPS_RTR);
+  move_qp(id, qp, IBV_QPS_RTS);
+  CHECK(rdma_establish(id) == 0, "rdma_establish: %s", strerror(errno));
+  uint64_t word = 0x1122334455667788ull;
+  struct ibv_mr* mr = ibv_reg_mr(pd, &word, sizeof word, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_sge sge = {.addr = (uintptr_t)&word, .length = sizeof word, .lkey = mr->lkey};
+  struct ibv_send_wr swr = {.wr_id = 2,
+                            .sg_list = &sge,
+                            .num_sge = 1,
+                            .opcode = IBV_WR_SEND,
+                            .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  CHECK(ibv_post_send(qp, &swr, &bad) == 0, "ibv_post_send");
+  struct ibv_wc wc;
+  double end = now_ms() + 10000;
+  int n;
+  while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end) usleep(100);
+  CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "SEND did not complete: %s", ibv_wc_status_str(wc.status));
+  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
+  ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+  expect_child_ok(pid);
+  ibv_destroy_qp(qp);
+  ibv_dereg_mr(mr);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
+// Event channel basics: a non-blocking fd gives EAGAIN; devices and event names.
+static void case_channel_basics(void) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  CHECK(ch && ch->fd >= 0, "rdma_create_event_channel");
+  int flags = fcntl(ch->fd, F_GETFL);
+  CHECK(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "fcntl");
+  struct rdma_cm_event* e;
+  CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "non-blocking rdma_get_cm_event did not say EAGAIN");
+  int n = 0;
+  struct ibv_context** devs = rdma_get_devices(&n);
+  CHECK(devs && n >= 1 && devs[0] && devs[n] == NULL, "rdma_get_devices: %d devices", n);
+  rdma_free_devices(devs);
+  CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED") == 0, "rdma_event_str");
+  CHECK(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0, "rdma_event_str(99)");
+  struct rdma_cm_id* id;
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  uint8_t tos = 32;
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos) == 0, "TOS option");
+  uint8_t timeout = 16;
+  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == 0,
+        "ACK timeout option");
+  struct sockaddr_in a = loopback(0);
+  CHECK(rdma_bind_addr(id, (struct sockaddr*)&a) == 0, "bind to port 0");
+  CHECK(rdma_get_src_port(id) != 0, "no port allocated by binding port 0");
+  struct rdma_event_channel* ch2 = rdma_create_event_channel();
+  CHECK(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "rdma_migrate_id");
+  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  rdma_destroy_event_channel(ch);
+  rdma_destroy_event_channel(ch2);
+  struct sockaddr_in bogus = loopback(1);
+  bogus.sin_addr.s_addr = inet_addr("203.0.113.9");
+  CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "synchronous rdma_create_id");
+  CHECK(rdma_bind_addr(id, (struct sockaddr*)&bogus) == -1 && errno == EADDRNOTAVAIL,
+        "binding a foreign address did not fail with EADDRNOTAVAIL (%s)", strerror(errno));
+  rdma_destroy_id(id);
+}
+
+int main(int argc, char** argv) {
+  static const char* cases[] = {"endpoint_pingpong", "endpoint_pingpong_uc", "no_listener",
+                                "addr_timeout",      "private_data_limits",  "peer_killed",
+                                "cycles_1000",       "channel_basics",       "external_qp"};
+  if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) printf("%s\n", cases[i]);
+    return 0;
+  }
+  if (argc != 3) {
+    fprintf(stderr, "usage: cm_test CASE PORT | --list\n");
+    return 2;
+  }
+  g_case = argv[1];
+  snprintf(g_port, sizeof g_port, "%s", argv[2]);
+  signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!strcmp(g_case, "endpoint_pingpong")) {
+    case_endpoint_pingpong();
+  } else if (!strcmp(g_case, "endpoint_pingpong_uc")) {
+    g_qp_type = IBV_QPT_UC;
+    case_endpoint_pingpong();
+  } else if (!strcmp(g_case, "no_listener")) {
+    case_no_listener();
+  } else if (!strcmp(g_case, "addr_timeout")) {
+    case_addr_timeout();
+  } else if (!strcmp(g_case, "private_data_limits")) {
+    case_private_data_limits();
+  } else if (!strcmp(g_case, "peer_killed")) {
+    case_peer_killed();
+  } else if (!strcmp(g_case, "cycles_1000")) {
+    case_cycles(1000);
+  } else if (!strcmp(g_case, "external_qp")) {
+    case_external_qp();
+  } else if (!strcmp(g_case, "channel_basics")) {
+    case_channel_basics();
+  } else {
+    fprintf(stderr, "unknown case %s\n", g_case);
+    return 2;
+  }
+  printf("cm_test %s: passed\n", g_case);
+  return 0;
+}
