@@ -138,6 +138,20 @@ class Raw32 {
 using ImmDt = Raw32;
 using Ieth = Raw32;
 
+// XRCETH: reserved byte, then the 24-bit XRC SRQ number.
+class Xrceth {
+ public:
+  explicit Xrceth(uint8_t* p) : p_(p) {}
+  uint32_t srq_num() const { return load_be24(p_ + 1); }
+  void fill(uint32_t srq_num) {
+    p_[0] = 0;
+    store_be24(p_ + 1, srq_num);
+  }
+
+ private:
+  uint8_t* p_;
+};
+
 class Deth {
  public:
   explicit Deth(uint8_t* p) : p_(p) {}
@@ -173,6 +187,7 @@ struct PacketView {
   ImmDt imm() const { return ImmDt(hdr(Hdr::kImmDt)); }
   Ieth ieth() const { return Ieth(hdr(Hdr::kIeth)); }
   Deth deth() const { return Deth(hdr(Hdr::kDeth)); }
+  Xrceth xrceth() const { return Xrceth(hdr(Hdr::kXrceth)); }
   uint8_t* payload() const { return data + info->header_len; }
   uint32_t icrc_wire() const { return load_le32(data + len - kIcrcSize); }
 

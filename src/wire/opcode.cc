@@ -27,6 +27,8 @@ const char* service_name(uint8_t opcode) {
       return "UD";
     case Service::kCnp:
       return "CNP";
+    case Service::kXrc:
+      return "XRC";
   }
   return "?";
 }

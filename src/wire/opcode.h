@@ -13,15 +13,16 @@ inline constexpr unsigned kBthSize = 12;
 inline constexpr unsigned kIcrcSize = 4;
 
 // Extended headers, in the order they follow the BTH when several are present
-// (RETH before ImmDt, DETH before ImmDt, AETH before AtomicAckETH).
-enum class Hdr : uint8_t { kRdeth, kDeth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kImmDt, kIeth, kCount };
+// (RETH before ImmDt, DETH before ImmDt, AETH before AtomicAckETH; XRCETH, the
+// XRC SRQ number of XRC requests, right after the BTH, as rxe's XRC patches).
+enum class Hdr : uint8_t { kRdeth, kDeth, kXrceth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kImmDt, kIeth, kCount };
 inline constexpr unsigned kHdrCount = static_cast<unsigned>(Hdr::kCount);
-inline constexpr std::array<uint8_t, kHdrCount> kHdrSize = {4, 8, 16, 28, 4, 8, 4, 4};
+inline constexpr std::array<uint8_t, kHdrCount> kHdrSize = {4, 8, 4, 16, 28, 4, 8, 4, 4};
 
 constexpr uint16_t hdr_bit(Hdr h) { return uint16_t(1u << static_cast<unsigned>(h)); }
 
 // Service (bits 7:5 of the opcode).
-enum class Service : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kCnp = 0x80 };
+enum class Service : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kCnp = 0x80, kXrc = 0xA0 };
 
 // Operation (bits 4:0 of the opcode).
 enum class Operation : uint8_t {
@@ -165,6 +166,8 @@ constexpr std::array<OpcodeInfo, 256> make_table() {
     t[make_opcode(Service::kRc, d.op)] = make_info(d, 0);
     if (uc_allows(d.op)) t[make_opcode(Service::kUc, d.op)] = make_info(d, 0);
     if (ud_allows(d.op)) t[make_opcode(Service::kUd, d.op)] = make_info(d, H(Hdr::kDeth));
+    // XRC: every RC operation; requests name the target XRC SRQ (XRCETH).
+    t[make_opcode(Service::kXrc, d.op)] = make_info(d, (d.flags & kOpRequest) ? H(Hdr::kXrceth) : 0);
   }
   // CNP: BTH, 16 reserved bytes (treated as header bytes), no payload.
   OpcodeInfo cnp;

@@ -62,6 +62,8 @@ unsigned size_of(Hdr h) {
       return 4;
     case Hdr::kDeth:
       return 8;
+    case Hdr::kXrceth:
+      return 4;
     case Hdr::kReth:
       return 16;
     case Hdr::kAtomicEth:
@@ -80,7 +82,8 @@ unsigned size_of(Hdr h) {
 }
 
 const char* hdr_name(Hdr h) {
-  static const char* const n[] = {"RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH"};
+  static const char* const n[] = {"RDETH", "DETH",         "XRCETH", "RETH", "AtomicETH",
+                                  "AETH",  "AtomicAckETH", "ImmDt",  "IETH"};
   return n[unsigned(h)];
 }
 
@@ -196,7 +199,25 @@ TEST(OpcodeTable, NothingElseIsValid) {
     if (op == 0x1C || op == 0x1D) continue;
     valid += opcode_info(uint8_t(op)).valid();
   }
-  EXPECT_EQ(valid, 23u + 12u + 2u + 1u);
+  EXPECT_EQ(valid, 23u + 12u + 2u + 1u + 23u);  // RC, UC, UD, CNP, XRC
+}
+
+// Expect XRC requests to carry XRCETH right after the BTH (before RETH), and XRC
+// responses none (rxe's XRC opcode table).
+TEST(OpcodeTable, XrcOpcodes) {
+  const OpcodeInfo& send = opcode_info(0xA4);
+  ASSERT_TRUE(send.valid());
+  EXPECT_EQ(send.offset[unsigned(Hdr::kXrceth)], 12);
+  EXPECT_EQ(send.header_len, 16);
+  const OpcodeInfo& write = opcode_info(0xA6);
+  EXPECT_EQ(write.offset[unsigned(Hdr::kXrceth)], 12);
+  EXPECT_EQ(write.offset[unsigned(Hdr::kReth)], 16);
+  EXPECT_EQ(write.header_len, 32);
+  const OpcodeInfo& ack = opcode_info(0xB1);
+  EXPECT_FALSE(ack.has(Hdr::kXrceth));
+  EXPECT_EQ(ack.offset[unsigned(Hdr::kAeth)], 12);
+  EXPECT_EQ(ack.header_len, 16);
+  EXPECT_STREQ(service_name(0xA4), "XRC");
 }
 
 // Expect the service/operation split of the opcode byte (§1.1 byte 0).
