@@ -100,7 +100,8 @@ struct Craft {
   uint64_t atomic_va = 0;  // AtomicETH
   uint32_t atomic_rkey = 0;
   uint64_t swap_add = 0, compare = 0;
-  uint64_t atomic_orig = 0;  // AtomicAckETH
+  uint64_t atomic_orig = 0;                 // AtomicAckETH
+  uint32_t deth_qkey = 0, deth_src_qp = 0;  // DETH (UD)
   std::vector<uint8_t> payload;
   bool corrupt_icrc = false;
 };
@@ -118,6 +119,7 @@ class EngineTest : public ::testing::Test {
   static constexpr uint32_t kPeerIp = 0x7F000001;
   static constexpr uint32_t kPeerQpn = 0x000777;
   static constexpr unsigned kMtu = 1024;
+  static constexpr uint32_t kQkey = 0x11223344;
 
   // Attributes of the QP under test; tests may change them before bring_up()
   // (qp_type: in the fixture's constructor, the QP is created in SetUp).
@@ -161,6 +163,7 @@ class EngineTest : public ::testing::Test {
 
   // RESET -> INIT -> RTR -> RTS with the attributes above.
   void bring_up() {
+    if (qp_type == IBV_QPT_UD) return bring_up_ud();
     std::lock_guard lock(qp->mu);
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
@@ -196,6 +199,22 @@ class EngineTest : public ::testing::Test {
                           (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0)),
         0);
     ASSERT_EQ(qp->state(), IBV_QPS_RTS);
+    sent.clear();
+  }
+
+  // UD: Q_Key at INIT, nothing to connect (IBA 10.3.1 UD attribute masks).
+  void bring_up_ud() {
+    std::lock_guard lock(qp->mu);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = kQkey;
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    a.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE), 0);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = sq_psn;
+    ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
     sent.clear();
   }
 
@@ -244,6 +263,8 @@ class EngineTest : public ::testing::Test {
     if (info.has(wire::Hdr::kAeth))
       wire::Aeth(p.data() + info.offset[unsigned(wire::Hdr::kAeth)]).fill(c.syndrome, c.msn);
     if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(p.data() + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(c.imm);
+    if (info.has(wire::Hdr::kDeth))
+      wire::Deth(p.data() + info.offset[unsigned(wire::Hdr::kDeth)]).fill(c.deth_qkey, c.deth_src_qp);
     if (info.has(wire::Hdr::kAtomicEth))
       wire::AtomicEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicEth)])
           .fill(c.atomic_va, c.atomic_rkey, c.swap_add, c.compare);
