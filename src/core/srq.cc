@@ -1,5 +1,6 @@
 #include "core/srq.h"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace uroce::core {
@@ -40,8 +41,20 @@ bool Srq::take(RecvWqe* w, Sge* sges, bool* limit_reached) {
 
 int Srq::modify(const ibv_srq_attr& a, int mask) {
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported (no IBV_DEVICE_SRQ_RESIZE)
   std::lock_guard lock(mu_);
+  if (mask & IBV_SRQ_MAX_WR) {
+    // Resize (IBV_DEVICE_SRQ_RESIZE): the posted WQEs move to the new ring, in order.
+    if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_wr < rq_.size()) return EINVAL;
+    RecvQueue bigger;
+    bigger.init(a.max_wr, max_sge_);
+    for (uint32_t i = rq_.consumed; i != rq_.posted; ++i) {
+      uint32_t slot = bigger.posted++;
+      bigger.at(slot) = rq_.at(i);
+      std::copy_n(rq_.sges(i), max_sge_, bigger.sges(slot));
+    }
+    rq_ = std::move(bigger);
+    max_wr_ = a.max_wr;
+  }
   if (mask & IBV_SRQ_LIMIT) {
     if (a.srq_limit > max_wr_) return EINVAL;
     limit_ = a.srq_limit;

@@ -7,7 +7,8 @@
  *     once (the limit disarms itself); ibv_query_srq then reports srq_limit 0;
  *   - bad input: ibv_post_recv on a QP attached to an SRQ -> EINVAL, ibv_destroy_srq
  *     while QPs use it -> EBUSY, max_wr over the device limit -> EINVAL, srq_limit over
- *     max_wr -> EINVAL, resizing (IBV_SRQ_MAX_WR) -> EINVAL.
+ *     max_wr -> EINVAL; resizing (IBV_SRQ_MAX_WR) below the posted WQEs -> EINVAL, while
+ *     growing keeps them in order (ibv_query_srq reports the new max_wr).
  *
  * Usage: srq_test. Exit 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
@@ -105,10 +106,15 @@ int main(void) {
   CHECK(ibv_post_recv(bqp[0], &rwr, &bad) == EINVAL, "ibv_post_recv on an SRQ QP");
   CHECK(ibv_destroy_srq(srq) == EBUSY, "ibv_destroy_srq while QPs use it");
   struct ibv_srq_attr mod = {.max_wr = 32};
-  CHECK(ibv_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == EINVAL, "resizing the SRQ");
 
   /* Six WQEs, limit armed at 4: the third message crosses it. */
   for (int s = 0; s < 6; s++) post_srq(srq, dmr, s);
+  mod.max_wr = 3;
+  CHECK(ibv_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == EINVAL, "shrinking the SRQ below 6 posted WQEs");
+  mod.max_wr = 32;
+  CHECK(ibv_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == 0, "growing the SRQ to 32 WRs");
+  struct ibv_srq_attr grown;
+  CHECK(ibv_query_srq(srq, &grown) == 0 && grown.max_wr == 32, "max_wr after growing: %u", grown.max_wr);
   mod.srq_limit = 4;
   CHECK(ibv_modify_srq(srq, &mod, IBV_SRQ_LIMIT) == 0, "arming srq_limit");
   struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
