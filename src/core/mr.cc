@@ -1,8 +1,11 @@
 #include "core/mr.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "core/limits.h"
+#include "core/work_queue.h"
 
 namespace uroce::core {
 
@@ -90,8 +93,7 @@ int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b) {
   std::unique_lock lock(mu_);
   if (!mw->is_window || (b.new_rkey >> 8) != (mw->ibmr.lkey >> 8)) return EINVAL;
   if (mw->pd != pd) return EINVAL;
-  if (b.access & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
-                   IBV_ACCESS_ZERO_BASED))
+  if (b.access & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED))
     return EINVAL;
   if (b.length == 0) {  // IBA: a zero-length bind unbinds the window
     unbind_locked(mw);
@@ -123,8 +125,7 @@ int MrTable::invalidate(uint32_t rkey, const Pd* pd) {
   uint32_t index = rkey >> 8;
   if (index == 0 || index >= slots_.size()) return EINVAL;
   Mr* mw = slots_[index];
-  if (!mw || !mw->is_window || mw->ibmr.lkey != rkey || !mw->bound || mw->pd != pd ||
-      mw->ibmw.type != IBV_MW_TYPE_2)
+  if (!mw || !mw->is_window || mw->ibmr.lkey != rkey || !mw->bound || mw->pd != pd || mw->ibmw.type != IBV_MW_TYPE_2)
     return EINVAL;
   unbind_locked(mw);
   return 0;
@@ -164,6 +165,27 @@ KeyCheck MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, u
   std::shared_lock lock(mu_);
   const Mr* mr = nullptr;
   return check_locked(key, pd, va, len, need, remote, &mr);
+}
+
+bool MrTable::scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t offset, const uint8_t* data,
+                      uint32_t len) const {
+  std::shared_lock lock(mu_);
+  uint32_t skip = offset;
+  for (uint16_t i = 0; i < num_sge && len > 0; ++i) {
+    if (skip >= sge[i].length) {
+      skip -= sge[i].length;
+      continue;
+    }
+    uint32_t n = std::min(sge[i].length - skip, len);
+    const Mr* mr = nullptr;
+    if (check_locked(sge[i].lkey, pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) != KeyCheck::kOk)
+      return false;
+    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
+    data += n;
+    len -= n;
+    skip = 0;
+  }
+  return len == 0;
 }
 
 }  // namespace uroce::core

@@ -17,6 +17,8 @@
 
 namespace uroce::core {
 
+struct Sge;
+
 struct Mr {
   ibv_mr ibmr{};  // ABI object (addr, length, lkey, rkey); lkey is the current key
   Pd* pd = nullptr;
@@ -96,6 +98,12 @@ class MrTable {
   }
 
   KeyCheck check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote) const;
+
+  // Copies `len` bytes into a scatter list (local keys, LOCAL_WRITE), starting
+  // `offset` bytes into it. False, with nothing past the failing entry
+  // written, if an entry's key check fails or the list is too short.
+  bool scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t offset, const uint8_t* data,
+               uint32_t len) const;
 
   // Holds the table shared while a caller copies through several ranges.
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }

@@ -60,14 +60,20 @@ void restart_timer(EngineQp& qp) {
   qp.timers.probe_deadline = now + kFirstProbeInterval;
 }
 
+core::SendWqe* oldest_pending(EngineQp& qp) {
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+    core::SendWqe& w = qp.sq.at(i);
+    if (!w.completed) return &w;
+  }
+  return nullptr;
+}
+
 // Resends from the oldest unacknowledged PSN (or the first missing READ
 // response).
 void go_back_n(EngineQp& qp, TxBatch& tx) {
   qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
   qp.comp.rewound = false;
-  core::SendWqe* w = nullptr;
-  for (uint32_t i = qp.sq.retired; i != qp.sq.posted && !w; ++i)
-    if (!qp.sq.at(i).completed) w = &qp.sq.at(i);
+  core::SendWqe* w = oldest_pending(qp);
   uint32_t from = qp.comp.unacked_psn;
   if (w && core::is_read_or_atomic(w->opcode) && w->started)
     from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
@@ -143,14 +149,6 @@ void acknowledge_before(EngineQp& qp, uint32_t psn) {
   if (advanced) progress(qp);
 }
 
-core::SendWqe* oldest_pending(EngineQp& qp) {
-  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
-    core::SendWqe& w = qp.sq.at(i);
-    if (!w.completed) return &w;
-  }
-  return nullptr;
-}
-
 void fail_oldest(EngineQp& qp, ibv_wc_status status) {
   if (core::SendWqe* w = oldest_pending(qp)) complete_send_wqe(qp, *w, status);
   qp.enter_error();
@@ -207,28 +205,9 @@ void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   }
 }
 
-// Scatters a READ response payload into the READ WQE's local buffers.
+// Scatters a READ response (or an atomic's original value) into the WQE's local buffers.
 bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data, uint32_t len) {
-  const core::Sge* sge = qp.sq.sges(index);
-  const core::SendWqe& w = qp.sq.at(index);
-  auto lock = qp.ctx->mrs.read_lock();
-  uint32_t skip = offset;
-  for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
-    if (skip >= sge[i].length) {
-      skip -= sge[i].length;
-      continue;
-    }
-    uint32_t n = std::min(sge[i].length - skip, len);
-    const core::Mr* mr = nullptr;
-    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
-        core::KeyCheck::kOk)
-      return false;
-    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
-    data += n;
-    len -= n;
-    skip = 0;
-  }
-  return len == 0;
+  return qp.ctx->mrs.scatter(qp.pd, qp.sq.sges(index), qp.sq.at(index).num_sge, offset, data, len);
 }
 
 // The last response of a READ or atomic: the WQE completes, and its credit

@@ -311,28 +311,11 @@ RespState check_rkey(Request& r) {
 
 // --- execution ---------------------------------------------------------------
 
-// Copies a SEND payload into the receive WQE's scatter list.
+// Copies part of a SEND into the receive WQE at the current offset. An SRQ's
+// buffers are checked against the SRQ's PD (IBA 10.2.9: the SRQ has its own).
 bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
-  const core::RecvWqe& w = recv_wqe(qp);
-  const core::Sge* sge = recv_sges(qp);
-  auto lock = qp.ctx->mrs.read_lock();
-  uint32_t skip = qp.resp.recv_offset;
-  for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
-    if (skip >= sge[i].length) {
-      skip -= sge[i].length;
-      continue;
-    }
-    uint32_t n = std::min(sge[i].length - skip, len);
-    const core::Mr* mr = nullptr;
-    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
-        core::KeyCheck::kOk)
-      return false;
-    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
-    data += n;
-    len -= n;
-    skip = 0;
-  }
-  return len == 0;
+  const core::Pd* pd = qp.srq ? qp.srq->pd : qp.pd;
+  return qp.ctx->mrs.scatter(pd, recv_sges(qp), recv_wqe(qp).num_sge, qp.resp.recv_offset, data, len);
 }
 
 RespState execute(Request& r) {

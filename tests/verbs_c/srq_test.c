@@ -1,6 +1,7 @@
 /* Shared receive queue and asynchronous events through the public verbs API:
  *
- *   - one SRQ on B shared by two RC QPs, fed by senders A1 and A2: every message lands
+ *   - one SRQ on B shared by two RC QPs (the SRQ and its buffers in a PD of their own:
+ *     receive buffers are checked against the SRQ's PD, not the QP's), fed by senders A1 and A2: every message lands
  *     in an SRQ WQE, the completion names the QP it arrived on, data verified;
  *   - srq_limit armed at 4 with 6 WQEs posted: after 3 messages the async fd becomes
  *     readable and ibv_get_async_event returns IBV_EVENT_SRQ_LIMIT_REACHED for this SRQ,
@@ -69,10 +70,11 @@ int main(void) {
   errno = 0;
   CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EINVAL, "srq_limit over max_wr: errno %d", errno);
   sa.attr.srq_limit = 0;
-  struct ibv_srq* srq = ibv_create_srq(pd, &sa);
+  struct ibv_pd* srq_pd = ibv_alloc_pd(ctx);
+  struct ibv_srq* srq = srq_pd ? ibv_create_srq(srq_pd, &sa) : NULL;
   CHECK(srq != NULL, "ibv_create_srq: %s", strerror(errno));
   if (!srq) return 1;
-  struct ibv_mr* dmr = ibv_reg_mr(pd, g_dst, sizeof g_dst, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_mr* dmr = ibv_reg_mr(srq_pd, g_dst, sizeof g_dst, IBV_ACCESS_LOCAL_WRITE);
   struct ibv_port_attr pa;
   struct vp_conn bconn[2];
   struct ibv_qp* bqp[2];
@@ -158,6 +160,7 @@ int main(void) {
   ibv_dereg_mr(dmr);
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
+  ibv_dealloc_pd(srq_pd);
   ibv_close_device(ctx);
   printf("srq_test: %s\n", g_failures ? "FAILED" : "passed");
   return g_failures ? 1 : 0;
