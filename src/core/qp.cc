@@ -33,7 +33,7 @@ Qp::Qp(Context* c, Pd* p, Cq* scq, Cq* rcq, ibv_qp_type t, const QpCaps& cp, boo
   ibv_qp& q = ibqp.qp_base;
   q.context = c->ib();
   q.qp_context = qp_context;
-  q.pd = &p->ibpd;
+  q.pd = p ? &p->ibpd : nullptr;  // XRC targets have none
   q.send_cq = scq ? reinterpret_cast<ibv_cq*>(&scq->ibcq) : nullptr;
   q.recv_cq = rcq ? reinterpret_cast<ibv_cq*>(&rcq->ibcq) : nullptr;
   q.handle = qp_num;
@@ -133,6 +133,7 @@ void Qp::query(ibv_qp_attr* a, ibv_qp_init_attr* init) const {
 int Qp::check_send_opcode(const ibv_send_wr& wr) const {
   switch (type) {
     case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND:  // XRC initiators: every RC operation
       switch (wr.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
@@ -226,6 +227,7 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;
   }
+  if (type == IBV_QPT_XRC_SEND) w.remote_srqn = wr.qp_type.xrc.remote_srqn & 0xFFFFFF;
   w.length = uint32_t(total);
   w.is_inline = is_inline;
   w.signaled = sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);

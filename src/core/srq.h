@@ -22,6 +22,7 @@ namespace uroce::core {
 class Context;
 struct Pd;
 class Cq;
+struct Xrcd;
 
 class Srq {
  public:
@@ -33,7 +34,9 @@ class Srq {
   Context* const ctx;
   Pd* const pd;
   std::atomic<int> qp_users{0};  // QPs attached (destroy -> EBUSY while > 0)
-  // XRC SRQ: completions go to this CQ; the SRQ number addresses it on the wire.
+  // XRC SRQ (set at creation, then immutable): its domain, the CQ its
+  // completions go to, and the number that addresses it on the wire.
+  Xrcd* xrcd = nullptr;
   Cq* xrc_cq = nullptr;
   uint32_t srq_num = 0;
 

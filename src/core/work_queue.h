@@ -45,6 +45,7 @@ struct SendWqe {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   UdDest ud;
+  uint32_t remote_srqn = 0;      // XRC: the target's XRC SRQ
   struct Mr* bind_mw = nullptr;  // IBV_WR_BIND_MW / ibv_bind_mw: the window
   MwBind bind;
   uint32_t length = 0;  // total message length

@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "engine/roles.h"
+#include "engine/xrc_target.h"
 #include "transport/fault_injection.h"
 #include "transport/udp_transport.h"
 #include "wire/headers.h"
@@ -80,14 +81,14 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu, qkey_violations %llu\n",
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
                (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
                (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
                (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
-               (unsigned long long)stats.rx_qkey_violations.load());
+               (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load());
 }
 
 uint32_t EngineContext::allocate_qp_num() {
@@ -109,6 +110,38 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   // exclusively also waits for any use of `qp` to finish.
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
+}
+
+uint32_t EngineContext::register_xrc_srq(core::Srq* srq) {
+  std::unique_lock lock(qps_mu_);
+  if (xrc_srqs_.empty()) xrc_srqs_.assign(kXrcSrqsPerContext, nullptr);
+  for (uint32_t i = 0; i < kXrcSrqsPerContext; ++i) {
+    if (xrc_srqs_[i]) continue;
+    xrc_srqs_[i] = srq;
+    return (uint32_t(lid()) << 8) | i;
+  }
+  return 0;
+}
+
+void EngineContext::unregister_xrc_srq(core::Srq* srq) {
+  std::unique_lock lock(qps_mu_);  // as unregister_qp: waits for the burst using it
+  for (core::Srq*& s : xrc_srqs_)
+    if (s == srq) s = nullptr;
+}
+
+core::Srq* EngineContext::find_xrc_srq(uint32_t srq_num) {
+  if (xrc_srq_port(srq_num) != lid() || xrc_srq_index(srq_num) >= xrc_srqs_.size()) return nullptr;
+  return xrc_srqs_[xrc_srq_index(srq_num)];
+}
+
+EngineQp& EngineContext::relay_proxy() {
+  if (!relay_proxy_) {
+    core::QpCaps caps{1, 1, 1, 1, 0};
+    relay_proxy_ =
+        std::make_unique<EngineQp>(this, nullptr, nullptr, nullptr, IBV_QPT_XRC_RECV, caps, false, 0, nullptr);
+    relay_proxy_->relay_proxy = true;
+  }
+  return *relay_proxy_;
 }
 
 namespace {
@@ -192,6 +225,10 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
 
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
   stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (is_xrc_relay(d)) {
+    xrc_relay_receive(*this, d, TxBatch::local());
+    return;
+  }
   wire::PacketView pkt;
   if (d.truncated || wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
@@ -214,15 +251,17 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   EngineQp& qp = *it->second;
   // rxe: the opcode's service must match the QP type.
-  wire::Service want = qp.type == IBV_QPT_UC   ? wire::Service::kUc
-                       : qp.type == IBV_QPT_UD ? wire::Service::kUd
-                                               : wire::Service::kRc;
-  if (wire::service_of(opcode) != want) {
+  // XRC: initiators only take responses, targets only requests.
+  bool response = pkt.info->flags & wire::kOpResponse;
+  if (wire::service_of(opcode) != service_of_qp(qp.type) || (qp.type == IBV_QPT_XRC_SEND && !response) ||
+      (qp.type == IBV_QPT_XRC_RECV && response)) {
     stats.rx_wrong_service.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   std::lock_guard ql(qp.mu);
-  if (pkt.info->flags & wire::kOpResponse) {
+  if (qp.type == IBV_QPT_XRC_RECV) {
+    xrc_target_receive(qp, pkt, d, TxBatch::local());
+  } else if (response) {
     completer_receive(qp, pkt, TxBatch::local());
   } else {
     responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());

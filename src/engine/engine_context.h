@@ -31,6 +31,7 @@ struct Stats {
   std::atomic<uint64_t> tx_naks{0};
   std::atomic<uint64_t> rnr_naks_sent{0};
   std::atomic<uint64_t> rx_qkey_violations{0};  // UD packets dropped for a wrong Q_Key
+  std::atomic<uint64_t> tx_xrc_relayed{0};      // XRC requests passed to the SRQ's owner
 };
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
@@ -65,6 +66,15 @@ class EngineContext : public core::Context {
   // Keeps answering duplicates for a destroyed connected QP (see Tombstone).
   void add_tombstone(const EngineQp& qp);
 
+  // XRC SRQ numbers: (UDP port << 8) | index (xrc_target.h). register returns
+  // the number, or 0 when the context has kXrcSrqsPerContext already.
+  uint32_t register_xrc_srq(core::Srq* srq);
+  void unregister_xrc_srq(core::Srq* srq);  // waits until the progress thread no longer uses it
+  // The XRC SRQ `srq_num` of this context, or null (progress thread, holding qps_mu_).
+  core::Srq* find_xrc_srq(uint32_t srq_num);
+  // Runs relayed requests for other processes' target QPs (progress thread only).
+  EngineQp& relay_proxy();
+
   // Receive path: one burst of datagrams (progress thread, or tests).
   void process_burst(std::span<transport::RxDatagram> burst);
   void run_timers(Clock::time_point now);
@@ -88,7 +98,9 @@ class EngineContext : public core::Context {
   std::atomic<uint32_t> next_qpn_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::vector<EngineQp*> touched_;  // progress thread only
+  std::vector<EngineQp*> touched_;    // progress thread only
+  std::vector<core::Srq*> xrc_srqs_;  // by index; guarded by qps_mu_
+  std::unique_ptr<EngineQp> relay_proxy_;
 };
 
 }  // namespace uroce::engine

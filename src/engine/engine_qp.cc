@@ -5,6 +5,7 @@
 #include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
+#include "engine/xrc_target.h"
 
 namespace uroce::engine {
 
@@ -14,6 +15,8 @@ Clock::duration EngineQp::local_ack_timeout() const {
   // 4.096 us * 2^timeout (roce-facts §4.4); 0 means no timer.
   return std::chrono::nanoseconds(uint64_t(4096) << attr.timeout);
 }
+
+core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
 int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   ibv_qp_state before = state();
@@ -31,7 +34,10 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   }
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
-  if (after == before) return 0;
+  if (after == before) {
+    if (xrc) xrc_target_publish(*this, false);
+    return 0;
+  }
 
   switch (after) {
     case IBV_QPS_RESET:
@@ -46,8 +52,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     case IBV_QPS_RTR:
       resp = ResponderState{};
       resp.epsn = attr.rq_psn;
-      resp.resources.assign(attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1, ResponderResource{});
-      resp.srq_sges.assign(srq ? srq->max_sge() : 0, core::Sge{});
+      resp.resource_count = attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1;
       break;
     case IBV_QPS_RTS:
       if (before == IBV_QPS_RTR) {
@@ -70,6 +75,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     default:
       break;
   }
+  if (xrc) xrc_target_publish(*this, after == IBV_QPS_RTR || after == IBV_QPS_RESET);
   return 0;
 }
 
@@ -85,6 +91,7 @@ void EngineQp::enter_error() {
 }
 
 void EngineQp::raise_event(ibv_event_type type) {
+  if (relay_proxy) return;  // the target QP belongs to another process
   ibv_async_event ev{};
   ev.element.qp = &ibqp.qp_base;
   ev.event_type = type;
@@ -112,7 +119,11 @@ void EngineQp::flush_send_queue() {
 }
 
 void EngineQp::flush_recv_queue() {
-  if (!recv_cq) return;
+  core::Cq* cq = recv_completion_cq();
+  if (!cq) {
+    resp.have_rwqe = false;  // an XRC target outside a request: see docs, "XRC"
+    return;
+  }
   if (srq) {
     // The SRQ's WQEs belong to every QP on it: only the one this QP took is flushed.
     if (resp.have_rwqe) {
@@ -121,7 +132,7 @@ void EngineQp::flush_recv_queue() {
       wc.status = IBV_WC_WR_FLUSH_ERR;
       wc.opcode = IBV_WC_RECV;
       wc.qp_num = qp_num();
-      recv_cq->push(wc, true);
+      cq->push(wc, true);
     }
     resp.have_rwqe = false;
     return;
@@ -132,7 +143,7 @@ void EngineQp::flush_recv_queue() {
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = IBV_WC_RECV;
     wc.qp_num = qp_num();
-    recv_cq->push(wc, true);
+    cq->push(wc, true);
   }
   resp.have_rwqe = false;
 }

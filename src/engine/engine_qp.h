@@ -6,18 +6,42 @@
 // Lock contract: everything here is guarded by core::Qp::mu.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
-#include <vector>
+#include <span>
+#include <type_traits>
 
+#include "core/limits.h"
 #include "core/qp.h"
 #include "transport/datagram.h"
 #include "wire/icrc.h"
+#include "wire/opcode.h"
 
 namespace uroce::engine {
 
 class EngineContext;
+struct XrcTarget;
 using Clock = std::chrono::steady_clock;
+
+// The transport service of a QP type's packets (the opcode's upper bits).
+inline wire::Service service_of_qp(ibv_qp_type t) {
+  switch (t) {
+    case IBV_QPT_UC:
+      return wire::Service::kUc;
+    case IBV_QPT_UD:
+      return wire::Service::kUd;
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+      return wire::Service::kXrc;
+    default:
+      return wire::Service::kRc;
+  }
+}
+
+// RC and XRC are the reliable services: ACKs, retransmission, duplicate
+// detection (IBA 9.7); UC and UD are not.
+inline bool is_reliable(ibv_qp_type t) { return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV; }
 
 // Where the QP's packets go (RC/UC: fixed at RTR from the address vector).
 struct Path {
@@ -59,6 +83,9 @@ struct ResponderResource {
 
 enum class InMessage : uint8_t { kNone, kSend, kWrite };
 
+// Trivially copyable (fixed arrays, no pointers): an XRC target QP keeps it in
+// the XRC domain's shared memory (xrc_domain.h), where whichever process owns
+// the addressed SRQ runs the responder on it.
 struct ResponderState {
   uint32_t epsn = 0;      // expected PSN
   uint32_t msn = 0;       // messages completed
@@ -66,17 +93,22 @@ struct ResponderState {
   InMessage in_message = InMessage::kNone;
   bool have_rwqe = false;  // receive WQE taken for the current message
   uint32_t recv_offset = 0;
-  core::RecvWqe srq_wqe;            // QPs on an SRQ: the WQE taken from it
-  std::vector<core::Sge> srq_sges;  // (sized at RTR to the SRQ's max_sge)
+  core::RecvWqe srq_wqe;  // QPs on an SRQ: the WQE taken from it
+  uint32_t srq_num = 0;   // XRC: the SRQ that WQE came from
+  std::array<core::Sge, core::kMaxSrqSge> srq_sges{};
   uint64_t write_va = 0;
   uint32_t write_rkey = 0;
   uint32_t write_remaining = 0;
   uint32_t write_length = 0;
   bool ack_pending = false;  // coalesced ACK to send at the end of the burst
   uint32_t ack_psn = 0;
-  std::vector<ResponderResource> resources;
+  std::array<ResponderResource, core::kMaxRdAtomic> resource_slots{};
+  uint32_t resource_count = 1;  // max_dest_rd_atomic (at least 1), set at RTR
   uint32_t next_resource = 0;
+
+  std::span<ResponderResource> resources() { return {resource_slots.data(), resource_count}; }
 };
+static_assert(std::is_trivially_copyable_v<ResponderState>);
 
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
 
@@ -104,6 +136,8 @@ class EngineQp : public core::Qp {
   ResponderState resp;
   QpTimers timers;
   bool in_touched_list = false;  // progress thread only
+  XrcTarget* xrc = nullptr;      // XRC target QPs: their shared state (xrc_target.h)
+  bool relay_proxy = false;      // the context's stand-in for other processes' targets
 
   // Modify with the engine's reactions to the new state (caller holds mu).
   int modify(const ibv_qp_attr& a, int mask);
@@ -117,6 +151,8 @@ class EngineQp : public core::Qp {
   void flush_recv_queue();
 
   Clock::duration local_ack_timeout() const;
+  // Where receive completions go: the receive CQ, or an XRC SRQ's own CQ.
+  core::Cq* recv_completion_cq() const;
 };
 
 }  // namespace uroce::engine

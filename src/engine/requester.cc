@@ -45,8 +45,11 @@ Operation send_operation(const core::SendWqe& w, bool first, bool last) {
   return Operation::kSendMiddle;
 }
 
-wire::Service service_for(const EngineQp& qp) {
-  return qp.type == IBV_QPT_UC ? wire::Service::kUc : qp.type == IBV_QPT_UD ? wire::Service::kUd : wire::Service::kRc;
+wire::Service service_for(const EngineQp& qp) { return service_of_qp(qp.type); }
+
+// XRC requests name the target's XRC SRQ (XRCETH, right after the BTH).
+void fill_xrceth(const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& w) {
+  if (info.has(wire::Hdr::kXrceth)) wire::Xrceth(h + info.offset[unsigned(wire::Hdr::kXrceth)]).fill(w.remote_srqn);
 }
 
 // Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
@@ -88,7 +91,7 @@ bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigne
 }
 
 void arm_retransmit(EngineQp& qp) {
-  if (qp.type != IBV_QPT_RC || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
+  if (!is_reliable(qp.type) || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
   auto now = Clock::now();
   qp.timers.retransmit_armed = true;
   qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
@@ -99,10 +102,11 @@ void arm_retransmit(EngineQp& qp) {
 // Builds the READ request for the rest of a READ WQE.
 void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   uint32_t remaining = w.length - qp.req.offset;
-  const wire::OpcodeInfo& info = wire::opcode_info(wire::make_opcode(wire::Service::kRc, Operation::kReadRequest));
+  uint8_t opcode = wire::make_opcode(service_for(qp), Operation::kReadRequest);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-  wire::Bth(h).fill(wire::make_opcode(wire::Service::kRc, Operation::kReadRequest), false, 0, wire::kDefaultPkey,
-                    qp.attr.dest_qp_num, true, qp.req.psn);
+  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
+  fill_xrceth(info, h, w);
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
   tx.end_packet(qp.path.flow);
   qp.req.psn = wire::psn_add(qp.req.psn, packets_for(remaining, qp.path.mtu));
@@ -113,10 +117,11 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
 // its response is the ATOMIC_ACKNOWLEDGE).
 void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-  uint8_t opcode = wire::make_opcode(wire::Service::kRc, cas ? Operation::kCompareSwap : Operation::kFetchAdd);
+  uint8_t opcode = wire::make_opcode(service_for(qp), cas ? Operation::kCompareSwap : Operation::kFetchAdd);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
+  fill_xrceth(info, h, w);
   // AtomicETH: Swap (CmpSwap) or Add (FetchAdd) data, then Compare data.
   wire::AtomicEth(h + info.offset[unsigned(wire::Hdr::kAtomicEth)])
       .fill(w.remote_addr, w.rkey, cas ? w.swap : w.compare_add, cas ? w.compare_add : 0);
@@ -134,7 +139,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   bool last = offset + len == w.length;
   uint8_t opcode = wire::make_opcode(service_for(qp), send_operation(w, first, last));
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-  bool ack_req = qp.type == IBV_QPT_RC && (last || ++qp.req.pkts_since_ack_req >= kMaxPacketsPerAckReq);
+  bool ack_req = is_reliable(qp.type) && (last || ++qp.req.pkts_since_ack_req >= kMaxPacketsPerAckReq);
   if (ack_req) qp.req.pkts_since_ack_req = 0;
   bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
 
@@ -153,6 +158,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   }
   uint8_t* h = tx.begin_packet(dst, src_ip, info.header_len);
   wire::Bth(h).fill(opcode, se, (4 - (len & 3)) & 3, wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
+  fill_xrceth(info, h, w);
   if (info.has(wire::Hdr::kDeth)) {
     // IBA 10.2.5 (roce-facts §2.5): a WR Q_Key with bit 31 set means "use the QP's own".
     uint32_t qkey = (w.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.ud.remote_qkey;
@@ -269,7 +275,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
     uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
     // The window bounds unacknowledged PSNs; UC has no acknowledgements.
-    if (qp.type == IBV_QPT_RC && in_flight > 0 && in_flight + need > kWindowPsns) break;
+    if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > kWindowPsns) break;
 
     if (is_read(w)) {
       if (core::is_atomic(w.opcode))
@@ -287,7 +293,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
         qp.req.offset = 0;
         ++qp.req.index;
         // UC and UD have no acknowledgements: the WQE is done once sent.
-        if (qp.type != IBV_QPT_RC) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+        if (!is_reliable(qp.type)) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
       }
     }
     *sent = true;
@@ -305,7 +311,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     if (!run_local_op(qp, qp.sq.at(qp.req.index))) break;
     retire_send_wqes(qp);
   }
-  if (qp.type != IBV_QPT_RC) retire_send_wqes(qp);
+  if (!is_reliable(qp.type)) retire_send_wqes(qp);
   if (sent) arm_retransmit(qp);
   tx.flush();
 }

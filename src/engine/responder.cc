@@ -76,11 +76,23 @@ struct Request {
   ibv_wc_status recv_status = IBV_WC_SUCCESS;  // for a receive WQE failed by this packet
 };
 
-bool is_rc(const EngineQp& qp) { return qp.type == IBV_QPT_RC; }
+// RC and XRC (target) requests are acknowledged; UC and UD ones are not.
+bool is_rc(const EngineQp& qp) { return is_reliable(qp.type); }
 bool is_ud(const EngineQp& qp) { return qp.type == IBV_QPT_UD; }
+bool is_xrc(const EngineQp& qp) { return qp.type == IBV_QPT_XRC_RECV; }
+
+// The PD remote accesses are checked against: the QP's, or for an XRC target
+// (which has none) the PD of the XRC SRQ the request names (IBA 11.2.x).
+const core::Pd* access_pd(const EngineQp& qp) {
+  if (!is_xrc(qp)) return qp.pd;
+  return qp.srq ? qp.srq->pd : nullptr;
+}
+
+// Responses use the service of the request (XRC responses carry no XRCETH).
+uint8_t response_opcode(const EngineQp& qp, Operation op) { return wire::make_opcode(service_of_qp(qp.type), op); }
 
 void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
-  uint8_t opcode = wire::make_opcode(wire::Service::kRc, Operation::kAcknowledge);
+  uint8_t opcode = response_opcode(qp, Operation::kAcknowledge);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
@@ -103,7 +115,8 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
   uint32_t npkts = packets_for(len, mtu);
   auto lock = qp.ctx->mrs.read_lock();
   const core::Mr* mr = nullptr;
-  if (len && qp.ctx->mrs.check_locked(rkey, qp.pd, va, len, IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
+  if (len &&
+      qp.ctx->mrs.check_locked(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
     return;  // key vanished since the check (deregistered): nothing is sent
   const uint8_t* src = len ? mr->host + (va - mr->iova) : nullptr;
   for (uint32_t i = 0; i < npkts; ++i) {
@@ -113,7 +126,7 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
                    : i == 0         ? Operation::kReadResponseFirst
                    : i == npkts - 1 ? Operation::kReadResponseLast
                                     : Operation::kReadResponseMiddle;
-    uint8_t opcode = wire::make_opcode(wire::Service::kRc, op);
+    uint8_t opcode = response_opcode(qp, op);
     const wire::OpcodeInfo& info = wire::opcode_info(opcode);
     uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
     wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
@@ -126,7 +139,7 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
 }
 
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
-  uint8_t opcode = wire::make_opcode(wire::Service::kRc, Operation::kAtomicAcknowledge);
+  uint8_t opcode = response_opcode(qp, Operation::kAtomicAcknowledge);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
@@ -212,6 +225,12 @@ RespState check_op_valid(Request& r) {
     }
     return RespState::kCheckResource;
   }
+  if (is_xrc(r.qp)) {
+    // The XRCETH must name an XRC SRQ of the target's domain, the same one for
+    // every packet of a message.
+    const core::Srq* srq = r.qp.srq;
+    if (!srq || (r.qp.resp.have_rwqe && r.qp.resp.srq_num != srq->srq_num)) return RespState::kErrInvalidRequest;
+  }
   unsigned access = r.qp.attr.qp_access_flags;
   if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE)) return RespState::kErrInvalidRequest;
   if (r.flags & wire::kOpRead) {
@@ -231,6 +250,7 @@ const core::Sge* recv_sges(EngineQp& qp) { return qp.srq ? qp.resp.srq_sges.data
 bool take_from_srq(EngineQp& qp) {
   bool limit_reached = false;
   if (!qp.srq->take(&qp.resp.srq_wqe, qp.resp.srq_sges.data(), &limit_reached)) return false;
+  qp.resp.srq_num = qp.srq->srq_num;
   if (limit_reached) {
     ibv_async_event ev{};
     ev.element.srq = &qp.srq->ibsrq;
@@ -287,7 +307,8 @@ RespState check_rkey(Request& r) {
     wire::AtomicEth a = r.pkt.atomic_eth();
     // o9-…: an atomic's VA must be 8-byte aligned, else NAK invalid request.
     if (a.va() & 7) return RespState::kErrInvalidRequest;
-    if (r.qp.ctx->mrs.check(a.rkey(), r.qp.pd, a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true) != core::KeyCheck::kOk)
+    if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true) !=
+        core::KeyCheck::kOk)
       return RespState::kErrRemoteAccess;
     return RespState::kExecute;
   }
@@ -297,7 +318,7 @@ RespState check_rkey(Request& r) {
   uint32_t len = reth.dma_len();
   if (len != 0) {
     unsigned need = (r.flags & wire::kOpRead) ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-    if (r.qp.ctx->mrs.check(reth.rkey(), r.qp.pd, reth.va(), len, need, true) != core::KeyCheck::kOk)
+    if (r.qp.ctx->mrs.check(reth.rkey(), access_pd(r.qp), reth.va(), len, need, true) != core::KeyCheck::kOk)
       return is_rc(r.qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
   }
   if (write_start) {
@@ -339,7 +360,7 @@ RespState execute(Request& r) {
     s.in_message = InMessage::kWrite;
     if (len) {
       bool ok =
-          qp.ctx->mrs.with_range(s.write_rkey, qp.pd, s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
+          qp.ctx->mrs.with_range(s.write_rkey, access_pd(qp), s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
                                  [&](uint8_t* dst) { std::memcpy(dst, r.pkt.payload(), len); }) == core::KeyCheck::kOk;
       if (!ok) return is_rc(qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
     }
@@ -348,7 +369,7 @@ RespState execute(Request& r) {
   } else if (r.flags & wire::kOpRead) {
     wire::Reth reth = r.pkt.reth();
     uint32_t npkts = packets_for(reth.dma_len(), qp.path.mtu);
-    ResponderResource& res = s.resources[s.next_resource++ % s.resources.size()];
+    ResponderResource& res = s.resources()[s.next_resource++ % s.resource_count];
     res = ResponderResource{true, r.psn, wire::psn_add(r.psn, npkts - 1), reth.va(), reth.rkey(), reth.dma_len()};
     send_read_responses(qp, r.tx, r.psn, reth.va(), reth.rkey(), reth.dma_len());
     s.epsn = wire::psn_add(r.psn, npkts);
@@ -358,11 +379,11 @@ RespState execute(Request& r) {
     wire::AtomicEth a = r.pkt.atomic_eth();
     bool cas = r.op == Operation::kCompareSwap;
     uint64_t orig = 0;
-    if (qp.ctx->mrs.with_range(a.rkey(), qp.pd, a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, [&](uint8_t* dst) {
+    if (qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, [&](uint8_t* dst) {
           orig = execute_atomic(dst, cas, a.swap_add(), a.compare());
         }) != core::KeyCheck::kOk)
       return RespState::kErrRemoteAccess;
-    ResponderResource& res = s.resources[s.next_resource++ % s.resources.size()];
+    ResponderResource& res = s.resources()[s.next_resource++ % s.resource_count];
     res = ResponderResource{true, r.psn, r.psn, a.va(), a.rkey(), 8, true, orig};
     ++s.msn;
     s.epsn = wire::psn_add(r.psn, 1);
@@ -397,7 +418,7 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
   if (!qp.srq) ++qp.rq.consumed;
   qp.resp.have_rwqe = false;
   qp.resp.recv_offset = 0;
-  if (qp.recv_cq) qp.recv_cq->push(wc, solicited);
+  if (core::Cq* cq = qp.recv_completion_cq()) cq->push(wc, solicited);
 }
 
 // End of a message: the receive completion (SEND, WRITE with immediate).
@@ -411,7 +432,7 @@ RespState complete(Request& r) {
     // SEND with invalidate (IBA 9.4.1.1.1): the named type 2 window's key is
     // invalidated before the completion; a bad key is an invalid request.
     imm_data = be32toh(r.pkt.ieth().raw());
-    if (qp.ctx->mrs.invalidate(imm_data, qp.pd) != 0) return RespState::kErrInvalidRequest;
+    if (qp.ctx->mrs.invalidate(imm_data, access_pd(qp)) != 0) return RespState::kErrInvalidRequest;
     flags = IBV_WC_WITH_INV;
   }
   if (r.flags & wire::kOpSend) {
@@ -443,7 +464,7 @@ RespState duplicate(Request& r) {
   qp.engine()->stats.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
   if (r.flags & wire::kOpRead) {
     wire::Reth reth = r.pkt.reth();
-    for (const ResponderResource& res : s.resources) {
+    for (const ResponderResource& res : s.resources()) {
       if (!res.valid || res.atomic || wire::psn_diff(r.psn, res.first_psn) < 0 ||
           wire::psn_diff(r.psn, res.last_psn) > 0)
         continue;
@@ -457,7 +478,7 @@ RespState duplicate(Request& r) {
   }
   if (r.flags & wire::kOpAtomic) {
     // C9-…: a duplicate atomic is never executed again; its saved result is replayed.
-    for (const ResponderResource& res : s.resources) {
+    for (const ResponderResource& res : s.resources()) {
       if (res.valid && res.atomic && res.first_psn == r.psn) {
         send_atomic_ack(qp, r.tx, r.psn, res.orig);
         return RespState::kDone;
@@ -491,7 +512,7 @@ RespState err_rnr(Request& r) {
 RespState err_fatal(Request& r, wire::NakCode code) {
   EngineQp& qp = r.qp;
   send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
-  if (qp.resp.have_rwqe && qp.recv_cq) {
+  if (qp.resp.have_rwqe && qp.recv_completion_cq()) {
     ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS        ? r.recv_status
                        : code == wire::NakCode::kRemoteAccess ? IBV_WC_REM_ACCESS_ERR
                                                               : IBV_WC_REM_INV_REQ_ERR;

@@ -78,6 +78,16 @@ void TxBatch::end_packet(const wire::Ipv4Flow& flow) {
   ++count_;
 }
 
+void TxBatch::end_datagram() {
+  Slot& s = slots_[count_];
+  transport::TxDatagram& d = datagrams_[count_];
+  unsigned n = 0;
+  d.iov[n++] = iovec{s.header, s.header_len};
+  for (unsigned i = 0; i < s.pieces; ++i) d.iov[n++] = iovec{const_cast<uint8_t*>(s.piece[i]), s.piece_len[i]};
+  d.iovcnt = uint8_t(n);
+  ++count_;
+}
+
 void TxBatch::flush() {
   if (count_ && transport_) transport_->send_burst(std::span(datagrams_.data(), count_));
   count_ = 0;

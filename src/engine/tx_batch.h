@@ -40,6 +40,8 @@ class TxBatch {
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`.
   void end_packet(const wire::Ipv4Flow& flow);
+  // Ends the packet as it is: no pad, no ICRC (uroce-internal datagrams).
+  void end_datagram();
   // Drops the packet begun last (nothing of it is sent).
   void abort_packet() {}
 

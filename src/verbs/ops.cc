@@ -18,6 +18,10 @@ void install_context_ops(verbs_context& vctx) {
   vctx.create_qp_ex = create_qp_ex;
   vctx.create_cq_ex = create_cq_ex;
   vctx.advise_mr = advise_mr;
+  vctx.open_xrcd = open_xrcd;
+  vctx.close_xrcd = close_xrcd;
+  vctx.create_srq_ex = create_srq_ex;
+  vctx.get_srq_num = get_srq_num;
 }
 
 }  // namespace uroce::verbs

@@ -24,6 +24,13 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
 // Extended verbs (device_ex_verbs.cc, qp_ex_verbs.cc, cq_ex_verbs.cc, mr_verbs.cc).
 int query_rt_values(ibv_context* context, ibv_values_ex* values);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// XRC (xrc_verbs.cc): initiator and target QPs, domains, XRC SRQs.
+ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
+ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_srq* create_srq(ibv_pd* ibpd, const ibv_srq_attr& attr, void* srq_context);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges);
 

@@ -48,6 +48,7 @@ uint64_t supported_send_ops(ibv_context* context, ibv_qp_type type) {
       (dev.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ? kMwSendOps : 0;
   switch (type) {
     case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND:
       return kRcSendOps | mw_ops;
     case IBV_QPT_UC:
       return kUcSendOps | mw_ops;
@@ -59,7 +60,7 @@ uint64_t supported_send_ops(ibv_context* context, ibv_qp_type type) {
 }
 
 constexpr uint64_t kSupportedQpCompMask =
-    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 // One work request being built. Its SGEs and inline bytes live in the batch's
 // arrays, which may grow while later WRs are added, so they are referred to
@@ -417,6 +418,11 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
          (attr->send_ops_flags & ~supported_send_ops(context, attr->qp_type)))) {
       errno = EOPNOTSUPP;
       return nullptr;
+    }
+    if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV) {
+      ibv_qp* qp = create_xrc_qp(context, attr);
+      if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) install_wr_ops(core::Qp::from(qp)->ibqp);
+      return qp;
     }
     if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context) {
       errno = EINVAL;

@@ -5,6 +5,7 @@
 #include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
+#include "engine/xrc_target.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
@@ -26,8 +27,27 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       errno = EINVAL;
       return nullptr;
     }
+    if (init->qp_type == IBV_QPT_XRC_SEND || init->qp_type == IBV_QPT_XRC_RECV) {
+      // ibv_create_qp_ex passes a PD-only ibv_qp_init_attr_ex here. An initiator
+      // needs no more; a target needs its XRC domain, which only the _ex form has.
+      if (init->qp_type == IBV_QPT_XRC_RECV) {
+        errno = EINVAL;
+        return nullptr;
+      }
+      ibv_qp_init_attr_ex ex{};
+      ex.qp_context = init->qp_context;
+      ex.send_cq = init->send_cq;
+      ex.cap = init->cap;
+      ex.qp_type = init->qp_type;
+      ex.sq_sig_all = init->sq_sig_all;
+      ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+      ex.pd = ibpd;
+      ibv_qp* qp = uroce::verbs::create_xrc_qp(ibpd->context, &ex);
+      if (qp) init->cap = ex.cap;
+      return qp;
+    }
     if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC && init->qp_type != IBV_QPT_UD) {
-      errno = EOPNOTSUPP;  // XRC, raw packet: see docs/architecture.md, "Not implemented"
+      errno = EOPNOTSUPP;  // raw packet: see docs/architecture.md, "Not implemented"
       return nullptr;
     }
     if (!init->send_cq || !init->recv_cq) {
@@ -87,12 +107,15 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   EngineContext* ctx = qp->engine();
   ctx->unregister_qp(qp);  // after this the progress thread never sees it again
   ctx->add_tombstone(*qp);
-  qp->send_cq->purge_qp(qp->qp_num());
-  qp->recv_cq->purge_qp(qp->qp_num());
-  qp->send_cq->qp_users.fetch_sub(1);
-  qp->recv_cq->qp_users.fetch_sub(1);
-  qp->pd->users.fetch_sub(1);
+  // XRC initiators have no receive CQ; targets have neither CQs nor a PD.
+  for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
+    if (!cq) continue;
+    cq->purge_qp(qp->qp_num());
+    cq->qp_users.fetch_sub(1);
+  }
+  if (qp->pd) qp->pd->users.fetch_sub(1);
   if (qp->srq) qp->srq->qp_users.fetch_sub(1);
+  uroce::engine::xrc_target_detach(*qp);  // XRC targets: frees the shared slot
   delete qp;
   return 0;
 }
@@ -103,7 +126,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
   ibv_qp_state st = qp->state();
-  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) {
+  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || qp->type == IBV_QPT_XRC_RECV) {
     *bad_wr = wr;
     return EINVAL;  // rxe: sends need RTS (or later states)
   }
@@ -124,7 +147,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
-  if (qp->state() == IBV_QPS_RESET || qp->srq) {  // a QP on an SRQ has no receive queue
+  // A QP on an SRQ has no receive queue, nor has an XRC QP (its SRQs have).
+  if (qp->state() == IBV_QPS_RESET || qp->srq || qp->type == IBV_QPT_XRC_SEND || qp->type == IBV_QPT_XRC_RECV) {
     *bad_wr = wr;
     return EINVAL;
   }

@@ -4,8 +4,10 @@
 
 #include <memory>
 
+#include "core/cq.h"
 #include "core/pd.h"
 #include "core/srq.h"
+#include "core/xrcd.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
@@ -75,6 +77,11 @@ UROCE_API int ibv_destroy_srq(ibv_srq* ibsrq) {
   if (!ibsrq) return EINVAL;
   Srq* srq = Srq::from(ibsrq);
   if (srq->qp_users.load() != 0) return EBUSY;
+  if (srq->xrcd) {
+    EngineContext::from(ibsrq->context)->unregister_xrc_srq(srq);  // no request reaches it after this
+    srq->xrc_cq->qp_users.fetch_sub(1);
+    srq->xrcd->users.fetch_sub(1);
+  }
   srq->pd->users.fetch_sub(1);
   delete srq;
   return 0;

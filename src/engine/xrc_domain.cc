@@ -1,0 +1,254 @@
+#include "engine/xrc_domain.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <new>
+#include <utility>
+
+#include "core/log.h"
+
+namespace uroce::engine {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x31444352584F5255ull;  // "UROXRCD1"
+
+bool process_alive(uint32_t pid) { return pid != 0 && (kill(pid_t(pid), 0) == 0 || errno != ESRCH); }
+
+void spin_lock(uint32_t& word) {
+  std::atomic_ref<uint32_t> lock(word);
+  const uint32_t self = uint32_t(getpid());
+  for (unsigned n = 0;; ++n) {
+    uint32_t holder = 0;
+    if (lock.compare_exchange_weak(holder, self, std::memory_order_acquire)) return;
+    // A holder that died inside its critical section loses the lock.
+    if (holder != 0 && (n & 1023) == 1023 && !process_alive(holder))
+      lock.compare_exchange_strong(holder, 0, std::memory_order_relaxed);
+    sched_yield();
+  }
+}
+
+void spin_unlock(uint32_t& word) { std::atomic_ref<uint32_t>(word).store(0, std::memory_order_release); }
+
+// Domains this process has open, so that every open of one file shares a mapping.
+std::mutex g_open_mu;
+std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<XrcDomain>> g_open;
+std::atomic<uint64_t> g_private_count{0};
+
+}  // namespace
+
+struct XrcDomain::Header {
+  uint64_t magic;
+  uint64_t bytes;  // segment size: a segment of another uroce build is replaced
+  uint32_t ready;  // set (release) once the creator has initialized the segment
+  uint32_t lock;
+  uint32_t opens;    // open XrcDomain objects, all processes
+  uint32_t removed;  // the object was unlinked: openers must start over
+};
+
+SlotLock::SlotLock(TargetSlot& s) : word_(s.lock) { spin_lock(word_); }
+SlotLock::~SlotLock() { spin_unlock(word_); }
+
+std::shared_ptr<XrcDomain> XrcDomain::open(int fd, int oflags, int* err) {
+  *err = 0;
+  size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
+  if (fd == -1) {
+    auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
+    void* mem = ::operator new(bytes, std::nothrow);
+    if (!d || !mem) {
+      ::operator delete(mem);
+      *err = ENOMEM;
+      return nullptr;
+    }
+    d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0};
+    d->slots_ = new (static_cast<uint8_t*>(mem) + sizeof(Header)) TargetSlot[kSlots];
+    d->bytes_ = bytes;
+    d->key_ = XrcDomainKey{0, (uint64_t(getpid()) << 32) | ++g_private_count};
+    std::lock_guard open_lock(g_open_mu);
+    g_open[std::make_pair(d->key_.dev, d->key_.ino)] = d;
+    return d;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *err = EBADF;
+    return nullptr;
+  }
+  std::lock_guard open_lock(g_open_mu);
+  auto file_key = std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino));
+  if (auto it = g_open.find(file_key); it != g_open.end()) {
+    if (auto d = it->second.lock()) {
+      if (oflags & O_EXCL) *err = EINVAL;
+      return *err ? nullptr : d;
+    }
+  }
+  char name[96];
+  std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)st.st_dev,
+                (unsigned long long)st.st_ino);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    bool created = false;
+    int shm = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (shm >= 0) {
+      created = true;
+      if (!(oflags & O_CREAT)) {  // it did not exist: the caller did not ask to create it
+        close(shm);
+        shm_unlink(name);
+        *err = EAGAIN;
+        return nullptr;
+      }
+      if (ftruncate(shm, off_t(bytes)) != 0) {
+        *err = errno;
+        close(shm);
+        shm_unlink(name);
+        return nullptr;
+      }
+    } else if (errno == EEXIST) {
+      shm = shm_open(name, O_RDWR, 0600);
+      if (shm < 0) continue;  // removed in between: try again
+    } else {
+      *err = errno;
+      return nullptr;
+    }
+    // A creator in another process may not have sized the object yet: touching
+    // pages past its end would fault, so wait (bounded) for the size first.
+    bool sized = created;
+    for (int i = 0; i < 1000 && !sized; ++i) {
+      struct stat sst;
+      sized = fstat(shm, &sst) == 0 && size_t(sst.st_size) >= bytes;
+      if (!sized) usleep(1000);
+    }
+    void* mem = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0) : MAP_FAILED;
+    close(shm);
+    if (mem == MAP_FAILED) {
+      *err = sized ? ENOMEM : EAGAIN;
+      return nullptr;
+    }
+    auto* h = static_cast<Header*>(mem);
+    std::atomic_ref<uint32_t> ready(h->ready);
+    if (created) {
+      // ftruncate zero-filled the segment: zero is the free state of every
+      // slot (no lock holder, no owner).
+      h->magic = kMagic;
+      h->bytes = bytes;
+      ready.store(1, std::memory_order_release);
+    }
+    for (int i = 0; i < 1000 && !ready.load(std::memory_order_acquire); ++i) usleep(1000);
+    if (!ready.load(std::memory_order_acquire)) {
+      munmap(mem, bytes);
+      *err = EAGAIN;
+      return nullptr;
+    }
+    if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
+      munmap(mem, bytes);
+      shm_unlink(name);
+      continue;
+    }
+    spin_lock(h->lock);
+    if (h->removed) {  // its last user removed it while we opened it: start over
+      spin_unlock(h->lock);
+      munmap(mem, bytes);
+      continue;
+    }
+    if (!created && h->opens > 0 && (oflags & O_EXCL)) {
+      spin_unlock(h->lock);
+      munmap(mem, bytes);
+      *err = EINVAL;
+      return nullptr;
+    }
+    ++h->opens;
+    spin_unlock(h->lock);
+    auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
+    if (!d) {
+      munmap(mem, bytes);
+      *err = ENOMEM;
+      return nullptr;
+    }
+    d->header_ = h;
+    d->slots_ = reinterpret_cast<TargetSlot*>(static_cast<uint8_t*>(mem) + sizeof(Header));
+    d->bytes_ = bytes;
+    d->shared_ = true;
+    d->key_ = XrcDomainKey{file_key.first, file_key.second};
+    g_open[file_key] = d;
+    return d;
+  }
+  *err = EAGAIN;
+  return nullptr;
+}
+
+std::shared_ptr<XrcDomain> XrcDomain::find(const XrcDomainKey& key) {
+  std::lock_guard open_lock(g_open_mu);
+  auto it = g_open.find(std::make_pair(key.dev, key.ino));
+  return it == g_open.end() ? nullptr : it->second.lock();
+}
+
+// Entries of closed domains stay in g_open as expired weak pointers (a later
+// open of the same file replaces its entry): erasing them here could deadlock
+// when the last reference is dropped inside open() or find().
+XrcDomain::~XrcDomain() {
+  if (!shared_) {
+    ::operator delete(header_);
+    return;
+  }
+  // The slots of this process's target QPs were released when they were destroyed.
+  spin_lock(header_->lock);
+  bool last = --header_->opens == 0;
+  if (last) {
+    header_->removed = 1;
+    char name[96];
+    std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)key_.dev,
+                  (unsigned long long)key_.ino);
+    shm_unlink(name);
+  }
+  spin_unlock(header_->lock);
+  munmap(header_, bytes_);
+}
+
+TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, uint32_t* index) {
+  spin_lock(header_->lock);
+  TargetSlot* found = nullptr;
+  for (uint32_t i = 0; i < kSlots && !found; ++i) {
+    TargetSlot& s = slots_[i];
+    if (s.owner_pid != 0 && process_alive(s.owner_pid)) continue;
+    SlotLock l(s);
+    s.owner_pid = uint32_t(getpid());
+    s.qp_num = qp_num;
+    s.home_port = home_port;
+    s.attrs = TargetAttrs{};
+    s.resp = ResponderState{};
+    *index = i;
+    found = &s;
+  }
+  spin_unlock(header_->lock);
+  return found;
+}
+
+void XrcDomain::release_slot(TargetSlot* slot) {
+  spin_lock(header_->lock);
+  {
+    SlotLock l(*slot);
+    slot->owner_pid = 0;
+    slot->qp_num = 0;
+    slot->home_port = 0;
+  }
+  spin_unlock(header_->lock);
+}
+
+TargetSlot* XrcDomain::find_slot(uint32_t index, uint16_t home_port, uint32_t qp_num) {
+  if (index >= kSlots) return nullptr;
+  TargetSlot& s = slots_[index];
+  // Read without the lock: the caller re-checks under it (see xrc_target.cc).
+  uint32_t pid = std::atomic_ref<uint32_t>(s.owner_pid).load(std::memory_order_relaxed);
+  if (pid == 0 || s.home_port != home_port || s.qp_num != qp_num) return nullptr;
+  return &s;
+}
+
+}  // namespace uroce::engine
