@@ -84,7 +84,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp_wr = int(kMaxQpWr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                         IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
-                        IBV_DEVICE_SRQ_RESIZE;
+                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
   a->max_sge = int(kMaxSge);
   a->max_sge_rd = int(kMaxSge);
   a->max_cq = int(kMaxCq);

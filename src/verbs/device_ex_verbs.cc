@@ -15,7 +15,7 @@ namespace uroce::verbs {
 
 // Everything beyond orig_attr that uroce has, and zero for what it has not
 // (TSO, RSS, WQs, packet pacing, tag matching, CQ moderation, device memory,
-// PCI atomics, XRC).
+// PCI atomics).
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size) {
   if (!context || !attr) return EINVAL;
@@ -33,6 +33,8 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
                                               (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
   a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  // XRC: as RC, receives through SRQs.
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps | IBV_ODP_SUPPORT_SRQ_RECV;
   a.completion_timestamp_mask = core::kCompletionTimestampMask;
   a.hca_core_clock = core::kHcaCoreClockKhz;
   a.phys_port_cnt_ex = uint32_t(a.orig_attr.phys_port_cnt);

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Runs a server and a client program, both under `uroce run`, and checks their results.
+# Runs a server and a client program (or N copies of the client), all under `uroce run`,
+# and checks their results.
 #
 #   run_pair.sh [options] --server PROGRAM [ARGS...] --client PROGRAM [ARGS...]
 #
 # Options (before --server):
 #   --name NAME            label; logs go to OUTDIR/NAME.server.log, OUTDIR/NAME.client.log
+#                          (with --clients N > 1: OUTDIR/NAME.client.K.log, K = 1..N)
+#   --clients N            start N copies of the client command together, each its own
+#                          process (default 1); every client expectation and rejection
+#                          applies to each copy's output
 #   --outdir DIR           where the logs go (default: current directory)
 #   --port PORT            TCP port the server listens on; the client starts only once the
 #                          port is listening (checked in /proc/net/tcp*, never by
@@ -17,9 +22,11 @@
 #   --timeout SECONDS      limit for each program (default 60)
 #   --launcher PATH        the uroce launcher (default: $UROCE_LAUNCHER, else
 #                          build/bin/uroce of this repository)
-#   --show                 print both outputs at the end, prefixed [server] / [client]
+#   --show                 print all outputs at the end, prefixed [server] / [client]
+#                          ([client K] with several clients)
 #
-# Succeeds only if both programs exit 0 within the time limit and every expectation holds.
+# Succeeds only if every program exits 0 within the time limit and every expectation holds.
+# If a client fails, the other clients and the server get 5 s to finish, then are stopped.
 # Every process started here is stopped when the script exits, whatever the reason.
 set -euo pipefail
 
@@ -30,6 +37,7 @@ port=
 timeout_s=60
 launcher=${UROCE_LAUNCHER:-$here/../../build/bin/uroce}
 show=0
+nclients=1
 both_expect=() server_expect=() client_expect=() reject=()
 server_cmd=() client_cmd=()
 
@@ -45,6 +53,7 @@ while (($#)); do
     --client-expect) client_expect+=("$2"); shift 2 ;;
     --reject) reject+=("$2"); shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --clients) nclients=$2; shift 2 ;;
     --launcher) launcher=$2; shift 2 ;;
     --show) show=1; shift ;;
     --server)
@@ -60,22 +69,36 @@ done
 ((${#client_cmd[@]})) || die "missing --client PROGRAM"
 [[ -x $launcher ]] || die "launcher '$launcher' not found or not executable (build first, or set UROCE_LAUNCHER)"
 [[ -z $port || $port =~ ^[0-9]+$ ]] || die "--port must be a number"
+[[ $nclients =~ ^[1-9][0-9]*$ ]] || die "--clients must be a positive number"
 
 mkdir -p "$outdir"
 server_log=$outdir/$name.server.log
-client_log=$outdir/$name.client.log
+# client_logs[K-1], client_labels[K-1]: client K's log and name in messages.
+client_logs=() client_labels=()
+if ((nclients == 1)); then
+  client_logs=("$outdir/$name.client.log")
+  client_labels=(client)
+else
+  for ((k = 1; k <= nclients; k++)); do
+    client_logs+=("$outdir/$name.client.$k.log")
+    client_labels+=("client $k")
+  done
+fi
 : >"$server_log"
-: >"$client_log"
+for log in "${client_logs[@]}"; do : >"$log"; done
 
-server_pid='' client_pid=''
+# client_pids[K-1]: client K's pid while it runs, '' once it has been waited for.
+server_pid='' client_pids=()
 cleanup() {
   local pid
-  for pid in $client_pid $server_pid; do
+  for pid in ${client_pids[@]+"${client_pids[@]}"} $server_pid; do
+    [[ -n $pid ]] || continue
     if kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
     fi
   done
-  for pid in $client_pid $server_pid; do
+  for pid in ${client_pids[@]+"${client_pids[@]}"} $server_pid; do
+    [[ -n $pid ]] || continue
     wait "$pid" 2>/dev/null || true
   done
 }
@@ -96,15 +119,21 @@ port_listening() {
 }
 
 show_logs() {
+  local k
   sed 's/^/[server] /' "$server_log"
-  sed 's/^/[client] /' "$client_log"
+  for k in "${!client_logs[@]}"; do
+    sed "s/^/[${client_labels[k]}] /" "${client_logs[k]}"
+  done
 }
 
 fail() {
+  local k
   echo "run_pair: $name: FAILED: $*" >&2
   if ((!show)); then
     echo "--- server: ${server_cmd[*]}" >&2; cat "$server_log" >&2
-    echo "--- client: ${client_cmd[*]}" >&2; cat "$client_log" >&2
+    for k in "${!client_logs[@]}"; do
+      echo "--- ${client_labels[k]}: ${client_cmd[*]}" >&2; cat "${client_logs[k]}" >&2
+    done
     echo "---" >&2
   fi
   exit 1
@@ -128,13 +157,47 @@ else
   sleep 1
 fi
 
-echo "run_pair: $name: client: ${client_cmd[*]}"
-timeout -k 5 "$timeout_s" "$launcher" run -- "${client_cmd[@]}" >"$client_log" 2>&1 &
-client_pid=$!
+if ((nclients == 1)); then
+  echo "run_pair: $name: client: ${client_cmd[*]}"
+else
+  echo "run_pair: $name: $nclients clients: ${client_cmd[*]}"
+fi
+for k in "${!client_logs[@]}"; do
+  timeout -k 5 "$timeout_s" "$launcher" run -- "${client_cmd[@]}" >"${client_logs[k]}" 2>&1 &
+  client_pids[k]=$!
+done
 
-client_rc=0; wait "$client_pid" || client_rc=$?
-client_pid=
-if ((client_rc != 0)); then
+# Wait for every client. Once one has failed, the others (which may wait for a server
+# that waits for the failed one) get 5 s, then are stopped.
+client_rcs=()
+any_client_failed=0
+grace_end=
+while :; do
+  running=0
+  for k in "${!client_pids[@]}"; do
+    pid=${client_pids[k]}
+    [[ -n $pid ]] || continue
+    if kill -0 "$pid" 2>/dev/null; then
+      running=1
+      continue
+    fi
+    rc=0; wait "$pid" || rc=$?
+    client_rcs[k]=$rc
+    client_pids[k]=
+    if ((rc != 0)) && ((!any_client_failed)); then
+      any_client_failed=1
+      grace_end=$((SECONDS + 5))
+    fi
+  done
+  ((running)) || break
+  if ((any_client_failed && SECONDS >= grace_end)); then
+    for pid in "${client_pids[@]}"; do
+      [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+    done
+  fi
+  sleep 0.05
+done
+if ((any_client_failed)); then
   # The server may wait for a peer that is gone: give it 5 s, then stop it.
   for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   kill -TERM "$server_pid" 2>/dev/null || true
@@ -155,17 +218,23 @@ status_text() {
 }
 problems=()
 ((server_rc == 0)) || problems+=("server exited with status $(status_text "$server_rc")")
-((client_rc == 0)) || problems+=("client exited with status $(status_text "$client_rc")")
+for k in "${!client_logs[@]}"; do
+  ((client_rcs[k] == 0)) || problems+=("${client_labels[k]} exited with status $(status_text "${client_rcs[k]}")")
+done
 
 for re in ${both_expect[@]+"${both_expect[@]}"} ${server_expect[@]+"${server_expect[@]}"}; do
   grep -Eq -- "$re" "$server_log" || problems+=("server output has no line matching /$re/")
 done
 for re in ${both_expect[@]+"${both_expect[@]}"} ${client_expect[@]+"${client_expect[@]}"}; do
-  grep -Eq -- "$re" "$client_log" || problems+=("client output has no line matching /$re/")
+  for k in "${!client_logs[@]}"; do
+    grep -Eq -- "$re" "${client_logs[k]}" || problems+=("${client_labels[k]} output has no line matching /$re/")
+  done
 done
 for re in ${reject[@]+"${reject[@]}"}; do
   if grep -Eq -- "$re" "$server_log"; then problems+=("server output matches /$re/"); fi
-  if grep -Eq -- "$re" "$client_log"; then problems+=("client output matches /$re/"); fi
+  for k in "${!client_logs[@]}"; do
+    if grep -Eq -- "$re" "${client_logs[k]}"; then problems+=("${client_labels[k]} output matches /$re/"); fi
+  done
 done
 
 if ((${#problems[@]})); then

@@ -798,9 +798,10 @@ static void case_device_ex(struct ext_side* a, struct ext_side* b) {
         ax.odp_caps.per_transport_caps.rc_odp_caps);
   CHECK((ax.device_cap_flags_ex & 0xFFFFFFFFull) == (uint64_t)(unsigned)orig.device_cap_flags,
         "device_cap_flags_ex does not extend device_cap_flags");
-  CHECK(ax.max_dm_size == 0 && ax.cq_mod_caps.max_cq_count == 0 && ax.tso_caps.max_tso == 0 && ax.comp_mask == 0 &&
-            ax.xrc_odp_caps == 0,
+  CHECK(ax.max_dm_size == 0 && ax.cq_mod_caps.max_cq_count == 0 && ax.tso_caps.max_tso == 0 && ax.comp_mask == 0,
         "unsupported features reported as present");
+  uint32_t xrc_odp = rc_odp | IBV_ODP_SUPPORT_SRQ_RECV;  // what ibv_xsrq_pingpong -o asks for
+  CHECK((ax.xrc_odp_caps & xrc_odp) == xrc_odp, "xrc_odp_caps 0x%x", ax.xrc_odp_caps);
   CHECK(ax.phys_port_cnt_ex == 1, "phys_port_cnt_ex %u", ax.phys_port_cnt_ex);
   struct ibv_query_device_ex_input in = {.comp_mask = 1};
   CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "ibv_query_device_ex with input comp_mask must be EINVAL");
