@@ -227,9 +227,16 @@ RespState check_op_valid(Request& r) {
   }
   if (is_xrc(r.qp)) {
     // The XRCETH must name an XRC SRQ of the target's domain, the same one for
-    // every packet of a message.
-    const core::Srq* srq = r.qp.srq;
-    if (!srq || (r.qp.resp.have_rwqe && r.qp.resp.srq_num != srq->srq_num)) return RespState::kErrInvalidRequest;
+    // every packet of a message. If it changes mid-message, the WQE the message
+    // took fails on its own SRQ (when that SRQ is this context's).
+    ResponderState& s = r.qp.resp;
+    if (s.have_rwqe && (!r.qp.srq || s.srq_num != r.qp.srq->srq_num)) {
+      core::Srq* own = r.qp.engine()->find_xrc_srq(s.srq_num);
+      r.qp.srq = own && own->xrcd ? own : nullptr;
+      if (!r.qp.srq) s.have_rwqe = false;  // taken in another process: lost with the message
+      return RespState::kErrInvalidRequest;
+    }
+    if (!r.qp.srq) return RespState::kErrInvalidRequest;
   }
   unsigned access = r.qp.attr.qp_access_flags;
   if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE)) return RespState::kErrInvalidRequest;
