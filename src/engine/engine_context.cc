@@ -225,12 +225,16 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
 
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
   stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (d.truncated) {
+    stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (is_xrc_relay(d)) {
     xrc_relay_receive(*this, d, TxBatch::local());
     return;
   }
   wire::PacketView pkt;
-  if (d.truncated || wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
+  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }

@@ -19,6 +19,7 @@ Clock::duration EngineQp::local_ack_timeout() const {
 core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
 int EngineQp::modify(const ibv_qp_attr& a, int mask) {
+  if (xrc) xrc_target_sync_state(*this);
   ibv_qp_state before = state();
   if (int e = apply_modify(a, mask)) return e;
   ibv_qp_state after = state();

@@ -54,6 +54,10 @@ struct XrcDomain::Header {
   uint32_t lock;
   uint32_t opens;    // open XrcDomain objects, all processes
   uint32_t removed;  // the object was unlinked: openers must start over
+  // The domain's XRC SRQs (numbers; 0 = free entry) and their processes.
+  // Written under `lock`, read without it (relaxed loads).
+  uint32_t srq_num[XrcDomain::kSrqs];
+  uint32_t srq_pid[XrcDomain::kSrqs];
 };
 
 SlotLock::SlotLock(TargetSlot& s) : word_(s.lock) { spin_lock(word_); }
@@ -70,7 +74,7 @@ std::shared_ptr<XrcDomain> XrcDomain::open(int fd, int oflags, int* err) {
       *err = ENOMEM;
       return nullptr;
     }
-    d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0};
+    d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0, {}, {}};
     d->slots_ = new (static_cast<uint8_t*>(mem) + sizeof(Header)) TargetSlot[kSlots];
     d->bytes_ = bytes;
     d->key_ = XrcDomainKey{0, (uint64_t(getpid()) << 32) | ++g_private_count};
@@ -120,11 +124,18 @@ std::shared_ptr<XrcDomain> XrcDomain::open(int fd, int oflags, int* err) {
     }
     // A creator in another process may not have sized the object yet: touching
     // pages past its end would fault, so wait (bounded) for the size first.
-    bool sized = created;
-    for (int i = 0; i < 1000 && !sized; ++i) {
+    bool sized = created, foreign = false;
+    for (int i = 0; i < 1000 && !sized && !foreign; ++i) {
       struct stat sst;
-      sized = fstat(shm, &sst) == 0 && size_t(sst.st_size) >= bytes;
-      if (!sized) usleep(1000);
+      if (fstat(shm, &sst) != 0) break;
+      sized = size_t(sst.st_size) == bytes;
+      foreign = sst.st_size != 0 && !sized;  // left behind by another uroce build
+      if (!sized && !foreign) usleep(1000);
+    }
+    if (foreign) {
+      close(shm);
+      shm_unlink(name);
+      continue;
     }
     void* mem = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0) : MAP_FAILED;
     close(shm);
@@ -210,6 +221,35 @@ XrcDomain::~XrcDomain() {
   }
   spin_unlock(header_->lock);
   munmap(header_, bytes_);
+}
+
+bool XrcDomain::add_srq(uint32_t srq_num) {
+  spin_lock(header_->lock);
+  bool added = false;
+  for (uint32_t i = 0; i < kSrqs && !added; ++i) {
+    uint32_t& num = header_->srq_num[i];
+    if (num != 0 && process_alive(header_->srq_pid[i])) continue;
+    header_->srq_pid[i] = uint32_t(getpid());
+    std::atomic_ref<uint32_t>(num).store(srq_num, std::memory_order_relaxed);
+    added = true;
+  }
+  spin_unlock(header_->lock);
+  return added;
+}
+
+void XrcDomain::remove_srq(uint32_t srq_num) {
+  spin_lock(header_->lock);
+  for (uint32_t i = 0; i < kSrqs; ++i) {
+    if (header_->srq_num[i] == srq_num && header_->srq_pid[i] == uint32_t(getpid()))
+      std::atomic_ref<uint32_t>(header_->srq_num[i]).store(0, std::memory_order_relaxed);
+  }
+  spin_unlock(header_->lock);
+}
+
+bool XrcDomain::has_srq(uint32_t srq_num) const {
+  for (uint32_t i = 0; i < kSrqs; ++i)
+    if (std::atomic_ref<uint32_t>(header_->srq_num[i]).load(std::memory_order_relaxed) == srq_num) return true;
+  return false;
 }
 
 TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, uint32_t* index) {

@@ -60,6 +60,7 @@ struct TargetSlot {
 class XrcDomain {
  public:
   static constexpr uint32_t kSlots = 256;  // target QPs per domain
+  static constexpr uint32_t kSrqs = 1024;  // XRC SRQs per domain
 
   // Opens the domain of file descriptor `fd` (-1: a new private domain) with
   // ibv_open_xrcd's oflags. Errors as the kernel's open_xrcd: EBADF for a bad
@@ -73,6 +74,13 @@ class XrcDomain {
   const XrcDomainKey& key() const { return key_; }
   // The domain `key` if this process has it open.
   static std::shared_ptr<XrcDomain> find(const XrcDomainKey& key);
+
+  // The domain's XRC SRQs, by number, whatever process owns them: a target
+  // relays only requests for SRQs listed here. add_srq is false when kSrqs
+  // SRQs exist (entries of dead processes are reused).
+  [[nodiscard]] bool add_srq(uint32_t srq_num);
+  void remove_srq(uint32_t srq_num);
+  bool has_srq(uint32_t srq_num) const;
 
   // A free slot for a new target QP, initialized and owned by this process;
   // nullptr when all kSlots are taken (slots of dead processes are reclaimed).

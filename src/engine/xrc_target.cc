@@ -105,10 +105,26 @@ void xrc_target_detach(EngineQp& qp) {
   qp.xrc = nullptr;
 }
 
+namespace {
+void set_state(EngineQp& qp, ibv_qp_state st) {
+  qp.attr.qp_state = qp.attr.cur_qp_state = st;
+  qp.ibqp.qp_base.state = st;
+}
+}  // namespace
+
+void xrc_target_sync_state(EngineQp& qp) {
+  TargetSlot& s = *qp.xrc->slot;
+  SlotLock l(s);
+  if (s.attrs.state == IBV_QPS_ERR) set_state(qp, IBV_QPS_ERR);
+}
+
 void xrc_target_publish(EngineQp& qp, bool reset_responder) {
   TargetSlot& s = *qp.xrc->slot;
   SlotLock l(s);
   TargetAttrs& a = s.attrs;
+  // An error found meanwhile by another process's responder stands: only a
+  // modify to RESET leaves ERR (IBA 10.3.1).
+  if (a.state == IBV_QPS_ERR && qp.attr.qp_state != IBV_QPS_RESET) set_state(qp, IBV_QPS_ERR);
   a.state = qp.attr.qp_state;
   a.dest_qp_num = qp.attr.dest_qp_num;
   a.access = qp.attr.qp_access_flags;
@@ -125,12 +141,14 @@ void xrc_target_receive(EngineQp& qp, const wire::PacketView& pkt, const transpo
   uint32_t srq_num = pkt.xrceth().srq_num();
   EngineContext& ctx = *qp.engine();
   uint16_t owner = xrc_srq_port(srq_num);
-  if (owner != ctx.lid()) {
+  // Only requests for SRQs the domain has are relayed (the rest are NAKed
+  // here), so a peer cannot make us send to arbitrary local ports.
+  if (owner != ctx.lid() && qp.xrc->domain->has_srq(srq_num)) {
     relay(qp, d, owner, tx);
     return;
   }
   TargetSlot& slot = *qp.xrc->slot;
-  core::Srq* srq = local_srq(ctx, srq_num, qp.xrc->domain.get());
+  core::Srq* srq = owner == ctx.lid() ? local_srq(ctx, srq_num, qp.xrc->domain.get()) : nullptr;
   SlotLock l(slot);
   run_on_slot(qp, slot, srq, pkt, d.src, d.dst_ip, tx);
 }

@@ -54,6 +54,10 @@ void xrc_target_detach(EngineQp& qp);
 // responder state) to the shared slot. Caller holds qp.mu.
 void xrc_target_publish(EngineQp& qp, bool reset_responder);
 
+// Takes an ERR state that a responder in another process gave the target
+// QP (caller holds qp.mu; before a query or a modify).
+void xrc_target_sync_state(EngineQp& qp);
+
 // A request packet for target QP `qp` arrived (caller holds qp.mu).
 void xrc_target_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::RxDatagram& d, TxBatch& tx);
 

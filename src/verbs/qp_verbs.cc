@@ -97,6 +97,7 @@ UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_q
   if (!ibqp || !attr) return EINVAL;
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
+  if (qp->xrc) uroce::engine::xrc_target_sync_state(*qp);
   qp->query(attr, init_attr);
   return 0;
 }

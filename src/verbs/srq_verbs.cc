@@ -9,6 +9,7 @@
 #include "core/srq.h"
 #include "core/xrcd.h"
 #include "engine/engine_context.h"
+#include "engine/xrc_target.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
@@ -79,6 +80,7 @@ UROCE_API int ibv_destroy_srq(ibv_srq* ibsrq) {
   if (srq->qp_users.load() != 0) return EBUSY;
   if (srq->xrcd) {
     EngineContext::from(ibsrq->context)->unregister_xrc_srq(srq);  // no request reaches it after this
+    uroce::engine::xrc_domain_of(srq)->remove_srq(srq->srq_num);
     srq->xrc_cq->qp_users.fetch_sub(1);
     srq->xrcd->users.fetch_sub(1);
   }

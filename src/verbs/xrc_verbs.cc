@@ -127,10 +127,13 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     if (!s) return nullptr;
     Srq* srq = Srq::from(s);
     EngineContext* ctx = EngineContext::from(context);
-    srq->xrcd = engine_xrcd(attr->xrcd);
+    EngineXrcd* xrcd = engine_xrcd(attr->xrcd);
+    srq->xrcd = xrcd;
     srq->xrc_cq = Cq::from(attr->cq);
     srq->srq_num = ctx->register_xrc_srq(srq);
-    if (srq->srq_num == 0) {  // the context's kXrcSrqsPerContext numbers are in use
+    // ENOMEM: the context's kXrcSrqsPerContext numbers, or the domain's kSrqs, are in use.
+    if (srq->srq_num == 0 || !xrcd->domain->add_srq(srq->srq_num)) {
+      if (srq->srq_num) ctx->unregister_xrc_srq(srq);
       srq->xrcd = nullptr;
       srq->xrc_cq = nullptr;
       (void)ibv_destroy_srq(s);

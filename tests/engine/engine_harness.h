@@ -75,6 +75,7 @@ struct Pkt {
   unsigned pad = 0;
   std::optional<uint8_t> syndrome;  // AETH
   uint32_t msn = 0;
+  std::optional<uint32_t> xrc_srqn;  // XRCETH
   std::optional<uint64_t> reth_va;
   uint32_t reth_rkey = 0, reth_len = 0;
   std::optional<uint32_t> imm;        // raw (network order)
@@ -91,7 +92,8 @@ struct Craft {
   uint32_t psn = 0;
   bool ack_req = false;
   bool se = false;
-  std::optional<uint32_t> dest_qp;  // default: the fixture's QP
+  std::optional<uint32_t> dest_qp;   // default: the fixture's QP
+  std::optional<uint32_t> xrc_srqn;  // XRCETH of XRC requests (default 0)
   uint64_t reth_va = 0;
   uint32_t reth_rkey = 0, reth_len = 0;
   uint8_t syndrome = wire::kAckNoCredit;
@@ -161,7 +163,9 @@ class EngineTest : public ::testing::Test {
     engine->close();
   }
 
-  // RESET -> INIT -> RTR -> RTS with the attributes above.
+  // RESET -> INIT -> RTR -> RTS with the attributes above (IBA 10.3.1
+  // required attributes of each type: an XRC initiator connects like an RC
+  // send queue, an XRC target like an RC receive queue).
   void bring_up() {
     if (qp_type == IBV_QPT_UD) return bring_up_ud();
     std::lock_guard lock(qp->mu);
@@ -184,8 +188,10 @@ class EngineTest : public ::testing::Test {
     a.ah_attr.dlid = kPeerPort;
     a.ah_attr.port_num = 1;
     const bool rc = qp_type == IBV_QPT_RC;
+    const bool rc_send = rc || qp_type == IBV_QPT_XRC_SEND;  // RC requester attributes at RTS
+    const bool rc_recv = rc || qp_type == IBV_QPT_XRC_RECV;  // RC responder attributes at RTR
     ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)),
+                                (rc_recv ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)),
               0);
     a = ibv_qp_attr{};
     a.qp_state = IBV_QPS_RTS;
@@ -194,10 +200,10 @@ class EngineTest : public ::testing::Test {
     a.retry_cnt = retry_cnt;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = max_rd_atomic;
-    ASSERT_EQ(
-        qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN |
-                          (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0)),
-        0);
+    int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (rc_send) rts_mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    if (qp_type == IBV_QPT_XRC_RECV) rts_mask |= IBV_QP_TIMEOUT;
+    ASSERT_EQ(qp->modify(a, rts_mask), 0);
     ASSERT_EQ(qp->state(), IBV_QPS_RTS);
     sent.clear();
   }
@@ -258,6 +264,8 @@ class EngineTest : public ::testing::Test {
     std::vector<uint8_t> p(info.header_len + c.payload.size() + pad + wire::kIcrcSize, 0);
     wire::Bth(p.data()).fill(c.opcode, c.se, pad, wire::kDefaultPkey, c.dest_qp.value_or(qp->qp_num()), c.ack_req,
                              c.psn);
+    if (info.has(wire::Hdr::kXrceth))
+      wire::Xrceth(p.data() + info.offset[unsigned(wire::Hdr::kXrceth)]).fill(c.xrc_srqn.value_or(0));
     if (info.has(wire::Hdr::kReth))
       wire::Reth(p.data() + info.offset[unsigned(wire::Hdr::kReth)]).fill(c.reth_va, c.reth_rkey, c.reth_len);
     if (info.has(wire::Hdr::kAeth))
@@ -322,6 +330,7 @@ class EngineTest : public ::testing::Test {
         p.syndrome = v.aeth().syndrome();
         p.msn = v.aeth().msn();
       }
+      if (v.info->has(wire::Hdr::kXrceth)) p.xrc_srqn = v.xrceth().srq_num();
       if (v.info->has(wire::Hdr::kReth)) {
         p.reth_va = v.reth().va();
         p.reth_rkey = v.reth().rkey();
