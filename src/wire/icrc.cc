@@ -1,7 +1,5 @@
 #include "wire/icrc.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -9,10 +7,6 @@
 #include "wire/opcode.h"
 
 namespace uroce::wire {
-
-uint32_t crc32(uint32_t crc, const void* data, size_t len) {
-  return uint32_t(::crc32_z(crc, static_cast<const Bytef*>(data), len));
-}
 
 uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
   // 8 x 0xFF, masked IPv4 header (20), masked UDP header (8).

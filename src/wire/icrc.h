@@ -36,5 +36,7 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_
 
 // Plain CRC-32 (zlib polynomial), for tests and the CM.
 uint32_t crc32(uint32_t crc, const void* data, size_t len);
+// The same by zlib's tables alone (the reference crc32 is tested against).
+uint32_t crc32_portable(uint32_t crc, const void* data, size_t len);
 
 }  // namespace uroce::wire

@@ -229,3 +229,27 @@ TEST(Icrc, DefaultFlowMatchesReferenceOnRandomPackets) {
 
 }  // namespace
 }  // namespace uroce::wire
+
+namespace uroce::wire {
+namespace {
+
+// The folded CRC-32 must equal zlib's for every length (below, at and above
+// the 64-byte folding threshold, multiples of 16 and not) and alignment, and
+// chain like it (crc32(crc32(0, a), b) == crc32(0, a+b)).
+TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
+  std::vector<uint8_t> buf(9000 + 16);
+  uint32_t x = 12345;
+  for (uint8_t& b : buf) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  for (size_t off = 0; off < 16; off += 3) {
+    for (size_t len = 0; len <= 600; ++len)
+      ASSERT_EQ(crc32(0, buf.data() + off, len), crc32_portable(0, buf.data() + off, len)) << off << " " << len;
+    for (size_t len : {1023u, 1024u, 1025u, 4096u, 4100u, 9000u})
+      ASSERT_EQ(crc32(0, buf.data() + off, len), crc32_portable(0, buf.data() + off, len)) << off << " " << len;
+  }
+  uint32_t seed = crc32_portable(0, buf.data(), 100);
+  EXPECT_EQ(crc32(seed, buf.data() + 100, 4000), crc32_portable(seed, buf.data() + 100, 4000));
+  EXPECT_EQ(crc32(crc32(0, buf.data(), 100), buf.data() + 100, 4000), crc32_portable(0, buf.data(), 4100));
+}
+
+}  // namespace
+}  // namespace uroce::wire

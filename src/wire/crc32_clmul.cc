@@ -1,0 +1,95 @@
+// CRC-32 (the IEEE 802.3 polynomial, reflected, as zlib's crc32 and the ICRC
+// use) folded with carry-less multiplication: Intel's "Fast CRC Computation
+// for Generic Polynomials Using PCLMULQDQ Instruction", with the folding
+// constants of that paper for the reflected polynomial 0xEDB88320 (the ones
+// Linux's crc32-pclmul uses). About ten times zlib's table-driven speed on a
+// 4 KiB packet; the ICRC of every packet sent and received goes through here.
+#include <zlib.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wire/icrc.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace uroce::wire {
+
+namespace {
+
+uint32_t crc32_zlib(uint32_t crc, const void* data, size_t len) {
+  return uint32_t(::crc32_z(crc, static_cast<const Bytef*>(data), len));
+}
+
+#if defined(__x86_64__)
+
+#define UROCE_CLMUL __attribute__((target("pclmul,sse4.1")))
+
+UROCE_CLMUL inline __m128i load16(const uint8_t* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); }
+
+// x * k (both 64-bit halves, each by its own constant) + next.
+UROCE_CLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+// Folds `len` bytes (a multiple of 16, at least 64) into the CRC state `crc`
+// (not inverted: the caller inverts before and after, as zlib does inside).
+UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len) {
+  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);     // x^(4*128+32), x^(4*128-32) mod P
+  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);     // x^(128+32), x^(128-32) mod P
+  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);                 // x^64 mod P
+  const __m128i poly_mu = _mm_set_epi64x(0x1f7011641, 0x1db710641);  // mu, P (bit-reflected)
+  const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+
+  __m128i x0 = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
+  __m128i x1 = load16(p + 16), x2 = load16(p + 32), x3 = load16(p + 48);
+  p += 64;
+  len -= 64;
+  for (; len >= 64; p += 64, len -= 64) {  // four 128-bit lanes at a time
+    x0 = fold(x0, k1k2, load16(p));
+    x1 = fold(x1, k1k2, load16(p + 16));
+    x2 = fold(x2, k1k2, load16(p + 32));
+    x3 = fold(x3, k1k2, load16(p + 48));
+  }
+  // Four lanes into one, then the remaining 16-byte blocks.
+  __m128i x = fold(x0, k3k4, x1);
+  x = fold(x, k3k4, x2);
+  x = fold(x, k3k4, x3);
+  for (; len >= 16; p += 16, len -= 16) x = fold(x, k3k4, load16(p));
+
+  // 128 -> 64 bits (appending 32 zero bits), 64 -> 32 with k5, then Barrett.
+  x = _mm_xor_si128(_mm_clmulepi64_si128(k3k4, x, 0x01), _mm_srli_si128(x, 8));
+  __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), k5, 0x00);
+  x = _mm_xor_si128(_mm_srli_si128(x, 4), t);
+  t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), poly_mu, 0x10);
+  t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
+  x = _mm_xor_si128(x, t);
+  return uint32_t(_mm_extract_epi32(x, 1));
+}
+
+bool have_clmul() {
+  static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  return yes;
+}
+
+#endif
+
+}  // namespace
+
+uint32_t crc32(uint32_t crc, const void* data, size_t len) {
+#if defined(__x86_64__)
+  if (len >= 64 && have_clmul()) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    size_t body = len & ~size_t(15);
+    crc = ~fold_clmul(~crc, p, body);
+    return len == body ? crc : crc32_zlib(crc, p + body, len - body);
+  }
+#endif
+  return crc32_zlib(crc, data, len);
+}
+
+uint32_t crc32_portable(uint32_t crc, const void* data, size_t len) { return crc32_zlib(crc, data, len); }
+
+}  // namespace uroce::wire
