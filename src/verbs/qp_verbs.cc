@@ -29,11 +29,8 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
     }
     if (init->qp_type == IBV_QPT_XRC_SEND || init->qp_type == IBV_QPT_XRC_RECV) {
       // ibv_create_qp_ex passes a PD-only ibv_qp_init_attr_ex here. An initiator
-      // needs no more; a target needs its XRC domain, which only the _ex form has.
-      if (init->qp_type == IBV_QPT_XRC_RECV) {
-        errno = EINVAL;
-        return nullptr;
-      }
+      // needs no more; a target needs its XRC domain, which only the _ex form
+      // has (EINVAL without it).
       ibv_qp_init_attr_ex ex{};
       ex.qp_context = init->qp_context;
       ex.send_cq = init->send_cq;
