@@ -65,23 +65,32 @@ SlotLock::~SlotLock() { spin_unlock(word_); }
 
 std::shared_ptr<XrcDomain> XrcDomain::open(int fd, int oflags, int* err) {
   *err = 0;
+  return fd == -1 ? open_private(err) : open_file(fd, oflags, err);
+}
+
+std::shared_ptr<XrcDomain> XrcDomain::open_private(int* err) {
   size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
-  if (fd == -1) {
-    auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
-    void* mem = ::operator new(bytes, std::nothrow);
-    if (!d || !mem) {
-      ::operator delete(mem);
-      *err = ENOMEM;
-      return nullptr;
-    }
-    d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0, {}, {}};
-    d->slots_ = new (static_cast<uint8_t*>(mem) + sizeof(Header)) TargetSlot[kSlots];
-    d->bytes_ = bytes;
-    d->key_ = XrcDomainKey{0, (uint64_t(getpid()) << 32) | ++g_private_count};
-    std::lock_guard open_lock(g_open_mu);
-    g_open[std::make_pair(d->key_.dev, d->key_.ino)] = d;
-    return d;
+  auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
+  void* mem = ::operator new(bytes, std::nothrow);
+  if (!d || !mem) {
+    ::operator delete(mem);
+    *err = ENOMEM;
+    return nullptr;
   }
+  d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0, {}, {}};
+  d->slots_ = new (static_cast<uint8_t*>(mem) + sizeof(Header)) TargetSlot[kSlots];
+  d->bytes_ = bytes;
+  d->key_ = XrcDomainKey{0, (uint64_t(getpid()) << 32) | ++g_private_count};
+  std::lock_guard open_lock(g_open_mu);
+  g_open[std::make_pair(d->key_.dev, d->key_.ino)] = d;
+  return d;
+}
+
+// The shared memory object of the file's inode: created with O_CREAT, sized
+// and marked ready by its creator; an object of another build is replaced; one
+// its last user removed while we opened it is opened anew.
+std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
+  size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     *err = EBADF;

@@ -92,6 +92,8 @@ class XrcDomain {
  private:
   struct Header;
   XrcDomain() = default;
+  static std::shared_ptr<XrcDomain> open_private(int* err);
+  static std::shared_ptr<XrcDomain> open_file(int fd, int oflags, int* err);
   Header* header_ = nullptr;
   TargetSlot* slots_ = nullptr;
   size_t bytes_ = 0;
