@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Captures the traffic of an ibv_rc_pingpong pair running over uroce on `lo` and checks it
-# with two independent tools:
+# Captures the traffic of an ibv_rc_pingpong pair and of an ibv_xsrq_pingpong pair (XRC:
+# opcodes 0xA0-0xB7, requests with an XRCETH) running over uroce on `lo` and checks it with
+# two independent tools:
 #   (a) tshark decodes every uroce packet as InfiniBand (RoCEv2), none malformed, no
 #       expert warning or error;
 #   (b) tests/tools/icrc_check.py recomputes every ICRC (zlib.crc32, facts sheet §3.1).
 #
 #   capture_check.sh [--outdir DIR] [--port TCPPORT] [--launcher PATH]
+#
+# The pairs use TCP ports TCPPORT (RC) and TCPPORT+1 (XRC).
 #
 # Needs root to capture (CI runs as root); otherwise exits 77, which CTest reports as
 # skipped. Keeps cap.pcap and the logs in DIR (default: ./capture_check).
@@ -64,13 +67,20 @@ done
 grep -q "Capturing on" "$outdir/dumpcap.log" || fail "dumpcap not capturing after 10 s"
 sleep 0.5   # the filter is attached before the message; a little margin costs nothing
 
-# 2. Traffic: one ping-pong pair with a message that is not a multiple of the MTU.
+# 2. Traffic: ping-pong pairs with a message that is not a multiple of the MTU: RC, then
+#    XRC (one client: the target QPs deliver into their own process's SRQ, so there are no
+#    relayed datagrams, which are uroce-internal and not RoCE).
 "$here/run_pair.sh" ${launcher_args[@]+"${launcher_args[@]}"} --name pingpong \
   --outdir "$outdir" --port "$tcp_port" \
   --expect "^$((2 * size * iters)) bytes in" --expect "^$iters iters in" \
   --reject 'invalid data in page' \
   --server ibv_rc_pingpong -g 0 -c -s "$size" -n "$iters" -m "$mtu" -p "$tcp_port" \
   --client ibv_rc_pingpong -g 0 -c -s "$size" -n "$iters" -m "$mtu" -p "$tcp_port" 127.0.0.1
+xrc_port=$((tcp_port + 1))
+"$here/run_pair.sh" ${launcher_args[@]+"${launcher_args[@]}"} --name xsrq_pingpong \
+  --outdir "$outdir" --port "$xrc_port" --expect '^success$' \
+  --server ibv_xsrq_pingpong -g 0 -s "$size" -n "$iters" -m "$mtu" -p "$xrc_port" \
+  --client ibv_xsrq_pingpong -g 0 -s "$size" -n "$iters" -m "$mtu" -p "$xrc_port" 127.0.0.1
 
 sleep 0.5
 kill -INT "$dumpcap_pid"
@@ -78,16 +88,21 @@ wait "$dumpcap_pid" || true
 dumpcap_pid=''
 [[ -s $pcap ]] || fail "no capture file written"
 
-# 3. The UDP ports used: uroce reports its UDP port as the LID, and ibv_rc_pingpong prints
-#    both sides' LIDs ("local address:  LID 0x12b7, ..."). LID 0 would mean 4791.
-#    Only these ports are examined: other traffic on lo is none of this test's business.
-ports=()
-while read -r hex; do
-  port=$((16#$hex == 0 ? 4791 : 16#$hex))
-  [[ " ${ports[*]} " == *" $port "* ]] || ports+=("$port")
-done < <(grep -ohE 'LID 0x[0-9a-fA-F]+' "$outdir"/pingpong.*.log | sed 's/^LID 0x//')
-echo "capture_check: UDP ports of the pair: ${ports[*]}"
-((${#ports[@]} == 2)) || fail "expected the two sides' LIDs (UDP ports) in the output, found: ${ports[*]:-none}"
+# 3. The UDP ports used: uroce reports its UDP port as the LID, and both programs print
+#    both sides' LIDs (ibv_rc_pingpong "LID 0x12b7", ibv_xsrq_pingpong "LID 12b7"). LID 0
+#    would mean 4791. Only these ports are examined: other traffic on lo is none of this
+#    test's business.
+lid_ports() {  # LOG... -> the distinct ports, one per line
+  grep -ohE 'LID (0x)?[0-9a-fA-F]+' "$@" | sed -E 's/^LID (0x)?//' | while read -r hex; do
+    echo $((16#$hex == 0 ? 4791 : 16#$hex))
+  done | sort -u
+}
+mapfile -t rc_ports < <(lid_ports "$outdir"/pingpong.*.log)
+mapfile -t xrc_ports < <(lid_ports "$outdir"/xsrq_pingpong.*.log)
+echo "capture_check: UDP ports of the RC pair: ${rc_ports[*]}; of the XRC pair: ${xrc_ports[*]}"
+((${#rc_ports[@]} == 2 && ${#xrc_ports[@]} == 2)) ||
+  fail "expected each pair's two LIDs (UDP ports) in the output, found: ${rc_ports[*]:-none} / ${xrc_ports[*]:-none}"
+ports=("${rc_ports[@]}" "${xrc_ports[@]}")
 
 decode_as=()
 for p in "${ports[@]}"; do decode_as+=(-d "udp.port==$p,infiniband"); done
@@ -108,9 +123,9 @@ tshark -r "$pcap" "${decode_as[@]}" -Y "$filter" -T fields -E separator=/t \
   >"$outdir/tshark.tsv" 2>"$outdir/tshark.log" \
   || { cat "$outdir/tshark.log" >&2; fail "tshark could not read the capture"; }
 frames=$(wc -l <"$outdir/tshark.tsv")
-bad=$(awk -F'\t' -v pair=" ${ports[*]} " '
-  index(pair, " " $6 " ") == 0 || index(pair, " " $7 " ") == 0 {
-    print "frame " $1 ": UDP " $6 " -> " $7 " is not between the two LID ports"; next }
+bad=$(awk -F'\t' -v rc=" ${rc_ports[*]} " -v xrc=" ${xrc_ports[*]} " '
+  !(index(rc, " " $6 " ") && index(rc, " " $7 " ")) && !(index(xrc, " " $6 " ") && index(xrc, " " $7 " ")) {
+    print "frame " $1 ": UDP " $6 " -> " $7 " is not between the two ports of one pair"; next }
   $2 !~ /(^|:)infiniband(:|$)/ { print "frame " $1 ": not decoded as infiniband: " $2; next }
   $3 != ""                     { print "frame " $1 ": malformed: " $5; next }
   {
@@ -126,10 +141,14 @@ if [[ -n $bad ]]; then
   fail "tshark: $(echo "$bad" | wc -l) bad frames (full list: $outdir/tshark.tsv)"
 fi
 
-# Every request packet of the exchange must be there: each side sends $iters messages of
-# ceil(size/mtu) packets (ACKs come on top).
-min_frames=$((2 * iters * ((size + mtu - 1) / mtu)))
+# Every request packet of the exchanges must be there: each side of each pair sends $iters
+# messages of ceil(size/mtu) packets (ACKs come on top); the XRC ones with XRC opcodes
+# (0xA0-0xB7: Wireshark names them "Extended Reliable Connection (XRC)").
+min_frames=$((2 * 2 * iters * ((size + mtu - 1) / mtu)))
 ((frames >= min_frames)) || fail "only $frames frames captured, expected at least $min_frames"
+xrc_frames=$(tshark -r "$pcap" "${decode_as[@]}" -Y "$filter && infiniband.bth.opcode >= 0xa0 && infiniband.bth.opcode <= 0xb7" \
+  -T fields -e frame.number 2>/dev/null | wc -l)
+((xrc_frames >= 2 * iters * ((size + mtu - 1) / mtu))) || fail "only $xrc_frames XRC frames captured"
 
 # (b) independent ICRC check over the same packets.
 port_args=()
