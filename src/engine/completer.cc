@@ -92,12 +92,8 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
 void probe_tail(EngineQp& qp, TxBatch& tx) {
   if (qp.timers.probe_interval != kFirstProbeInterval) return go_back_n(qp, tx);
   uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
-  core::SendWqe* w = nullptr;
-  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
-    core::SendWqe& c = qp.sq.at(i);
-    if (!c.started) break;
-    if (!c.completed && wire::psn_diff(newest, c.first_psn) >= 0 && wire::psn_diff(newest, c.last_psn) <= 0) w = &c;
-  }
+  uint32_t index;
+  const core::SendWqe* w = requester_wqe_at(qp, newest, &index);
   if (!w || core::is_read_or_atomic(w->opcode)) return go_back_n(qp, tx);
   qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
   requester_rewind(qp, newest);

@@ -211,21 +211,30 @@ bool run_local_op(EngineQp& qp, core::SendWqe& w) {
 
 }  // namespace
 
-void requester_rewind(EngineQp& qp, uint32_t psn) {
-  // Acknowledged PSNs are never sent again (a late NAK may name one).
-  if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
+core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
   uint32_t i = qp.sq.retired;
   for (; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
     if (!w.started) break;
-    if (w.completed) continue;
-    if (wire::psn_diff(psn, w.first_psn) >= 0 && wire::psn_diff(psn, w.last_psn) <= 0) {
-      qp.req.index = i;
-      qp.req.offset = uint32_t(wire::psn_diff(psn, w.first_psn)) * qp.path.mtu;
-      qp.req.psn = psn;
-      qp.req.pkts_since_ack_req = 0;
-      return;
+    if (!w.completed && wire::psn_diff(psn, w.first_psn) >= 0 && wire::psn_diff(psn, w.last_psn) <= 0) {
+      *index = i;
+      return &w;
     }
+  }
+  *index = i;
+  return nullptr;
+}
+
+void requester_rewind(EngineQp& qp, uint32_t psn) {
+  // Acknowledged PSNs are never sent again (a late NAK may name one).
+  if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
+  uint32_t i;
+  if (const core::SendWqe* w = requester_wqe_at(qp, psn, &i)) {
+    qp.req.index = i;
+    qp.req.offset = uint32_t(wire::psn_diff(psn, w->first_psn)) * qp.path.mtu;
+    qp.req.psn = psn;
+    qp.req.pkts_since_ack_req = 0;
+    return;
   }
   // `psn` follows every started WQE: continue with the first unstarted one.
   if (psn == qp.req.psn || wire::psn_diff(psn, qp.req.psn) > 0) return;

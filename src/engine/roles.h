@@ -10,6 +10,10 @@ namespace uroce::engine {
 // Requester (requester.cc): turns send WQEs into request packets while the
 // PSN window and the read/atomic credits allow.
 void requester_run(EngineQp& qp, TxBatch& tx);
+// The started, not yet completed WQE holding `psn` (the first in send-queue
+// order), or null; `*index` is its position, or else where the search ended
+// (the first WQE not started yet).
+core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index);
 // Go-back-N: the next request packet sent will be `psn` again.
 void requester_rewind(EngineQp& qp, uint32_t psn);
 // The next request packet sent carries AckReq (a tail-loss probe).
