@@ -52,13 +52,65 @@ struct XrcDomain::Header {
   uint64_t bytes;  // segment size: a segment of another uroce build is replaced
   uint32_t ready;  // set (release) once the creator has initialized the segment
   uint32_t lock;
-  uint32_t opens;    // open XrcDomain objects, all processes
   uint32_t removed;  // the object was unlinked: openers must start over
+  // The processes that have it open and how many XrcDomain objects each holds
+  // (pid 0 = free entry); under `lock`. Entries of dead processes are pruned.
+  uint32_t opener_pid[XrcDomain::kOpeners];
+  uint32_t opener_count[XrcDomain::kOpeners];
   // The domain's XRC SRQs (numbers; 0 = free entry) and their processes.
   // Written under `lock`, read without it (relaxed loads).
   uint32_t srq_num[XrcDomain::kSrqs];
   uint32_t srq_pid[XrcDomain::kSrqs];
 };
+
+namespace {
+
+// Forgets openers and SRQs of processes that died without closing (caller
+// holds the header lock); returns how many processes still have it open.
+uint32_t prune_dead(XrcDomain::Header* h) {
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < XrcDomain::kOpeners; ++i) {
+    if (h->opener_pid[i] == 0) continue;
+    if (process_alive(h->opener_pid[i])) {
+      ++live;
+    } else {
+      h->opener_pid[i] = 0;
+      h->opener_count[i] = 0;
+    }
+  }
+  for (uint32_t i = 0; i < XrcDomain::kSrqs; ++i)
+    if (h->srq_num[i] != 0 && !process_alive(h->srq_pid[i]))
+      std::atomic_ref<uint32_t>(h->srq_num[i]).store(0, std::memory_order_relaxed);
+  return live;
+}
+
+// Counts one more open by this process; false when kOpeners processes have it.
+bool add_opener(XrcDomain::Header* h) {
+  const uint32_t self = uint32_t(getpid());
+  uint32_t free_entry = XrcDomain::kOpeners;
+  for (uint32_t i = 0; i < XrcDomain::kOpeners; ++i) {
+    if (h->opener_pid[i] == self) {
+      ++h->opener_count[i];
+      return true;
+    }
+    if (h->opener_pid[i] == 0 && free_entry == XrcDomain::kOpeners) free_entry = i;
+  }
+  if (free_entry == XrcDomain::kOpeners) return false;
+  h->opener_pid[free_entry] = self;
+  h->opener_count[free_entry] = 1;
+  return true;
+}
+
+void drop_opener(XrcDomain::Header* h) {
+  const uint32_t self = uint32_t(getpid());
+  for (uint32_t i = 0; i < XrcDomain::kOpeners; ++i) {
+    if (h->opener_pid[i] != self) continue;
+    if (--h->opener_count[i] == 0) h->opener_pid[i] = 0;
+    return;
+  }
+}
+
+}  // namespace
 
 SlotLock::SlotLock(TargetSlot& s) : word_(s.lock) { spin_lock(word_); }
 SlotLock::~SlotLock() { spin_unlock(word_); }
@@ -77,7 +129,10 @@ std::shared_ptr<XrcDomain> XrcDomain::open_private(int* err) {
     *err = ENOMEM;
     return nullptr;
   }
-  d->header_ = new (mem) Header{kMagic, bytes, 1, 0, 1, 0, {}, {}};
+  d->header_ = new (mem) Header{};
+  d->header_->magic = kMagic;
+  d->header_->bytes = bytes;
+  d->header_->ready = 1;
   d->slots_ = new (static_cast<uint8_t*>(mem) + sizeof(Header)) TargetSlot[kSlots];
   d->bytes_ = bytes;
   d->key_ = XrcDomainKey{0, (uint64_t(getpid()) << 32) | ++g_private_count};
@@ -178,14 +233,23 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
       munmap(mem, bytes);
       continue;
     }
-    if (!created && h->opens > 0 && (oflags & O_EXCL)) {
-      spin_unlock(h->lock);
+    // A domain all of whose openers died does not exist any more (the next
+    // O_CREAT open takes it over; target slots and SRQ entries of the dead are
+    // reclaimed as they are needed).
+    bool exists = prune_dead(h) > 0;
+    int e = 0;
+    if (!created && !exists && !(oflags & O_CREAT))
+      e = EAGAIN;
+    else if (!created && exists && (oflags & O_EXCL))
+      e = EINVAL;
+    else if (!add_opener(h))
+      e = ENOMEM;
+    spin_unlock(h->lock);
+    if (e) {
       munmap(mem, bytes);
-      *err = EINVAL;
+      *err = e;
       return nullptr;
     }
-    ++h->opens;
-    spin_unlock(h->lock);
     auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
     if (!d) {
       munmap(mem, bytes);
@@ -220,8 +284,8 @@ XrcDomain::~XrcDomain() {
   }
   // The slots of this process's target QPs were released when they were destroyed.
   spin_lock(header_->lock);
-  bool last = --header_->opens == 0;
-  if (last) {
+  drop_opener(header_);
+  if (prune_dead(header_) == 0) {
     header_->removed = 1;
     char name[96];
     std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)key_.dev,

@@ -59,17 +59,22 @@ struct TargetSlot {
 
 class XrcDomain {
  public:
-  static constexpr uint32_t kSlots = 256;  // target QPs per domain
-  static constexpr uint32_t kSrqs = 1024;  // XRC SRQs per domain
+  static constexpr uint32_t kSlots = 256;    // target QPs per domain
+  static constexpr uint32_t kSrqs = 1024;    // XRC SRQs per domain
+  static constexpr uint32_t kOpeners = 256;  // processes with the domain open
 
   // Opens the domain of file descriptor `fd` (-1: a new private domain) with
   // ibv_open_xrcd's oflags. Errors as the kernel's open_xrcd: EBADF for a bad
   // fd, EAGAIN when the domain does not exist and O_CREAT is not given, EINVAL
-  // when it exists and O_EXCL is given; ENOMEM/EACCES from the system.
+  // when it exists and O_EXCL is given; ENOMEM/EACCES from the system. A
+  // domain whose every opener died (killed without closing it) no longer
+  // exists: the next O_CREAT open takes its memory over.
   static std::shared_ptr<XrcDomain> open(int fd, int oflags, int* err);
   ~XrcDomain();  // the last opener on the host removes the shared object
   XrcDomain(const XrcDomain&) = delete;
   XrcDomain& operator=(const XrcDomain&) = delete;
+
+  struct Header;  // the segment's bookkeeping (xrc_domain.cc)
 
   const XrcDomainKey& key() const { return key_; }
   // The domain `key` if this process has it open.
@@ -90,7 +95,6 @@ class XrcDomain {
   TargetSlot* find_slot(uint32_t index, uint16_t home_port, uint32_t qp_num);
 
  private:
-  struct Header;
   XrcDomain() = default;
   static std::shared_ptr<XrcDomain> open_private(int* err);
   static std::shared_ptr<XrcDomain> open_file(int fd, int oflags, int* err);

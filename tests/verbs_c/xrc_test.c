@@ -33,6 +33,9 @@
  *   cross_process  parent and a fork()ed child open the same domain file; the child's XRC
  *                  SRQ receives what the parent's INI QP sends through the parent's own TGT
  *                  QP (completion qp_num = the parent's TGT QP), data intact.
+ *   domain_crash   the only process that had a file's domain open is SIGKILLed (it never
+ *                  closes it): the domain is gone as after a close — oflags 0 -> EAGAIN,
+ *                  then O_CREAT|O_EXCL succeeds.
  *   bad            ibv_post_send / ibv_post_recv on a TGT QP and ibv_post_recv on an INI QP
  *                  -> EINVAL with *bad_wr set; ibv_open_xrcd without the FD or OFLAGS mask
  *                  bit -> EINVAL; a TGT QP without IBV_QP_INIT_ATTR_XRCD and an INI QP
@@ -965,6 +968,49 @@ static void case_cross_process(void) {
   free(sbuf);
 }
 
+static void case_domain_crash(void) {
+  char path[64];
+  int fd = make_temp(path);
+  snprintf(g_xp_path, sizeof g_xp_path, "%s", path); /* xp_atexit removes it */
+  atexit(xp_atexit);
+  int ready[2];
+  if (pipe(ready)) exit(1);
+  g_child = fork();
+  if (g_child < 0) exit(1);
+  if (g_child == 0) {
+    /* The child: opens the domain, says so, then waits to be killed. */
+    g_is_child = 1;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    alarm(30);
+    struct port port;
+    struct ibv_context* ctx = open_ctx(&port);
+    struct ibv_xrcd* x = ctx ? open_xrcd(ctx, fd, O_CREAT) : NULL;
+    char c = x ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  char c = 0;
+  CHECK(read_full(ready[0], &c, 1, 10000) == 0 && c == 'y', "the child could not open the domain");
+  kill(g_child, SIGKILL);
+  waitpid(g_child, NULL, 0);
+  g_child = -1;
+
+  struct port port;
+  struct ibv_context* ctx = open_ctx(&port);
+  if (!ctx) exit(1);
+  errno = 0;
+  struct ibv_xrcd* x = open_xrcd(ctx, fd, 0);
+  CHECK(x == NULL && errno == EAGAIN, "oflags 0 after the only opener died: %p, errno %d (%s)", (void*)x, errno,
+        strerror(errno));
+  if (x) ibv_close_xrcd(x);
+  x = open_xrcd(ctx, fd, O_CREAT | O_EXCL);
+  CHECK(x != NULL, "O_CREAT|O_EXCL after the only opener died: %s", strerror(errno));
+  printf("domain_crash: the SIGKILLed opener's domain is gone (EAGAIN without O_CREAT, O_EXCL creates it)\n");
+  if (x) CHECK(ibv_close_xrcd(x) == 0, "ibv_close_xrcd");
+  ibv_close_device(ctx);
+  close(fd);
+}
+
 static void case_bad(void) {
   struct vp_params p;
   vp_default_params(&p);
@@ -1044,6 +1090,7 @@ int main(int argc, char** argv) {
       {"rnr", case_rnr},
       {"two_srqs", case_two_srqs},
       {"cross_process", case_cross_process},
+      {"domain_crash", case_domain_crash},
       {"bad", case_bad},
   };
   const char* c = argc == 2 ? argv[1] : "";
