@@ -39,6 +39,10 @@ inline wire::Service service_of_qp(ibv_qp_type t) {
   }
 }
 
+// The opcode of operation `op` in the service of a QP type (XRC responses,
+// like RC ones, carry no XRCETH: the opcode table says which headers follow).
+inline uint8_t opcode_of_qp(ibv_qp_type t, wire::Operation op) { return wire::make_opcode(service_of_qp(t), op); }
+
 // RC and XRC are the reliable services: ACKs, retransmission, duplicate
 // detection (IBA 9.7); UC and UD are not.
 inline bool is_reliable(ibv_qp_type t) { return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV; }

@@ -45,8 +45,6 @@ Operation send_operation(const core::SendWqe& w, bool first, bool last) {
   return Operation::kSendMiddle;
 }
 
-wire::Service service_for(const EngineQp& qp) { return service_of_qp(qp.type); }
-
 // XRC requests name the target's XRC SRQ (XRCETH, right after the BTH).
 void fill_xrceth(const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& w) {
   if (info.has(wire::Hdr::kXrceth)) wire::Xrceth(h + info.offset[unsigned(wire::Hdr::kXrceth)]).fill(w.remote_srqn);
@@ -102,7 +100,7 @@ void arm_retransmit(EngineQp& qp) {
 // Builds the READ request for the rest of a READ WQE.
 void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   uint32_t remaining = w.length - qp.req.offset;
-  uint8_t opcode = wire::make_opcode(service_for(qp), Operation::kReadRequest);
+  uint8_t opcode = opcode_of_qp(qp.type, Operation::kReadRequest);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
@@ -117,7 +115,7 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
 // its response is the ATOMIC_ACKNOWLEDGE).
 void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-  uint8_t opcode = wire::make_opcode(service_for(qp), cas ? Operation::kCompareSwap : Operation::kFetchAdd);
+  uint8_t opcode = opcode_of_qp(qp.type, cas ? Operation::kCompareSwap : Operation::kFetchAdd);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
@@ -137,7 +135,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   uint32_t len = std::min(mtu, w.length - offset);
   bool first = offset == 0;
   bool last = offset + len == w.length;
-  uint8_t opcode = wire::make_opcode(service_for(qp), send_operation(w, first, last));
+  uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, first, last));
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   bool ack_req = is_reliable(qp.type) && (last || ++qp.req.pkts_since_ack_req >= kMaxPacketsPerAckReq);
   if (ack_req) qp.req.pkts_since_ack_req = 0;

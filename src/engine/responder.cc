@@ -88,11 +88,8 @@ const core::Pd* access_pd(const EngineQp& qp) {
   return qp.srq ? qp.srq->pd : nullptr;
 }
 
-// Responses use the service of the request (XRC responses carry no XRCETH).
-uint8_t response_opcode(const EngineQp& qp, Operation op) { return wire::make_opcode(service_of_qp(qp.type), op); }
-
 void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
-  uint8_t opcode = response_opcode(qp, Operation::kAcknowledge);
+  uint8_t opcode = opcode_of_qp(qp.type, Operation::kAcknowledge);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
@@ -126,7 +123,7 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
                    : i == 0         ? Operation::kReadResponseFirst
                    : i == npkts - 1 ? Operation::kReadResponseLast
                                     : Operation::kReadResponseMiddle;
-    uint8_t opcode = response_opcode(qp, op);
+    uint8_t opcode = opcode_of_qp(qp.type, op);
     const wire::OpcodeInfo& info = wire::opcode_info(opcode);
     uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
     wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
@@ -139,7 +136,7 @@ void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, u
 }
 
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
-  uint8_t opcode = response_opcode(qp, Operation::kAtomicAcknowledge);
+  uint8_t opcode = opcode_of_qp(qp.type, Operation::kAtomicAcknowledge);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);

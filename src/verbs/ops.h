@@ -30,7 +30,8 @@ ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
 ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
-ibv_srq* create_srq(ibv_pd* ibpd, const ibv_srq_attr& attr, void* srq_context);
+// Creates a basic SRQ for `*attr` and reports the granted attributes there.
+ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* attr, void* srq_context);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges);
 

@@ -20,7 +20,8 @@ using uroce::verbs::abi_guard;
 
 namespace uroce::verbs {
 
-ibv_srq* create_srq(ibv_pd* ibpd, const ibv_srq_attr& attr, void* srq_context) {
+ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* granted, void* srq_context) {
+  const ibv_srq_attr attr = *granted;
   if (int e = core::validate_srq_attr(attr)) {
     errno = e;
     return nullptr;
@@ -35,6 +36,7 @@ ibv_srq* create_srq(ibv_pd* ibpd, const ibv_srq_attr& attr, void* srq_context) {
   srq->ibsrq.srq_context = srq_context;
   srq->ibsrq.pd = ibpd;
   Pd::from(ibpd)->users.fetch_add(1);
+  srq->query(granted);  // report what was granted (the attributes are in/out)
   return &srq.release()->ibsrq;
 }
 
@@ -57,9 +59,7 @@ UROCE_API ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
       errno = EINVAL;
       return nullptr;
     }
-    ibv_srq* s = uroce::verbs::create_srq(ibpd, init->attr, init->srq_context);
-    if (s) uroce::core::Srq::from(s)->query(&init->attr);  // report what was granted
-    return s;
+    return uroce::verbs::create_srq(ibpd, &init->attr, init->srq_context);
   });
 }
 

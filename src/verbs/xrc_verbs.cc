@@ -114,16 +114,12 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return fail<ibv_srq>(EINVAL);
     if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
       return fail<ibv_srq>(EINVAL);
-    if (type == IBV_SRQT_BASIC) {
-      ibv_srq* s = create_srq(attr->pd, attr->attr, attr->srq_context);
-      if (s) Srq::from(s)->query(&attr->attr);
-      return s;
-    }
+    if (type == IBV_SRQT_BASIC) return create_srq(attr->pd, &attr->attr, attr->srq_context);
     // An XRC SRQ needs its domain and the CQ its completions go to.
     if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd || attr->xrcd->context != context ||
         !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq || attr->cq->context != context)
       return fail<ibv_srq>(EINVAL);
-    ibv_srq* s = create_srq(attr->pd, attr->attr, attr->srq_context);
+    ibv_srq* s = create_srq(attr->pd, &attr->attr, attr->srq_context);
     if (!s) return nullptr;
     Srq* srq = Srq::from(s);
     EngineContext* ctx = EngineContext::from(context);
@@ -141,7 +137,6 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     }
     srq->xrcd->users.fetch_add(1);
     srq->xrc_cq->qp_users.fetch_add(1);
-    srq->query(&attr->attr);
     return s;
   });
 }
