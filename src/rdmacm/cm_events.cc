@@ -1,6 +1,6 @@
 // Queueing, delivering and acknowledging rdma_cm events.
 #include <fcntl.h>
-#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -61,24 +61,29 @@ void CmService::queue_connect_request(CmId* listener, CmId* child, const EventPa
 }
 
 int CmService::get_event(EventChannel* channel, CmEvent** out) {
+  std::unique_lock lock(mu);
   for (;;) {
-    {
-      std::lock_guard lock(mu);
-      if (CmEvent* e = channel->pop()) {
-        e->owner->events_delivered++;
-        LOG_DEBUG("rdma_cm: delivering %s of id %llu", rdma_event_str(e->ev.event),
-                  (unsigned long long)CmId::from(e->ev.id)->serial);
-        *out = e;
-        return 0;
-      }
+    if (CmEvent* e = channel->pop()) {
+      e->owner->events_delivered++;
+      LOG_DEBUG("rdma_cm: delivering %s of id %llu", rdma_event_str(e->ev.event),
+                (unsigned long long)CmId::from(e->ev.id)->serial);
+      *out = e;
+      return 0;
     }
-    // The fd is readable exactly while an event is queued, so this waits the
-    // way librdmacm's read of the rdma_cm device does, honouring O_NONBLOCK.
-    const int fd = channel->abi.fd;
-    int flags = fcntl(fd, F_GETFL);
+    // Blocks exactly when librdmacm's read of the rdma_cm device would: not
+    // if the application made channel->fd non-blocking, and then as a plain
+    // read() (event_channel.h), which a signal interrupts with EINTR unless
+    // its handler has SA_RESTART.
+    const int flags = fcntl(channel->abi.fd, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, -1) < 0 && errno != EINTR) return errno;
+    const int doorbell = channel->begin_wait();
+    lock.unlock();
+    uint64_t ring;
+    const ssize_t n = read(doorbell, &ring, sizeof ring);
+    const int err = n == ssize_t(sizeof ring) ? 0 : n < 0 ? errno : EIO;
+    lock.lock();
+    channel->end_wait(err == 0);
+    if (err) return err;
   }
 }
 

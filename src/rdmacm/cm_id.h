@@ -23,7 +23,17 @@ struct CmId;
 using Clock = std::chrono::steady_clock;
 
 // What a pending timer of an id is for.
-enum class TimerKind : uint8_t { kNone, kResolve, kConnect, kConnectRetry, kRep, kDreq, kTimewait, kSidr };
+enum class TimerKind : uint8_t {
+  kNone,
+  kResolve,
+  kConnect,
+  kConnectRetry,
+  kRep,
+  kDreq,
+  kTimewait,
+  kSidr,
+  kAcceptRetry,  // a listener that ran out of descriptors tries accept() again
+};
 
 // Pending timers, earliest first; an id holds the position of its one timer so
 // that cancelling it is cheap and leaves nothing behind.

@@ -42,6 +42,90 @@ int CmService::listen(CmId* id, int backlog) {
   return 0;
 }
 
+// ---- accepting CM connections ----
+
+void CmService::on_listen_ready(CmId* listener) {
+  // A bounded number per wake-up: epoll is level-triggered, so the rest wait
+  // while the other links are served.
+  for (int i = 0; i < kAcceptBurst; ++i) {
+    const int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      accept_link(listener, fd);
+      continue;
+    }
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK) return;
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      // A connection that has not sent its REQ gives its descriptor up for
+      // the newcomer; with none to give up, wait for descriptors to free.
+      if (close_oldest_pending("out of file descriptors")) continue;
+      pause_accept(listener, err);
+      return;
+    }
+    // ECONNABORTED and the network errors accept(2) passes on concern one
+    // connection only: go on with the next.
+    if (err != EINTR)
+      log_limited(core::LogLevel::kWarn, "rdma_cm: accept on port %u: %s", listener->src_port, strerror(err));
+  }
+}
+
+void CmService::accept_link(CmId* listener, int fd) {
+  if (pending_links_.size() >= kMaxPendingLinks) (void)close_oldest_pending("too many connections without a request");
+  TcpLink* link = new_link(fd, TcpLink::Phase::kOpen);
+  link->listener = listener;
+  link->request_deadline = Clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
+  pending_links_.insert(link->token());
+  link->learn_addresses();
+  send_greeting(link);
+}
+
+void CmService::send_greeting(TcpLink* link) {
+  PortInfoMessage info;
+  info.redirect_gid = core::ipv4_to_gid(link->local_ip);
+  auto dp = device_for_ip(link->local_ip);
+  info.redirect_lid = dp.ok() ? dp->device->lid : 0;
+  // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.
+  (void)link->send(encode_mad(next_tid_++, info));
+}
+
+void CmService::pause_accept(CmId* listener, int err) {
+  log_limited(core::LogLevel::kWarn, "rdma_cm: accept on port %u: %s; trying again every %d ms", listener->src_port,
+              strerror(err), kAcceptBackoffMs);
+  epoll_event ev{};
+  ev.events = 0;  // still registered, no longer reported
+  ev.data.u64 = listener->listen_token;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener->sock, &ev);
+  arm_timer(listener, TimerKind::kAcceptRetry, kAcceptBackoffMs);
+}
+
+void CmService::resume_accept(CmId* listener) {
+  if (listener->state != CmState::kListen || listener->destroying) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = listener->listen_token;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener->sock, &ev);
+  on_listen_ready(listener);
+}
+
+bool CmService::close_oldest_pending(const char* why) {
+  if (pending_links_.empty()) return false;
+  TcpLink* link = links_.at(*pending_links_.begin());
+  log_link_closed(core::LogLevel::kInfo, link, why);
+  link->dead = true;  // nothing it is owed: close without lingering
+  close_link(link);
+  return true;
+}
+
+void CmService::expire_pending_links(Clock::time_point now) {
+  while (!pending_links_.empty()) {
+    TcpLink* link = links_.at(*pending_links_.begin());
+    if (link->request_deadline > now) return;
+    log_link_closed(core::LogLevel::kInfo, link, "no CM request in time");
+    link->dead = true;
+    close_link(link);
+  }
+}
+
 void CmService::reject_link(TcpLink* link, uint64_t tid, const ReqMessage& req, RejReason reason) {
   RejMessage rej;
   rej.remote_comm_id = req.local_comm_id;

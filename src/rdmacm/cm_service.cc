@@ -14,7 +14,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "core/device.h"
 #include "core/log.h"
@@ -131,7 +134,9 @@ void CmService::run() {
         on_link_event(k->second, evs[i].events);
       }
     }
-    run_timers(Clock::now());
+    const auto now = Clock::now();
+    run_timers(now);
+    expire_pending_links(now);
   }
 }
 
@@ -237,8 +242,15 @@ void CmService::cancel_timer(CmId* id) {
 }
 
 int CmService::next_timeout_ms() {
-  if (timers_.empty()) return -1;
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - Clock::now()).count();
+  std::optional<Clock::time_point> next;
+  if (!timers_.empty()) next = timers_.begin()->first;
+  if (!pending_links_.empty()) {
+    // The oldest pending link has the earliest deadline.
+    const auto deadline = links_.at(*pending_links_.begin())->request_deadline;
+    if (!next || deadline < *next) next = deadline;
+  }
+  if (!next) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
   return left < 0 ? 0 : int(std::min<int64_t>(left, 60 * 1000));
 }
 
@@ -271,6 +283,7 @@ TcpLink* CmService::new_link(int fd, TcpLink::Phase phase) {
 
 void CmService::close_link(TcpLink* link) {
   if (link->owner && link->owner->link == link) link->owner->link = nullptr;
+  pending_links_.erase(link->token());
   links_.erase(link->token());
   delete link;
 }
@@ -294,18 +307,17 @@ void CmService::on_link_event(TcpLink* link, uint32_t events) {
     if (!alive() || link->phase == TcpLink::Phase::kConnecting) return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-    std::vector<Mad> frames;
-    int err = link->receive(&frames);
-    for (const Mad& f : frames) {
+    std::vector<DecodedMad> mads;
+    const int err = link->receive(&mads);
+    for (const DecodedMad& mad : mads) {
       if (!alive()) return;
-      auto mad = decode_mad(f);
-      if (!mad) {
-        LOG_WARN("rdma_cm: dropping a malformed CM MAD");
-        continue;
-      }
-      on_mad(link, *mad);
+      on_mad(link, mad);
     }
-    if (err && alive()) {
+    if (!alive()) return;
+    if (link->owner) pending_links_.erase(token);  // a REQ named its id
+    if (err) {
+      // Framing has no way to resynchronise (mad_framer.h): the connection ends.
+      if (err == EPROTO) log_link_closed(core::LogLevel::kWarn, link, "not a CM MAD");
       on_link_lost(link, err);
       return;
     }
@@ -424,31 +436,28 @@ void CmService::on_mad(TcpLink* link, const DecodedMad& mad) {
   std::visit(Dispatch{this, link, id, tid}, mad.message);
 }
 
-// ---- listeners ----
+// ---- logging what peers cause ----
 
-void CmService::on_listen_ready(CmId* listener) {
-  for (;;) {
-    int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        LOG_WARN("rdma_cm: accept on port %u: %s", listener->src_port, strerror(errno));
-      return;
-    }
-    TcpLink* link = new_link(fd, TcpLink::Phase::kOpen);
-    link->listener = listener;
-    link->learn_addresses();
-    send_greeting(link);
+void CmService::log_limited(core::LogLevel level, const char* fmt, ...) {
+  if (!core::log_enabled(level)) return;
+  uint64_t suppressed = 0;
+  if (!log_limiter_.allow(Clock::now(), &suppressed)) return;
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (suppressed) {
+    core::log_message(level, "%s (%llu similar messages suppressed)", line, (unsigned long long)suppressed);
+  } else {
+    core::log_message(level, "%s", line);
   }
 }
 
-void CmService::send_greeting(TcpLink* link) {
-  PortInfoMessage info;
-  info.redirect_gid = core::ipv4_to_gid(link->local_ip);
-  auto dp = device_for_ip(link->local_ip);
-  info.redirect_lid = dp.ok() ? dp->device->lid : 0;
-  // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.
-  (void)link->send(encode_mad(next_tid_++, info));
+void CmService::log_link_closed(core::LogLevel level, const TcpLink* link, const char* why) {
+  const uint32_t ip = link->peer_ip;
+  log_limited(level, "rdma_cm: closing the CM connection from %u.%u.%u.%u: %s", ip >> 24, (ip >> 16) & 0xFF,
+              (ip >> 8) & 0xFF, ip & 0xFF, why);
 }
 
 }  // namespace uroce::rdmacm

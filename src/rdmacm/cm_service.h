@@ -15,13 +15,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/config.h"
 #include "rdmacm/cm_id.h"
 #include "rdmacm/cm_messages.h"
 #include "rdmacm/event_channel.h"
+#include "rdmacm/log_limiter.h"
 #include "rdmacm/tcp_link.h"
 
 namespace uroce::rdmacm {
@@ -49,6 +52,27 @@ constexpr int kTimewaitMs = 500;         // DISCONNECTED -> TIMEWAIT_EXIT (the k
 // rely on the slack that ARP/route resolution gives a listener to appear.
 constexpr int kRefusedGraceMs = 500;
 constexpr int kConnectRetryMs = 10;
+
+// A listener under abuse (junk, floods of connections, descriptor
+// exhaustion). An accepted CM connection that has not named an id with a REQ
+// (or SIDR_REQ) is "pending": it costs a descriptor and serves nobody yet.
+// A real rdma_cm client sends its REQ right after the greeting, or closes the
+// probe connection of its address resolution; only those pending links are
+// ever closed for their silence. A connection that carries a live rdma_cm
+// connection may stay quiet for as long as it lives: its TCP end is how each
+// side learns that the other is gone.
+constexpr int kRequestTimeoutMs = 5000;  // accept -> REQ, else the link closes
+// Pending links per process; beyond, accepting a new one closes the oldest,
+// so a flood of connections cannot hold a real client off for longer than it
+// lasts, and the application keeps its descriptors.
+constexpr size_t kMaxPendingLinks = 256;
+// accept() failing for want of descriptors (EMFILE, ENFILE) or memory: with
+// no pending link to give up, the listener stops asking (instead of spinning
+// on a level-triggered readiness it cannot clear) and tries again after this.
+constexpr int kAcceptBackoffMs = 100;
+// Connections accepted per readiness event; the rest wait for the next turn
+// of the loop, after the other links have been served.
+constexpr int kAcceptBurst = 64;
 
 // A random 24-bit starting PSN, as the IB CM chooses them.
 uint32_t new_psn();
@@ -147,9 +171,19 @@ class CmService {
   void on_mad(TcpLink* link, const DecodedMad& mad);
   [[nodiscard]] int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
 
-  // Listeners.
+  // Listeners (cm_passive.cc).
   void on_listen_ready(CmId* listener);
+  void accept_link(CmId* listener, int fd);
   void send_greeting(TcpLink* link);
+  // accept() is out of descriptors: stop watching the listener, retry later.
+  void pause_accept(CmId* listener, int err);
+  void resume_accept(CmId* listener);
+  // Pending links (accepted, no REQ yet; see kRequestTimeoutMs).
+  bool close_oldest_pending(const char* why);  // false if there is none
+  void expire_pending_links(Clock::time_point now);
+  // A line about something a peer did: rate-limited (LogLimiter).
+  void log_limited(core::LogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  void log_link_closed(core::LogLevel level, const TcpLink* link, const char* why);
 
   // Address helpers (cm_address.cc).
   [[nodiscard]] int attach_device(CmId* id, uint32_t ip);
@@ -202,6 +236,9 @@ class CmService {
   uint32_t comm_id_seed_ = 0;
   std::unordered_map<uint64_t, CmId*> listeners_;  // by epoll token
   std::unordered_map<uint64_t, TcpLink*> links_;   // by epoll token
+  // Tokens of the pending links: ascending token = accept order = deadline order.
+  std::set<uint64_t> pending_links_;
+  LogLimiter log_limiter_;
 
   TimerMap timers_;
 };

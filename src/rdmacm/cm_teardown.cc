@@ -215,6 +215,9 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
         queue_event(id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
       }
       return;
+    case TimerKind::kAcceptRetry:
+      resume_accept(id);
+      return;
     case TimerKind::kNone:
       return;
   }

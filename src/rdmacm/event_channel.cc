@@ -15,8 +15,11 @@ EventChannel* EventChannel::create() {
     return nullptr;
   }
   c->abi.fd = eventfd(0, EFD_CLOEXEC);
-  if (c->abi.fd < 0) {
+  c->doorbell_ = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (c->abi.fd < 0 || c->doorbell_ < 0) {
     int e = errno;
+    if (c->abi.fd >= 0) close(c->abi.fd);
+    if (c->doorbell_ >= 0) close(c->doorbell_);
     delete c;
     errno = e;
     return nullptr;
@@ -28,7 +31,9 @@ void EventChannel::destroy() {
   for (CmEvent* e : queue_) delete e;
   queue_.clear();
   close(abi.fd);
+  close(doorbell_);
   abi.fd = -1;
+  doorbell_ = -1;
   closed_ = true;
   if (users_ == 0) delete this;
 }
@@ -46,6 +51,11 @@ void EventChannel::push(CmEvent* e) {
   // Every event wakes the fd (not only the first), so that an application
   // waiting with edge-triggered epoll sees each one, as with the kernel's fd.
   set_readable(true);
+  // One ring per waiter at most: each ring lets one read() return.
+  if (waiters_ > rung_) {
+    eventfd_write(doorbell_, 1);
+    ++rung_;
+  }
 }
 
 CmEvent* EventChannel::pop() {

@@ -5,6 +5,13 @@
 // non-zero exactly while the queue holds an event, so poll/epoll on
 // channel->fd say "readable" iff rdma_get_cm_event would not block. The queue
 // and the counter change together, under the CmService mutex.
+//
+// rdma_get_cm_event does not wait on that fd (reading it would clear the
+// indicator that other threads may be polling) but on a private doorbell, a
+// blocking eventfd in semaphore mode rung once for each waiter that an event
+// may serve. Waiting is thus a plain read(), as librdmacm's read of the
+// rdma_cm device: a signal whose handler has SA_RESTART resumes it, any other
+// interrupts it with EINTR.
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -53,6 +60,17 @@ class EventChannel {
   void push(CmEvent* e);
   CmEvent* pop();  // nullptr if empty
   bool empty() const { return queue_.empty(); }
+  // A thread about to wait for an event (queue empty): returns the doorbell
+  // fd to read; end_wait(woken) once the read returned (woken: it consumed a
+  // ring, as opposed to failing with EINTR).
+  int begin_wait() {
+    ++waiters_;
+    return doorbell_;
+  }
+  void end_wait(bool woken) {
+    --waiters_;
+    if (woken) --rung_;
+  }
   // Removes (and returns, in order) the undelivered events matching pred.
   template <class Pred>
   std::deque<CmEvent*> take_if(Pred pred);
@@ -61,6 +79,9 @@ class EventChannel {
   EventChannel() = default;
   void set_readable(bool readable);
   std::deque<CmEvent*> queue_;
+  int doorbell_ = -1;
+  int waiters_ = 0;  // threads between begin_wait and end_wait
+  int rung_ = 0;     // rings not yet consumed (the doorbell's counter)
   int users_ = 0;
   bool closed_ = false;
 };

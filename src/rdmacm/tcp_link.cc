@@ -54,6 +54,15 @@ void TcpLink::watch_output(bool on) {
 
 int TcpLink::send(const Mad& mad) {
   if (dead) return ECONNRESET;
+  if (out_.size() + mad.size() > kMaxQueuedOutput) {
+    // The peer stopped reading: its CM cannot be following the protocol.
+    // Shutting the socket down makes epoll report it, and the progress thread
+    // handles the link as lost; nothing is queued any more meanwhile.
+    dead = true;
+    out_.clear();
+    shutdown(fd_, SHUT_RDWR);
+    return ENOBUFS;
+  }
   out_.insert(out_.end(), mad.begin(), mad.end());
   if (phase == Phase::kConnecting) return 0;  // flushed once connected
   return flush();
@@ -78,33 +87,18 @@ int TcpLink::flush() {
   return 0;
 }
 
-int TcpLink::receive(std::vector<Mad>* out) {
-  uint8_t buf[4096];
-  for (;;) {
-    ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) {
-      in_.insert(in_.end(), buf, buf + n);
-      continue;
-    }
-    int err = 0;
-    if (n == 0) {
-      err = ECONNRESET;
-    } else if (errno == EINTR) {
-      continue;
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      err = errno;
-    }
-    // Hand over the complete MADs even when the peer has gone: a REJ or DREP
-    // followed by the close must still be processed.
-    size_t whole = in_.size() / kMadSize * kMadSize;
-    for (size_t off = 0; off < whole; off += kMadSize) {
-      Mad m;
-      std::memcpy(m.data(), in_.data() + off, kMadSize);
-      out->push_back(m);
-    }
-    in_.erase(in_.begin(), in_.begin() + std::ptrdiff_t(whole));
-    return err;
-  }
+int TcpLink::receive(std::vector<DecodedMad>* out) {
+  uint8_t buf[kReadBudget];
+  ssize_t n;
+  do {
+    n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return ECONNRESET;
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+  // MADs that arrived before the peer closed are handed over by the calls
+  // that precede the one that sees the end: a REJ or DREP followed by the
+  // close is still processed.
+  return in_.feed({buf, size_t(n)}, out) == MadFramer::Status::kOk ? 0 : EPROTO;
 }
 
 int TcpLink::connect_result() {
