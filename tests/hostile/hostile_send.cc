@@ -13,7 +13,8 @@
 //
 // where the expect line names the receiver's UROCE_STATS counters of which at least N
 // (summed) must have been counted if the receiver drops every one of these packets:
-// `bad_path` for valid packets off the QP's path (--path off), `ghost` for responses and
+// `bad_path` for valid packets off the QP's path (--path off), `ghost` for responses
+// (`dropped_state` if the QP has no requester: RTR, as ib_write_bw's server) and
 // `out_of_sequence+duplicates` for requests on the path with PSNs out of the window,
 // `no_qp` added when scanning QPNs, and `malformed` / `bad_icrc` / `no_qp` for the
 // attacks that never reach a QP.
@@ -299,7 +300,9 @@ void Attacker::print_expectation(const std::string& attack, Kind kind, uint64_t 
       break;
     case Kind::kRequest:
     case Kind::kResponse:
-      counters = !o_.path_ok ? "bad_path" : kind == Kind::kResponse ? "ghost" : "out_of_sequence+duplicates";
+      counters = !o_.path_ok               ? "bad_path"
+                 : kind == Kind::kResponse ? "ghost+dropped_state"
+                                           : "out_of_sequence+duplicates";
       if (o_.qpn_count > 1) counters += "+no_qp";
       break;
   }

@@ -17,6 +17,9 @@
 #   run_hostile.sh --launcher PATH --tool PATH --program rc_pingpong|write_bw --port TCP_PORT
 #                  [--name NAME] [--outdir DIR] [--iters N] [--timeout S] [--netns SUBNET]
 #
+# --iters: the programs' iterations (default 20000). A program that ends before the attack
+# does makes the script start over with 4x the iterations, at most --retries times (2).
+#
 # --netns N: server and client in two network namespaces joined by a veth pair
 # (10.232.N.1 and .2, each with a second address .11/.12 for wrong-destination packets);
 # the off-path attacker uses .3/.13, the on-path one spoofs the peer from the peer's
@@ -24,7 +27,8 @@
 # stopped when the script exits.
 set -euo pipefail
 
-launcher= tool= program= port= name=hostile outdir=. iters= timeout_s=150 subnet=
+launcher= tool= program= port= name=hostile outdir=. iters= timeout_s=150 subnet= retries=2
+args=("$@")
 while (($#)); do
   case $1 in
     --launcher) launcher=$2; shift 2 ;;
@@ -36,6 +40,7 @@ while (($#)); do
     --iters) iters=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --netns) subnet=$2; shift 2 ;;
+    --retries) retries=$2; shift 2 ;;
     *) echo "run_hostile: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -44,14 +49,14 @@ done
 # The programs and what their successful end looks like.
 case $program in
   rc_pingpong)
-    iters=${iters:-100000}
+    iters=${iters:-20000}
     server_cmd=(ibv_rc_pingpong -g 0 -c -p "$port" -n "$iters")
     client_cmd=("${server_cmd[@]}")
     expect=("^$((2 * 4096 * iters)) bytes in [0-9.]+ seconds" "^$iters iters in [0-9.]+ seconds")
     reject='invalid data in page|Failed status|Completion for unknown|Couldn'"'"'t'
     ;;
   write_bw)
-    iters=${iters:-60000}
+    iters=${iters:-20000}
     server_cmd=(ib_write_bw -d uroce0 -x 0 -s 65536 -n "$iters" -p "$port")
     client_cmd=("${server_cmd[@]}")
     expect=("^ *65536 +$iters +[0-9.]+ +[0-9.]+")
@@ -213,10 +218,15 @@ else
   attack "$s_ip" "$s_lid" "$s_qpn" "$s_psn" "$c_psn" "$s_rkey" "$s_va" "$c_ip" 127.0.0.3 "$alt" "$att_s"
   attack "$c_ip" "$c_lid" "$c_qpn" "$c_psn" "$s_psn" "$c_rkey" "$c_va" "$s_ip" 127.0.0.3 "$alt" "$att_c"
 fi
-# The attack is meaningful only if it hit running QPs.
+# The attack is meaningful only if it hit running QPs: if a program finished first, run
+# again with four times the iterations (at most --retries times; the later options win).
 for log in "$log_s" "$log_c"; do
   if grep -qE "iters in|^ *65536 +$iters |uroce stats" "$log"; then
-    fail "a program had finished before the attack ended: raise --iters"
+    ((retries > 0)) || fail "a program had finished before the attack ended: raise --iters"
+    echo "run_hostile: $name: a program finished before the attack ended; again with $((iters * 4)) iterations"
+    cleanup
+    trap - EXIT
+    exec "$0" "${args[@]}" --iters $((iters * 4)) --retries $((retries - 1))
   fi
 done
 echo "run_hostile: $name: $(awk '/^total/ { n += $2 } END { print n }' "$att_s" "$att_c") datagrams sent, waiting for the programs"

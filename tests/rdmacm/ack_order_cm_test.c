@@ -6,7 +6,7 @@
 // flushed: the responder ACKs a message before its receive completion is visible, and the
 // peer's completion arrives before the DREQ. Every connection must succeed.
 //
-//   ack_order_cm_test PORT [CONNECTIONS]     (default 50)
+//   ack_order_cm_test [ack_order_disconnect] PORT [CONNECTIONS]     (default 50)
 //
 // The server is a fork()ed child (rdma_cm is used only after the fork); every wait is
 // bounded.
@@ -235,8 +235,12 @@ static void client_once(int port) {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "ack_order_disconnect") == 0) {  // the case name is optional
+    argc--;
+    argv++;
+  }
   if (argc < 2) {
-    fprintf(stderr, "usage: ack_order_cm_test PORT [CONNECTIONS]\n");
+    fprintf(stderr, "usage: ack_order_cm_test [ack_order_disconnect] PORT [CONNECTIONS]\n");
     return 2;
   }
   int port = atoi(argv[1]);
