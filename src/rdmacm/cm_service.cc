@@ -27,6 +27,10 @@ namespace uroce::rdmacm {
 namespace {
 constexpr uint64_t kWakeToken = 0;
 
+bool opens_connection(const DecodedMad& mad) {
+  return std::holds_alternative<ReqMessage>(mad.message) || std::holds_alternative<SidrReqMessage>(mad.message);
+}
+
 uint64_t random_u64() {
   uint64_t v = 0;
   if (getrandom(&v, sizeof v, GRND_NONBLOCK) != sizeof v) v = uint64_t(getpid()) << 32 ^ uint64_t(time(nullptr));
@@ -306,25 +310,35 @@ void CmService::on_link_event(TcpLink* link, uint32_t events) {
     on_link_connected(link);
     if (!alive() || link->phase == TcpLink::Phase::kConnecting) return;
   }
-  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-    std::vector<DecodedMad> mads;
-    const int err = link->receive(&mads);
-    for (const DecodedMad& mad : mads) {
-      if (!alive()) return;
-      on_mad(link, mad);
-    }
-    if (!alive()) return;
-    if (link->owner) pending_links_.erase(token);  // a REQ named its id
-    if (err) {
-      // Framing has no way to resynchronise (mad_framer.h): the connection ends.
-      if (err == EPROTO) log_link_closed(core::LogLevel::kWarn, link, "not a CM MAD");
-      on_link_lost(link, err);
-      return;
-    }
-  }
-  if ((events & EPOLLOUT) && alive()) {
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !on_link_readable(link)) return;
+  if (events & EPOLLOUT) {
     if (int err = link->flush()) on_link_lost(link, err);
   }
+}
+
+bool CmService::on_link_readable(TcpLink* link) {
+  const uint64_t token = link->token();
+  std::vector<DecodedMad> mads;
+  const int err = link->receive(&mads);
+  for (const DecodedMad& mad : mads) {
+    if (pending_links_.count(token) && !opens_connection(mad)) {
+      // The active side's first message is its REQ (or SIDR_REQ): anything
+      // else is not an rdma_cm peer.
+      log_link_closed(core::LogLevel::kWarn, link, "a CM message before any request");
+      close_link(link);
+      return false;
+    }
+    on_mad(link, mad);
+    if (!links_.count(token)) return false;
+    if (link->owner) pending_links_.erase(token);  // a REQ named its id
+  }
+  if (err) {
+    // Framing has no way to resynchronise (mad_framer.h): the connection ends.
+    if (err == EPROTO) log_link_closed(core::LogLevel::kWarn, link, "not a CM MAD");
+    on_link_lost(link, err);
+    return false;
+  }
+  return true;
 }
 
 void CmService::on_link_connected(TcpLink* link) {

@@ -166,6 +166,8 @@ class CmService {
   // A new CM connection (TCP) to the id's destination; returns an errno.
   [[nodiscard]] int start_connect(CmId* id, bool retry_on_fresh_port = false);
   void on_link_event(TcpLink* link, uint32_t events);
+  // Reads and handles what the link received; false if that closed the link.
+  [[nodiscard]] bool on_link_readable(TcpLink* link);
   void on_link_connected(TcpLink* link);
   void on_link_lost(TcpLink* link, int err);
   void on_mad(TcpLink* link, const DecodedMad& mad);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <signal.h>
@@ -25,109 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char* g_case = "";
-static char g_port[16];
+#include "cm_test_util.h"
+
 static enum ibv_qp_type g_qp_type = IBV_QPT_RC;  // of the endpoint ping-pong
-
-static void fail(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "cm_test %s [pid %d]: FAILED: ", g_case, (int)getpid());
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
-
-#define CHECK(cond, ...)            \
-  do {                              \
-    if (!(cond)) fail(__VA_ARGS__); \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-// Waits (poll on channel->fd, so the fd must work with poll) for the next
-// event; fails after timeout_ms. The caller acknowledges it.
-static struct rdma_cm_event* next_event(struct rdma_event_channel* ch, int timeout_ms) {
-  struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-  int r = poll(&p, 1, timeout_ms);
-  CHECK(r == 1, "no rdma_cm event within %d ms (poll returned %d)", timeout_ms, r);
-  struct rdma_cm_event* e;
-  CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
-  return e;
-}
-
-static struct rdma_cm_event* expect_event(struct rdma_event_channel* ch, enum rdma_cm_event_type type, int timeout_ms) {
-  struct rdma_cm_event* e = next_event(ch, timeout_ms);
-  CHECK(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event), e->status);
-  return e;
-}
-
-static void ack_expected(struct rdma_event_channel* ch, enum rdma_cm_event_type type, int timeout_ms) {
-  rdma_ack_cm_event(expect_event(ch, type, timeout_ms));
-}
-
-static struct sockaddr_in loopback(int port) {
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
-
-// Resident set size in KiB (VmRSS of /proc/self/status), -1 if unknown.
-static long rss_kib(void) {
-  FILE* f = fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long kib = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  fclose(f);
-  return kib;
-}
-
-static int open_fds(void) {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (readdir(d)) n++;
-  closedir(d);
-  return n;
-}
-
-// A one-byte pipe message, so that one process waits for the other.
-static void signal_peer(int fd) { CHECK(write(fd, "x", 1) == 1, "pipe write"); }
-static void wait_peer(int fd, int timeout_ms) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  CHECK(poll(&p, 1, timeout_ms) == 1, "peer did not signal within %d ms", timeout_ms);
-  char c;
-  CHECK(read(fd, &c, 1) == 1, "peer exited early");
-}
-
-static int reap(pid_t pid, int timeout_ms) {
-  double end = now_ms() + timeout_ms;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (now_ms() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      fail("child %d did not exit within %d ms", (int)pid, timeout_ms);
-    }
-    usleep(10000);
-  }
-  return status;
-}
-
-static void expect_child_ok(pid_t pid) {
-  int status = reap(pid, 30000);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)", status);
-}
 
 // ---- endpoint ping-pong: rdma_getaddrinfo + rdma_create_ep + rdma_get_request + rdma_verbs.h ----
 
@@ -284,65 +185,6 @@ static void case_endpoint_pingpong(void) {
   expect_child_ok(pid);
 }
 
-// ---- an asynchronous client, step by step ----
-
-struct async_client {
-  struct rdma_event_channel* ch;
-  struct rdma_cm_id* id;
-  struct ibv_pd* pd;
-  struct ibv_cq* cq;
-};
-
-// Resolves 127.0.0.1:port and creates an RC QP on the id.
-static void async_client_setup(struct async_client* c, int port) {
-  c->ch = rdma_create_event_channel();
-  CHECK(c->ch, "rdma_create_event_channel: %s", strerror(errno));
-  CHECK(rdma_create_id(c->ch, &c->id, c, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
-  struct sockaddr_in dst = loopback(port);
-  CHECK(rdma_resolve_addr(c->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
-  ack_expected(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
-  CHECK(c->id->verbs, "no verbs context after ADDR_RESOLVED (127.0.0.1 must resolve to the uroce device)");
-  union ibv_gid gid;
-  CHECK(ibv_query_gid(c->id->verbs, 1, 0, &gid) == 0, "ibv_query_gid");
-  CHECK(gid.raw[10] == 0xff && gid.raw[11] == 0xff, "GID 0 is not IPv4-mapped");
-  CHECK(rdma_resolve_route(c->id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
-  ack_expected(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
-  c->pd = ibv_alloc_pd(c->id->verbs);
-  c->cq = ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0);
-  CHECK(c->pd && c->cq, "pd/cq");
-  struct ibv_qp_init_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.send_cq = attr.recv_cq = c->cq;
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
-  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(c->id, c->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
-  struct ibv_qp_attr qa;
-  struct ibv_qp_init_attr qi;
-  CHECK(ibv_query_qp(c->id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT,
-        "rdma_create_qp did not leave the QP in INIT");
-}
-
-static void async_client_teardown(struct async_client* c) {
-  rdma_destroy_qp(c->id);
-  CHECK(rdma_destroy_id(c->id) == 0, "rdma_destroy_id: %s", strerror(errno));
-  ibv_destroy_cq(c->cq);
-  ibv_dealloc_pd(c->pd);
-  rdma_destroy_event_channel(c->ch);
-}
-
-static struct rdma_conn_param basic_param(const void* data, uint8_t len) {
-  struct rdma_conn_param p;
-  memset(&p, 0, sizeof p);
-  p.private_data = data;
-  p.private_data_len = len;
-  p.responder_resources = 1;
-  p.initiator_depth = 1;
-  p.retry_count = 7;
-  p.rnr_retry_count = 7;
-  return p;
-}
-
 // Connecting to a port nobody listens on: REJECTED or UNREACHABLE within a second.
 static void case_no_listener(void) {
   struct async_client c;
@@ -438,46 +280,6 @@ static void case_private_data_limits(void) {
   rdma_ack_cm_event(e);
   async_client_teardown(&c);
   expect_child_ok(pid);
-}
-
-// A listener with an asynchronous channel; accepts every request with a QP of its own.
-struct server {
-  struct rdma_event_channel* ch;
-  struct rdma_cm_id* listen_id;
-  struct ibv_pd* pd;
-  struct ibv_cq* cq;
-};
-
-static void server_listen(struct server* s) {
-  s->ch = rdma_create_event_channel();
-  CHECK(rdma_create_id(s->ch, &s->listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
-  struct sockaddr_in a = loopback(atoi(g_port));
-  CHECK(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
-  CHECK(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
-  s->pd = ibv_alloc_pd(s->listen_id->verbs);
-  s->cq = ibv_create_cq(s->listen_id->verbs, 64, NULL, NULL, 0);
-  CHECK(s->pd && s->cq, "server pd/cq");
-}
-
-static struct rdma_cm_id* server_accept(struct server* s, int timeout_ms) {
-  struct rdma_cm_event* e = expect_event(s->ch, RDMA_CM_EVENT_CONNECT_REQUEST, timeout_ms);
-  struct rdma_cm_id* id = e->id;
-  rdma_ack_cm_event(e);
-  struct ibv_qp_init_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.send_cq = attr.recv_cq = s->cq;
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
-  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(id, s->pd, &attr) == 0, "server rdma_create_qp: %s", strerror(errno));
-  struct rdma_conn_param p = basic_param(NULL, 0);
-  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
-  struct ibv_qp_attr qa;
-  struct ibv_qp_init_attr qi;
-  CHECK(ibv_query_qp(id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS,
-        "passive QP not in RTS after rdma_accept");
-  ack_expected(s->ch, RDMA_CM_EVENT_ESTABLISHED, timeout_ms);
-  return id;
 }
 
 // A client killed mid-connection: DISCONNECTED on the server within a few seconds.
@@ -726,10 +528,95 @@ static void case_channel_basics(void) {
   rdma_destroy_id(id);
 }
 
+// ---- rdma_get_cm_event and signals ----
+//
+// librdmacm waits with a plain read() of the rdma_cm device: a signal whose
+// handler lacks SA_RESTART ends the wait with -1/EINTR, one with SA_RESTART
+// is handled and the wait goes on. A helper thread signals the main thread
+// (pthread_kill, so that no other thread takes the signal) every 50 ms while
+// it waits, so at least one signal lands during the blocking wait whatever
+// the scheduling; after `event_after_ms` it makes an event arrive (an address
+// resolution on the same channel), which bounds the wait if EINTR never comes.
+
+static volatile sig_atomic_t g_signals;
+static void count_signal(int sig) {
+  (void)sig;
+  g_signals = g_signals + 1;
+}
+
+struct signaller {
+  pthread_t target;
+  struct rdma_event_channel* ch;
+  int event_after_ms;
+  volatile int done;  // the main thread's wait returned
+  struct rdma_cm_id* id;
+};
+
+static void* signaller_main(void* arg) {
+  struct signaller* s = arg;
+  double start = now_ms();
+  while (!s->done && now_ms() - start < s->event_after_ms) {
+    pthread_kill(s->target, SIGUSR1);
+    usleep(50 * 1000);
+  }
+  if (!s->done) {
+    CHECK(rdma_create_id(s->ch, &s->id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+    struct sockaddr_in dst = loopback(atoi(g_port));  // nobody listens: resolves at once
+    CHECK(rdma_resolve_addr(s->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  }
+  return NULL;
+}
+
+// Waits in rdma_get_cm_event while signalled; returns its result, errno in *err.
+static int wait_while_signalled(struct rdma_event_channel* ch, int restart, int event_after_ms,
+                                struct rdma_cm_event** e, int* err, struct rdma_cm_id** helper_id) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = count_signal;
+  sa.sa_flags = restart ? SA_RESTART : 0;
+  sigemptyset(&sa.sa_mask);
+  CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+  struct signaller s = {.target = pthread_self(), .ch = ch, .event_after_ms = event_after_ms};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, signaller_main, &s) == 0, "pthread_create");
+  int r = rdma_get_cm_event(ch, e);
+  *err = errno;
+  s.done = 1;
+  pthread_join(t, NULL);
+  *helper_id = s.id;
+  return r;
+}
+
+static void case_get_event_eintr(void) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  struct rdma_cm_event* e = NULL;
+  struct rdma_cm_id* helper_id = NULL;
+  int err = 0;
+  g_signals = 0;
+  int r = wait_while_signalled(ch, 0, 3000, &e, &err, &helper_id);
+  CHECK(r == -1 && err == EINTR, "without SA_RESTART: rdma_get_cm_event returned %d (%s), expected -1/EINTR", r,
+        r ? strerror(err) : rdma_event_str(e->event));
+  CHECK(g_signals >= 1, "the handler did not run");
+  printf("without SA_RESTART: -1/EINTR after %d signal(s)\n", (int)g_signals);
+
+  g_signals = 0;
+  r = wait_while_signalled(ch, 1, 300, &e, &err, &helper_id);
+  CHECK(r == 0, "with SA_RESTART: rdma_get_cm_event returned -1 (%s), expected the event", strerror(err));
+  CHECK(e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->id == helper_id, "with SA_RESTART: got %s",
+        rdma_event_str(e->event));
+  CHECK(g_signals >= 1, "the handler did not run");
+  printf("with SA_RESTART: the wait went on through %d signal(s) and returned %s\n", (int)g_signals,
+         rdma_event_str(e->event));
+  rdma_ack_cm_event(e);
+  CHECK(rdma_destroy_id(helper_id) == 0, "rdma_destroy_id");
+  rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char** argv) {
-  static const char* cases[] = {"endpoint_pingpong", "endpoint_pingpong_uc", "no_listener",
-                                "addr_timeout",      "private_data_limits",  "peer_killed",
-                                "cycles_1000",       "channel_basics",       "external_qp"};
+  static const char* cases[] = {"endpoint_pingpong",   "endpoint_pingpong_uc", "no_listener", "addr_timeout",
+                                "private_data_limits", "peer_killed",          "cycles_1000", "channel_basics",
+                                "external_qp",         "get_event_eintr"};
   if (argc == 2 && strcmp(argv[1], "--list") == 0) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) printf("%s\n", cases[i]);
     return 0;
@@ -759,6 +646,8 @@ int main(int argc, char** argv) {
     case_cycles(1000);
   } else if (!strcmp(g_case, "external_qp")) {
     case_external_qp();
+  } else if (!strcmp(g_case, "get_event_eintr")) {
+    case_get_event_eintr();
   } else if (!strcmp(g_case, "channel_basics")) {
     case_channel_basics();
   } else {
