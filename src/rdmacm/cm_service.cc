@@ -84,6 +84,7 @@ CmService& CmService::get() {
 }
 
 CmService::CmService() {
+  received_.reserve(TcpLink::kReadBudget / kMadSize);  // a partial MAD + the budget completes no more
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_event ev{};
@@ -318,7 +319,8 @@ void CmService::on_link_event(TcpLink* link, uint32_t events) {
 
 bool CmService::on_link_readable(TcpLink* link) {
   const uint64_t token = link->token();
-  std::vector<DecodedMad> mads;
+  std::vector<DecodedMad>& mads = received_;  // at most TcpLink::kReadBudget / kMadSize
+  mads.clear();
   const int err = link->receive(&mads);
   for (const DecodedMad& mad : mads) {
     if (pending_links_.count(token) && !opens_connection(mad)) {

@@ -241,6 +241,9 @@ class CmService {
   // Tokens of the pending links: ascending token = accept order = deadline order.
   std::set<uint64_t> pending_links_;
   LogLimiter log_limiter_;
+  // The MADs of one read (on_link_readable), kept to be reused: nothing is
+  // allocated per read, however fast a peer sends.
+  std::vector<DecodedMad> received_;
 
   TimerMap timers_;
 };
