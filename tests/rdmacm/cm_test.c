@@ -18,6 +18,7 @@
 #include <rdma/rdma_verbs.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -548,18 +549,18 @@ struct signaller {
   pthread_t target;
   struct rdma_event_channel* ch;
   int event_after_ms;
-  volatile int done;  // the main thread's wait returned
+  atomic_int done;  // the main thread's wait returned
   struct rdma_cm_id* id;
 };
 
 static void* signaller_main(void* arg) {
   struct signaller* s = arg;
   double start = now_ms();
-  while (!s->done && now_ms() - start < s->event_after_ms) {
+  while (!atomic_load(&s->done) && now_ms() - start < s->event_after_ms) {
     pthread_kill(s->target, SIGUSR1);
     usleep(50 * 1000);
   }
-  if (!s->done) {
+  if (!atomic_load(&s->done)) {
     CHECK(rdma_create_id(s->ch, &s->id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
     struct sockaddr_in dst = loopback(atoi(g_port));  // nobody listens: resolves at once
     CHECK(rdma_resolve_addr(s->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
@@ -581,7 +582,7 @@ static int wait_while_signalled(struct rdma_event_channel* ch, int restart, int 
   CHECK(pthread_create(&t, NULL, signaller_main, &s) == 0, "pthread_create");
   int r = rdma_get_cm_event(ch, e);
   *err = errno;
-  s.done = 1;
+  atomic_store(&s.done, 1);
   pthread_join(t, NULL);
   *helper_id = s.id;
   return r;
