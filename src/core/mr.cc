@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/limits.h"
+#include "core/mr_access.h"
 #include "core/work_queue.h"
 
 namespace uroce::core {
@@ -180,7 +181,7 @@ bool MrTable::scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t o
     const Mr* mr = nullptr;
     if (check_locked(sge[i].lkey, pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) != KeyCheck::kOk)
       return false;
-    std::memcpy(reinterpret_cast<void*>(sge[i].addr + skip), data, n);
+    if (!copy_to_mr(*mr, reinterpret_cast<void*>(sge[i].addr + skip), data, n)) return false;
     data += n;
     len -= n;
     skip = 0;

@@ -283,6 +283,22 @@ void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   finish_response(qp, w, tx);
 }
 
+// IBA 9.7.5.1 (rxe_comp.c check_psn): a response is for a PSN that is
+// outstanding — sent and not yet acknowledged — or it is a ghost, dropped:
+// it answers nothing we sent (a forged or misdirected packet, or one so late
+// that its PSN was acknowledged since). A plain ACK may also repeat the last
+// acknowledged PSN (the answer to a duplicate). A NAK names the PSN the
+// responder expects (sequence error) or the request it refused: one that is
+// outstanding.
+bool is_ghost(const EngineQp& qp, const wire::PacketView& pkt) {
+  uint32_t psn = pkt.bth().psn();
+  if (wire::psn_diff(psn, qp.req.psn_end) >= 0) return true;  // never sent
+  bool plain_ack =
+      wire::operation_of(pkt.bth().opcode()) == Operation::kAcknowledge && pkt.aeth().type() == wire::AckType::kAck;
+  int32_t behind = wire::psn_diff(psn, qp.comp.unacked_psn);
+  return plain_ack ? behind < -1 : behind < 0;
+}
+
 }  // namespace
 
 void complete_send_wqe(EngineQp& /*qp*/, core::SendWqe& w, ibv_wc_status status) {
@@ -310,6 +326,10 @@ void retire_send_wqes(EngineQp& qp) {
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (is_ghost(qp, pkt)) {
+    qp.engine()->stats.rx_ghost.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (wire::operation_of(pkt.bth().opcode()) == Operation::kAtomicAcknowledge) {

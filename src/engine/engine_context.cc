@@ -1,9 +1,11 @@
 #include "engine/engine_context.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <thread>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -19,10 +21,11 @@ namespace uroce::engine {
 namespace {
 constexpr int kTimerTickMs = 1;
 constexpr size_t kRxBurst = 64;
+constexpr uint32_t kReadBudgetPerQp = 16;  // READ response packets per QP per turn
 }  // namespace
 
 EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t)
-    : core::Context(dev), transport_(std::move(t)), next_qpn_(0x11 + (uint32_t(getpid()) & 0xFF) * 0x100) {
+    : core::Context(dev), transport_(std::move(t)) {
   set_lid(transport_->local_port());
   touched_.reserve(256);
 }
@@ -81,20 +84,25 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu\n",
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
                (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
                (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
                (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
-               (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load());
+               (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
+               (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load());
 }
 
+// QP numbers are random (24 bits from the kernel's generator), so that a
+// blind sender cannot guess them; QP0/QP1 are special.
 uint32_t EngineContext::allocate_qp_num() {
   for (;;) {
-    uint32_t n = next_qpn_.fetch_add(1) & wire::kPsnMask;
-    if (n < 2) continue;  // QP0/QP1 are special
+    uint32_t n = 0;
+    if (getrandom(&n, sizeof n, 0) != sizeof n) n = uint32_t(Clock::now().time_since_epoch().count() * 2654435761u);
+    n &= wire::kPsnMask;
+    if (n < 2) continue;
     std::shared_lock lock(qps_mu_);
     if (!qps_.count(n)) return n;
   }
@@ -110,6 +118,7 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   // exclusively also waits for any use of `qp` to finish.
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
+  std::erase(reading_, qp);
 }
 
 uint32_t EngineContext::register_xrc_srq(core::Srq* srq) {
@@ -145,38 +154,70 @@ EngineQp& EngineContext::relay_proxy() {
 }
 
 namespace {
-// A tombstone lives until its peer has been quiet this long (bounded).
+// A tombstone answers while its peer keeps retransmitting: it expires once the
+// peer has been quiet for kTombstoneQuiet, and in any case kTombstoneMaxAge
+// after the QP was destroyed; at most kMaxTombstones exist (the oldest gives
+// way). ibv_close_device waits up to kLingerMax for the quiet period.
 constexpr auto kTombstoneQuiet = std::chrono::milliseconds(30);
-constexpr auto kTombstoneMax = std::chrono::milliseconds(500);
+constexpr auto kTombstoneIdle = std::chrono::seconds(1);
+constexpr auto kTombstoneMaxAge = std::chrono::seconds(10);
+constexpr auto kLingerMax = std::chrono::milliseconds(500);
+constexpr auto kPruneInterval = std::chrono::milliseconds(100);
+constexpr size_t kMaxTombstones = 1024;
 }  // namespace
 
 void EngineContext::add_tombstone(const EngineQp& qp) {
   if (qp.type != IBV_QPT_RC || (qp.state() != IBV_QPS_RTR && qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD))
     return;
-  std::unique_lock lock(qps_mu_);
-  tombstones_.push_back(Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, Clock::now()});
+  std::lock_guard lock(tombstone_mu_);
+  if (tombstones_.size() >= kMaxTombstones) {
+    auto oldest = tombstones_.begin();
+    for (auto it = tombstones_.begin(); it != tombstones_.end(); ++it)
+      if (it->second.created < oldest->second.created) oldest = it;
+    tombstones_.erase(oldest);
+  }
+  auto now = Clock::now();
+  tombstones_[qp.qp_num()] = Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, now, now};
+  have_tombstones_.store(true, std::memory_order_relaxed);
 }
 
-bool EngineContext::answer_tombstone(uint32_t qp_num, const wire::PacketView& pkt) {
+size_t EngineContext::tombstone_count() {
   std::lock_guard lock(tombstone_mu_);
-  for (Tombstone& t : tombstones_) {
-    if (t.qp_num != qp_num) continue;
-    t.last_heard = Clock::now();
-    // Only duplicates of what this QP already received are acknowledged.
-    if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
-        wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
-      TxBatch& tx = TxBatch::local();
-      uint8_t opcode = wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge);
-      const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-      uint8_t* h = tx.begin_packet(t.path.dst, t.path.src_ip, info.header_len);
-      wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, t.dest_qp_num, false,
-                        wire::psn_add(t.epsn, wire::kPsnMask));
-      wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, t.msn);
-      tx.end_packet(t.path.flow);
-    }
+  return tombstones_.size();
+}
+
+void EngineContext::prune_tombstones(Clock::time_point now) {
+  std::lock_guard lock(tombstone_mu_);
+  std::erase_if(tombstones_, [now](const auto& e) {
+    return now - e.second.last_heard >= kTombstoneIdle || now - e.second.created >= kTombstoneMaxAge;
+  });
+  have_tombstones_.store(!tombstones_.empty(), std::memory_order_relaxed);
+}
+
+bool EngineContext::answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt) {
+  std::lock_guard lock(tombstone_mu_);
+  auto it = tombstones_.find(pkt.bth().dest_qp());
+  if (it == tombstones_.end()) return false;
+  Tombstone& t = it->second;
+  // Only the connected peer is heard (as by the live QP).
+  if (d.src.ip != t.path.dst.ip || d.dst_ip != t.path.src_ip) {
+    stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  return false;
+  t.last_heard = Clock::now();
+  // Only duplicates of what this QP already received are acknowledged.
+  if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
+      wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
+    TxBatch& tx = TxBatch::local();
+    uint8_t opcode = wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge);
+    const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+    uint8_t* h = tx.begin_packet(t.path.dst, t.path.src_ip, info.header_len);
+    wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, t.dest_qp_num, false,
+                      wire::psn_add(t.epsn, wire::kPsnMask));
+    wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, t.msn);
+    tx.end_packet(t.path.flow);
+  }
+  return true;
 }
 
 void EngineContext::linger() {
@@ -187,8 +228,8 @@ void EngineContext::linger() {
       std::lock_guard lock(tombstone_mu_);
       auto now = Clock::now();
       bool quiet = true;
-      for (const Tombstone& t : tombstones_) quiet = quiet && now - t.last_heard >= kTombstoneQuiet;
-      if (quiet || now - start >= kTombstoneMax) return;
+      for (const auto& [num, t] : tombstones_) quiet = quiet && now - t.last_heard >= kTombstoneQuiet;
+      if (quiet || now - start >= kLingerMax) return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -197,15 +238,54 @@ void EngineContext::linger() {
 void EngineContext::progress_loop() {
   std::vector<transport::RxDatagram> rx(kRxBurst);
   auto next_timers = Clock::now();
+  bool reads_pending = false;
   while (!stop_.load(std::memory_order_relaxed)) {
-    size_t n = transport_->recv_burst(rx, kTimerTickMs);
+    uint64_t drain_target;
+    {
+      std::lock_guard lock(drain_mu_);
+      drain_target = drain_requested_;
+    }
+    // Pending READ responses: poll, so that they keep flowing between bursts.
+    size_t n = transport_->recv_burst(rx, reads_pending ? 0 : kTimerTickMs);
     if (n) process_burst(std::span(rx.data(), n));
+    reads_pending = send_reads();
+    if (n < kRxBurst) {  // the socket had nothing more: every earlier datagram is processed
+      std::lock_guard lock(drain_mu_);
+      if (drain_done_ < drain_target) {
+        drain_done_ = drain_target;
+        drain_cv_.notify_all();
+      }
+    }
     auto now = Clock::now();
     if (now >= next_timers) {
       run_timers(now);
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
     }
   }
+}
+
+void EngineContext::drain_received() {
+  if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
+  std::unique_lock lock(drain_mu_);
+  uint64_t ticket = ++drain_requested_;
+  transport_->wake();
+  // Bounded: a flood that never leaves the socket empty must not block the
+  // application's disconnect.
+  drain_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return drain_done_ >= ticket; });
+}
+
+bool EngineContext::send_reads() {
+  std::shared_lock lock(qps_mu_);
+  if (reading_.empty()) return false;
+  TxBatch& tx = TxBatch::local();
+  tx.use(transport_.get());
+  std::erase_if(reading_, [&](EngineQp* qp) {
+    std::lock_guard ql(qp->mu);
+    qp->in_read_list = responder_send_reads(*qp, tx, kReadBudgetPerQp);
+    return !qp->in_read_list;
+  });
+  tx.flush();
+  return !reading_.empty();
 }
 
 void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
@@ -216,12 +296,32 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
   for (EngineQp* qp : touched_) {
     std::lock_guard ql(qp->mu);
-    qp->in_touched_list = false;
     responder_flush_ack(*qp, tx);
   }
-  touched_.clear();
   tx.flush();
+  // ACK before completion: the burst's receive completions become visible
+  // only now that the ACKs covering them have left.
+  for (EngineQp* qp : touched_) {
+    std::lock_guard ql(qp->mu);
+    qp->in_touched_list = false;
+    responder_release_completions(*qp);
+  }
+  touched_.clear();
 }
+
+namespace {
+// RC, UC and XRC packets are heard only from the path the QP was connected to
+// (rxe's check_addr): the datagram's source must be the remote GID's address
+// and its destination the QP's source GID's. The UDP source port is flow
+// entropy in RoCEv2 and is not checked. Before RTR there is no path: the
+// roles drop such packets by state.
+bool from_connected_path(const EngineQp& qp, const transport::RxDatagram& d) {
+  if (qp.type == IBV_QPT_UD) return true;  // checked by Q_Key
+  ibv_qp_state st = qp.state();
+  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) return true;
+  return d.src.ip == qp.path.dst.ip && d.dst_ip == qp.path.src_ip;
+}
+}  // namespace
 
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
   stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
@@ -249,7 +349,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
   auto it = qps_.find(pkt.bth().dest_qp());
   if (it == qps_.end()) {
-    if (tombstones_.empty() || !answer_tombstone(pkt.bth().dest_qp(), pkt))
+    if (!have_tombstones_.load(std::memory_order_relaxed) || !answer_tombstone(d, pkt))
       stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -263,15 +363,23 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     return;
   }
   std::lock_guard ql(qp.mu);
+  if (!from_connected_path(qp, d)) {
+    stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {
     completer_receive(qp, pkt, TxBatch::local());
   } else {
     responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
-    if (qp.resp.ack_pending && !qp.in_touched_list) {
+    if ((qp.resp.ack_pending || qp.deferred_count) && !qp.in_touched_list) {
       qp.in_touched_list = true;
       touched.push_back(&qp);
+    }
+    if (qp.resp.read_count && !qp.in_read_list) {
+      qp.in_read_list = true;
+      reading_.push_back(&qp);
     }
   }
 }
@@ -287,6 +395,10 @@ void EngineContext::run_timers(Clock::time_point now) {
     }
   }
   tx.flush();
+  if (now >= next_prune_) {
+    next_prune_ = now + kPruneInterval;
+    if (have_tombstones_.load(std::memory_order_relaxed)) prune_tombstones(now);
+  }
 }
 
 }  // namespace uroce::engine

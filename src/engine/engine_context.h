@@ -4,7 +4,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -32,6 +34,8 @@ struct Stats {
   std::atomic<uint64_t> rnr_naks_sent{0};
   std::atomic<uint64_t> rx_qkey_violations{0};  // UD packets dropped for a wrong Q_Key
   std::atomic<uint64_t> tx_xrc_relayed{0};      // XRC requests passed to the SRQ's owner
+  std::atomic<uint64_t> rx_bad_path{0};         // RC/UC/XRC packets not from the connected path
+  std::atomic<uint64_t> rx_ghost{0};            // responses for PSNs not outstanding
 };
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
@@ -44,6 +48,7 @@ struct Tombstone {
   uint32_t epsn = 0;
   uint32_t msn = 0;
   Path path;
+  Clock::time_point created;
   Clock::time_point last_heard;
 };
 
@@ -78,6 +83,15 @@ class EngineContext : public core::Context {
   // Receive path: one burst of datagrams (progress thread, or tests).
   void process_burst(std::span<transport::RxDatagram> burst);
   void run_timers(Clock::time_point now);
+  // Sends the next slice of every QP's pending READ responses; true while
+  // some remain (progress thread, or tests).
+  bool send_reads();
+  // Waits (bounded) until the progress thread has processed every datagram
+  // that had arrived when this was called. For a QP about to be moved to ERR
+  // by its application (a disconnect): requests already received are
+  // answered, and messages already delivered are acknowledged, first.
+  void drain_received();
+  size_t tombstone_count();
 
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
@@ -91,11 +105,20 @@ class EngineContext : public core::Context {
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
-  std::vector<Tombstone> tombstones_;  // guarded by qps_mu_ (exclusive to change)
-  std::mutex tombstone_mu_;            // progress thread updates last_heard under qps_mu_ shared
-  bool answer_tombstone(uint32_t qp_num, const wire::PacketView& pkt);
+  // Tombstones by QP number, at most kMaxTombstones, each expiring (see
+  // prune_tombstones). Guarded by tombstone_mu_.
+  std::unordered_map<uint32_t, Tombstone> tombstones_;
+  std::atomic<bool> have_tombstones_{false};
+  std::mutex tombstone_mu_;
+  bool answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt);
+  void prune_tombstones(Clock::time_point now);
   void linger();
-  std::atomic<uint32_t> next_qpn_;
+  std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_mu_
+  std::mutex drain_mu_;
+  std::condition_variable drain_cv_;
+  uint64_t drain_requested_ = 0;  // guarded by drain_mu_
+  uint64_t drain_done_ = 0;       // guarded by drain_mu_
+  Clock::time_point next_prune_{};
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::vector<EngineQp*> touched_;    // progress thread only

@@ -49,6 +49,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
       comp = CompleterState{};
       resp = ResponderState{};
       timers = QpTimers{};
+      deferred_count = 0;
       break;
     case IBV_QPS_RTR:
       resp = ResponderState{};
@@ -60,6 +61,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
         req = RequesterState{};
         req.index = sq.retired;
         req.psn = attr.sq_psn;
+        req.psn_end = attr.sq_psn;
         comp = CompleterState{};
         comp.unacked_psn = attr.sq_psn;
         comp.retry_left = attr.retry_cnt;
@@ -120,6 +122,9 @@ void EngineQp::flush_send_queue() {
 }
 
 void EngineQp::flush_recv_queue() {
+  // Completions of messages already received come first, after their ACK.
+  responder_publish(*this, TxBatch::local());
+  resp.read_count = 0;  // READ responses not yet sent are abandoned
   core::Cq* cq = recv_completion_cq();
   if (!cq) {
     resp.have_rwqe = false;  // an XRC target outside a request: see docs, "XRC"

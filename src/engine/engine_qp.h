@@ -59,6 +59,9 @@ struct RequesterState {
   uint32_t index = 0;   // SQ index of the WQE being transmitted
   uint32_t offset = 0;  // bytes of that WQE already packetized
   uint32_t psn = 0;     // PSN of the next packet
+  // One past the newest PSN ever sent (a rewind does not lower it): responses
+  // for PSNs from here on answer nothing we sent — ghosts (completer.cc).
+  uint32_t psn_end = 0;
   uint32_t pkts_since_ack_req = 0;
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed
   bool rnr_wait = false;           // paused until timers.rnr_deadline
@@ -87,6 +90,18 @@ struct ResponderResource {
 
 enum class InMessage : uint8_t { kNone, kSend, kWrite };
 
+// A READ response stream not yet sent in full. The responder produces READ
+// responses in bounded slices (responder_send_reads), interleaved with other
+// work, so a large READ never holds the QP or the MR table for the whole
+// message; the streams of one QP go out in request (PSN) order.
+struct ReadJob {
+  uint32_t psn = 0;  // PSN of the READ request = of its first response
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint32_t sent = 0;  // bytes already sent
+};
+
 // Trivially copyable (fixed arrays, no pointers): an XRC target QP keeps it in
 // the XRC domain's shared memory (xrc_domain.h), where whichever process owns
 // the addressed SRQ runs the responder on it.
@@ -109,6 +124,11 @@ struct ResponderState {
   std::array<ResponderResource, core::kMaxRdAtomic> resource_slots{};
   uint32_t resource_count = 1;  // max_dest_rd_atomic (at least 1), set at RTR
   uint32_t next_resource = 0;
+  // READ response streams still to send, oldest first (a ring of
+  // resource_count: one per READ the requester may have outstanding).
+  std::array<ReadJob, core::kMaxRdAtomic> read_jobs{};
+  uint32_t read_head = 0;
+  uint32_t read_count = 0;
 
   std::span<ResponderResource> resources() { return {resource_slots.data(), resource_count}; }
 };
@@ -128,9 +148,18 @@ struct QpTimers {
   Clock::duration probe_interval{};
 };
 
+// A receive completion of a reliable QP waiting for the ACK of its message to
+// leave (see EngineQp::deferred).
+struct DeferredCompletion {
+  core::Cq* cq = nullptr;
+  ibv_wc wc{};
+  bool solicited = false;
+};
+
 class EngineQp : public core::Qp {
  public:
   using core::Qp::Qp;
+  static constexpr unsigned kMaxDeferred = 64;
 
   EngineContext* engine() const;
 
@@ -140,8 +169,16 @@ class EngineQp : public core::Qp {
   ResponderState resp;
   QpTimers timers;
   bool in_touched_list = false;  // progress thread only
-  XrcTarget* xrc = nullptr;      // XRC target QPs: their shared state (xrc_target.h)
-  bool relay_proxy = false;      // the context's stand-in for other processes' targets
+  bool in_read_list = false;     // progress thread only: READ responses pending
+  // ACK before completion: a reliable QP's receive completions are held here
+  // until the ACK that covers their message has been handed to the transport
+  // (responder_publish), so that a reply the application sends in reaction
+  // can never reach the peer before the peer's own request is acknowledged —
+  // as on hardware, where the NIC acknowledges on receipt.
+  std::array<DeferredCompletion, kMaxDeferred> deferred{};
+  uint32_t deferred_count = 0;
+  XrcTarget* xrc = nullptr;  // XRC target QPs: their shared state (xrc_target.h)
+  bool relay_proxy = false;  // the context's stand-in for other processes' targets
 
   // Modify with the engine's reactions to the new state (caller holds mu).
   int modify(const ibv_qp_attr& a, int mask);

@@ -25,6 +25,12 @@ constexpr uint32_t kMaxPacketsPerAckReq = 64;
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
 
+// Moves the next PSN on by `n` packets sent; psn_end keeps the newest.
+void advance_psn(EngineQp& qp, uint32_t n) {
+  qp.req.psn = wire::psn_add(qp.req.psn, n);
+  if (wire::psn_diff(qp.req.psn, qp.req.psn_end) > 0) qp.req.psn_end = qp.req.psn;
+}
+
 // READs and atomics: one request packet, answered by responses.
 bool is_read(const core::SendWqe& w) { return core::is_read_or_atomic(w.opcode); }
 
@@ -53,10 +59,7 @@ void fill_xrceth(const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& 
 // Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
 // false if a local key check fails (C10-…: local protection error).
 bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
-  if (w.is_inline) {
-    tx.add_payload(qp.sq.inline_buf(index) + offset, len);
-    return true;
-  }
+  if (w.is_inline) return tx.add_payload(qp.sq.inline_buf(index) + offset, len);
   const core::Sge* sge = qp.sq.sges(index);
   uint32_t skip = offset;
   for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
@@ -68,7 +71,8 @@ bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32
     const core::Mr* mr = nullptr;
     if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, 0, false, &mr) != core::KeyCheck::kOk)
       return false;
-    tx.add_payload(reinterpret_cast<const uint8_t*>(sge[i].addr + skip), n);
+    // Copied now, under the MR table's lock (core/mr.h: the lifetime rule).
+    if (!tx.add_payload_from(*mr, reinterpret_cast<const uint8_t*>(sge[i].addr + skip), n)) return false;
     len -= n;
     skip = 0;
   }
@@ -107,7 +111,7 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   fill_xrceth(info, h, w);
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
   tx.end_packet(qp.path.flow);
-  qp.req.psn = wire::psn_add(qp.req.psn, packets_for(remaining, qp.path.mtu));
+  advance_psn(qp, packets_for(remaining, qp.path.mtu));
   qp.req.pkts_since_ack_req = 0;
 }
 
@@ -124,7 +128,7 @@ void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   wire::AtomicEth(h + info.offset[unsigned(wire::Hdr::kAtomicEth)])
       .fill(w.remote_addr, w.rkey, cas ? w.swap : w.compare_add, cas ? w.compare_add : 0);
   tx.end_packet(qp.path.flow);
-  qp.req.psn = wire::psn_add(qp.req.psn, 1);
+  advance_psn(qp, 1);
   qp.req.pkts_since_ack_req = 0;
 }
 
@@ -174,7 +178,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     return false;
   }
   tx.end_packet(*flow);
-  qp.req.psn = wire::psn_add(qp.req.psn, 1);
+  advance_psn(qp, 1);
   qp.req.offset += len;
   return true;
 }

@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/log.h"
+#include "core/mr_access.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
@@ -105,34 +106,82 @@ void send_nak(Request& r, uint8_t syndrome, uint32_t psn) {
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
 
-// READ responses for [va, va+len) starting at `psn` (C9-…: responses take
-// consecutive PSNs starting with the request's).
-void send_read_responses(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
-  uint32_t mtu = qp.path.mtu;
-  uint32_t npkts = packets_for(len, mtu);
-  auto lock = qp.ctx->mrs.read_lock();
-  const core::Mr* mr = nullptr;
-  if (len &&
-      qp.ctx->mrs.check_locked(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
-    return;  // key vanished since the check (deregistered): nothing is sent
-  const uint8_t* src = len ? mr->host + (va - mr->iova) : nullptr;
-  for (uint32_t i = 0; i < npkts; ++i) {
-    uint32_t off = i * mtu;
-    uint32_t n = std::min(mtu, len - off);
-    Operation op = npkts == 1       ? Operation::kReadResponseOnly
-                   : i == 0         ? Operation::kReadResponseFirst
-                   : i == npkts - 1 ? Operation::kReadResponseLast
-                                    : Operation::kReadResponseMiddle;
-    uint8_t opcode = opcode_of_qp(qp.type, op);
-    const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-    uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-    wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
-                      wire::psn_add(psn, i));
-    if (info.has(wire::Hdr::kAeth))
-      wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
-    if (n) tx.add_payload(src + off, n);
-    tx.end_packet(qp.path.flow);
+// READ responses go out at most this many packets at a time per QP, between
+// other work (the progress loop keeps calling back until the streams end).
+constexpr uint32_t kReadSlicePackets = 16;
+
+// Queues the response stream of a READ for [va, va+len) starting at `psn`
+// (IBA 9.7.5.1.3: responses take consecutive PSNs starting with the
+// request's) behind those already queued.
+void queue_read(EngineQp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+  ResponderState& s = qp.resp;
+  if (s.read_count == s.resource_count) {  // more READs than max_dest_rd_atomic: the oldest gives way
+    s.read_head = (s.read_head + 1) % s.resource_count;
+    --s.read_count;
   }
+  s.read_jobs[(s.read_head + s.read_count) % s.resource_count] = ReadJob{psn, va, rkey, len, 0};
+  ++s.read_count;
+}
+
+void drop_read_jobs(ResponderState& s) {
+  s.read_head = 0;
+  s.read_count = 0;
+}
+
+// Sends up to `budget` packets of the oldest stream. Its key is checked again
+// for every slice, under the MR table's lock, and the bytes are copied into
+// the packets under it (core/mr.h: the MR lifetime rule). A region gone or
+// unreadable since the request was checked is NAKed remote access error.
+uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
+  ResponderState& s = qp.resp;
+  ReadJob& job = s.read_jobs[s.read_head];
+  uint32_t mtu = qp.path.mtu;
+  uint32_t npkts = packets_for(job.length, mtu);
+  uint32_t sent = 0;
+  bool failed = false;
+  {
+    auto lock = qp.ctx->mrs.read_lock();
+    const core::Mr* mr = nullptr;
+    if (job.length && qp.ctx->mrs.check_locked(job.rkey, access_pd(qp), job.va + job.sent, job.length - job.sent,
+                                               IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
+      failed = true;
+    for (uint32_t i = job.sent / mtu; !failed && i < npkts && sent < budget; ++i, ++sent) {
+      uint32_t n = std::min(mtu, job.length - job.sent);
+      Operation op = npkts == 1       ? Operation::kReadResponseOnly
+                     : i == 0         ? Operation::kReadResponseFirst
+                     : i == npkts - 1 ? Operation::kReadResponseLast
+                                      : Operation::kReadResponseMiddle;
+      uint8_t opcode = opcode_of_qp(qp.type, op);
+      const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+      uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
+      wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
+                        wire::psn_add(job.psn, i));
+      if (info.has(wire::Hdr::kAeth))
+        wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
+      if (n && !tx.add_payload_from(*mr, mr->host + (job.va + job.sent - mr->iova), n)) {
+        tx.abort_packet();
+        failed = true;
+        break;
+      }
+      tx.end_packet(qp.path.flow);
+      job.sent += n;
+    }
+  }
+  if (failed) {
+    // C9-88-like: the READ can no longer be served. The requester fails it
+    // with IBV_WC_REM_ACCESS_ERR; later streams are abandoned with it.
+    uint32_t psn = wire::psn_add(job.psn, job.sent / mtu);
+    drop_read_jobs(s);
+    responder_flush_ack(qp, tx);
+    send_ack_packet(qp, tx, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kRemoteAccess)), psn);
+    qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
+    return sent + 1;
+  }
+  if (job.sent >= job.length) {
+    s.read_head = (s.read_head + 1) % s.resource_count;
+    --s.read_count;
+  }
+  return sent == 0 ? 1 : sent;  // a zero-length READ is one packet
 }
 
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
@@ -343,6 +392,30 @@ bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
   return qp.ctx->mrs.scatter(pd, recv_sges(qp), recv_wqe(qp).num_sge, qp.resp.recv_offset, data, len);
 }
 
+// Writes an RDMA WRITE's payload through the R_Key, checked again under the
+// MR table's lock (the MR may have been deregistered since the first packet).
+bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data, uint32_t len) {
+  auto lock = qp.ctx->mrs.read_lock();
+  const core::Mr* mr = nullptr;
+  if (qp.ctx->mrs.check_locked(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true, &mr) != core::KeyCheck::kOk)
+    return false;
+  return core::copy_to_mr(*mr, mr->host + (va - mr->iova), data, len);
+}
+
+// Runs an atomic through the R_Key under the MR table's lock. Regions
+// registered for on-demand paging do not take atomics (the device reports no
+// IBV_ODP_SUPPORT_ATOMIC): their memory may vanish under a plain access.
+bool atomic_payload(EngineQp& qp, const wire::AtomicEth& a, bool cas, uint64_t* orig) {
+  auto lock = qp.ctx->mrs.read_lock();
+  const core::Mr* mr = nullptr;
+  if (qp.ctx->mrs.check_locked(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, &mr) !=
+          core::KeyCheck::kOk ||
+      core::is_on_demand(*mr))
+    return false;
+  *orig = execute_atomic(mr->host + (a.va() - mr->iova), cas, a.swap_add(), a.compare());
+  return true;
+}
+
 RespState execute(Request& r) {
   EngineQp& qp = r.qp;
   ResponderState& s = qp.resp;
@@ -362,12 +435,8 @@ RespState execute(Request& r) {
     s.recv_offset += len;
   } else if (r.flags & wire::kOpWrite) {
     s.in_message = InMessage::kWrite;
-    if (len) {
-      bool ok =
-          qp.ctx->mrs.with_range(s.write_rkey, access_pd(qp), s.write_va, len, IBV_ACCESS_REMOTE_WRITE, true,
-                                 [&](uint8_t* dst) { std::memcpy(dst, r.pkt.payload(), len); }) == core::KeyCheck::kOk;
-      if (!ok) return is_rc(qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
-    }
+    if (len && !write_payload(qp, s.write_rkey, s.write_va, r.pkt.payload(), len))
+      return is_rc(qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
     s.write_va += len;
     s.write_remaining -= len;
   } else if (r.flags & wire::kOpRead) {
@@ -375,7 +444,8 @@ RespState execute(Request& r) {
     uint32_t npkts = packets_for(reth.dma_len(), qp.path.mtu);
     ResponderResource& res = s.resources()[s.next_resource++ % s.resource_count];
     res = ResponderResource{true, r.psn, wire::psn_add(r.psn, npkts - 1), reth.va(), reth.rkey(), reth.dma_len()};
-    send_read_responses(qp, r.tx, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+    queue_read(qp, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+    responder_send_reads(qp, r.tx, kReadSlicePackets);
     s.epsn = wire::psn_add(r.psn, npkts);
     ++s.msn;
     return RespState::kDone;
@@ -383,10 +453,7 @@ RespState execute(Request& r) {
     wire::AtomicEth a = r.pkt.atomic_eth();
     bool cas = r.op == Operation::kCompareSwap;
     uint64_t orig = 0;
-    if (qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, [&](uint8_t* dst) {
-          orig = execute_atomic(dst, cas, a.swap_add(), a.compare());
-        }) != core::KeyCheck::kOk)
-      return RespState::kErrRemoteAccess;
+    if (!atomic_payload(qp, a, cas, &orig)) return RespState::kErrRemoteAccess;
     ResponderResource& res = s.resources()[s.next_resource++ % s.resource_count];
     res = ResponderResource{true, r.psn, r.psn, a.va(), a.rkey(), 8, true, orig};
     ++s.msn;
@@ -422,7 +489,16 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
   if (!qp.srq) ++qp.rq.consumed;
   qp.resp.have_rwqe = false;
   qp.resp.recv_offset = 0;
-  if (core::Cq* cq = qp.recv_completion_cq()) cq->push(wc, solicited);
+  core::Cq* cq = qp.recv_completion_cq();
+  if (!cq) return;
+  if (!is_rc(qp)) {  // UC, UD: no ACK to wait for
+    cq->push(wc, solicited);
+    return;
+  }
+  // Reliable service: published after the ACK of this message has left
+  // (responder_publish), in order with the QP's other receive completions.
+  if (qp.deferred_count == EngineQp::kMaxDeferred) responder_publish(qp, TxBatch::local());
+  qp.deferred[qp.deferred_count++] = DeferredCompletion{cq, wc, solicited};
 }
 
 // End of a message: the receive completion (SEND, WRITE with immediate).
@@ -475,7 +551,11 @@ RespState duplicate(Request& r) {
       // The retried READ must ask for a part of the original range.
       uint64_t end = res.va + res.length;
       if (reth.rkey() != res.rkey || reth.va() < res.va || reth.va() + reth.dma_len() > end) return RespState::kDrop;
-      send_read_responses(qp, r.tx, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+      // The requester went back to this READ and resends every later request
+      // too (go-back-N): the streams queued after it start over from those.
+      drop_read_jobs(s);
+      queue_read(qp, r.psn, reth.va(), reth.rkey(), reth.dma_len());
+      responder_send_reads(qp, r.tx, kReadSlicePackets);
       return RespState::kDone;
     }
     return RespState::kDrop;
@@ -591,6 +671,27 @@ void responder_flush_ack(EngineQp& qp, TxBatch& tx) {
   if (!qp.resp.ack_pending) return;
   qp.resp.ack_pending = false;
   send_ack_packet(qp, tx, wire::kAckNoCredit, qp.resp.ack_psn);
+}
+
+void responder_release_completions(EngineQp& qp) {
+  for (uint32_t i = 0; i < qp.deferred_count; ++i) qp.deferred[i].cq->push(qp.deferred[i].wc, qp.deferred[i].solicited);
+  qp.deferred_count = 0;
+}
+
+void responder_publish(EngineQp& qp, TxBatch& tx) {
+  if (qp.deferred_count == 0) return;
+  tx.use(&qp.engine()->transport());
+  responder_flush_ack(qp, tx);
+  tx.flush();
+  responder_release_completions(qp);
+}
+
+bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget) {
+  ibv_qp_state st = qp.state();
+  if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) drop_read_jobs(qp.resp);
+  tx.use(&qp.engine()->transport());
+  while (qp.resp.read_count > 0 && budget > 0) budget -= std::min(budget, send_read_slice(qp, tx, budget));
+  return qp.resp.read_count > 0;
 }
 
 }  // namespace uroce::engine

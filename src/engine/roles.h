@@ -27,6 +27,16 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
                        TxBatch& tx);
 // Sends the coalesced ACK, if one is pending.
 void responder_flush_ack(EngineQp& qp, TxBatch& tx);
+// Pushes the QP's deferred receive completions (EngineQp::deferred) to their
+// CQs. Only once the ACKs covering them have been handed to the transport.
+void responder_release_completions(EngineQp& qp);
+// ACK before completion in one call: the pending ACK, a flush of the batch,
+// then the deferred completions. Before any receive completion is pushed
+// directly (flushes on the way to ERR), so that CQ order holds.
+void responder_publish(EngineQp& qp, TxBatch& tx);
+// Sends up to `budget` READ response packets of the QP's queued streams;
+// true while some remain (the caller comes back for them).
+bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 
 // Completer (completer.cc): one incoming response (ACK/NAK/READ response).
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);

@@ -1,10 +1,13 @@
 // A burst of outgoing packets under construction (one per thread).
 //
-// Packets are built in place: headers in the slot's own buffer, payload as
-// pointers into registered memory (or copied into the slot's bounce buffer
-// when it is scattered over more pieces than one datagram's iovecs hold),
-// then pad and ICRC in the slot's trailer. flush() hands the burst to the
-// transport in one call. Nothing here allocates after construction.
+// Each packet is built contiguously in its slot: headers in place, then the
+// payload copied in, then pad and ICRC. Payload bytes are copied at the
+// moment add_payload is called — never referenced — so a packet holds no
+// pointer into registered memory: the caller copies while it holds the MR
+// table's lock, and a region deregistered after that lock is released is
+// never read by a later flush (the MR lifetime rule, core/mr.h). flush()
+// hands the burst to the transport in one call. Nothing here allocates after
+// construction.
 #pragma once
 
 #include <array>
@@ -15,14 +18,20 @@
 #include "wire/icrc.h"
 #include "wire/opcode.h"
 
+namespace uroce::core {
+struct Mr;
+}
+
 namespace uroce::engine {
 
 class TxBatch {
  public:
   static constexpr unsigned kMaxPackets = 64;
   static constexpr unsigned kMaxHeader = 64;
-  static constexpr unsigned kMaxPayloadPieces = transport::kMaxTxIov - 2;
-  static constexpr unsigned kBounceSize = 4096;
+  // Largest payload of one datagram: a path MTU of 4096, or a relayed XRC
+  // request (a whole received datagram) of up to the transport's 9216 bytes.
+  static constexpr unsigned kMaxPayload = 9216;
+  static constexpr unsigned kSlotBytes = kMaxHeader + kMaxPayload + 8;  // + pad + ICRC
 
   TxBatch();
 
@@ -35,8 +44,13 @@ class TxBatch {
   // Starts a packet of `header_len` bytes (BTH + extended headers), returned
   // zeroed for the caller to fill. Flushes first when the batch is full.
   uint8_t* begin_packet(const transport::Endpoint& dst, uint32_t src_ip, unsigned header_len);
-  // Appends payload; pieces beyond what the datagram can gather are copied.
-  void add_payload(const uint8_t* data, uint32_t len);
+  // Appends (copies) payload. False, and the packet is dropped at its end,
+  // when it would exceed kMaxPayload.
+  bool add_payload(const uint8_t* data, uint32_t len);
+  // Appends payload read from registered memory `mr` (core/mr_access.h: safe
+  // for on-demand-paging regions). False if the memory cannot be read; the
+  // caller then abandons the packet.
+  bool add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len);
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`.
   void end_packet(const wire::Ipv4Flow& flow);
@@ -49,23 +63,16 @@ class TxBatch {
   unsigned pending() const { return count_; }
 
  private:
-  struct Slot {
-    uint8_t header[kMaxHeader];
-    uint8_t trailer[8];
-    unsigned header_len;
-    unsigned pieces;
-    uint32_t payload_len;
-    bool bounced;
-    const uint8_t* piece[kMaxPayloadPieces + 1];
-    uint32_t piece_len[kMaxPayloadPieces + 1];
-  };
-  void bounce(Slot& s);
+  uint8_t* slot(unsigned i) { return buffers_.get() + size_t(i) * kSlotBytes; }
+  void finish(uint32_t len);
 
   transport::DatagramTransport* transport_ = nullptr;
   unsigned count_ = 0;
-  std::array<Slot, kMaxPackets> slots_;
+  unsigned header_len_ = 0;   // of the packet being built
+  uint32_t payload_len_ = 0;  // of the packet being built
+  bool overflow_ = false;     // the packet being built is dropped at its end
   std::array<transport::TxDatagram, kMaxPackets> datagrams_;
-  std::unique_ptr<uint8_t[]> bounce_;  // kMaxPackets * kBounceSize
+  std::unique_ptr<uint8_t[]> buffers_;  // kMaxPackets * kSlotBytes
 };
 
 }  // namespace uroce::engine

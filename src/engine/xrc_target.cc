@@ -42,7 +42,10 @@ void run_on_slot(EngineQp& q, TargetSlot& slot, core::Srq* srq, const wire::Pack
   q.resp = slot.resp;
   q.srq = srq;
   responder_receive(q, pkt, from, to_ip, tx);
-  responder_flush_ack(q, tx);  // answers go out now: the state is not ours after this
+  // Answers go out now, READ responses whole: the state is not ours after this.
+  responder_send_reads(q, tx, UINT32_MAX);
+  responder_flush_ack(q, tx);
+  responder_publish(q, tx);
   q.srq = nullptr;
   slot.resp = q.resp;
   slot.attrs.state = q.attr.qp_state;

@@ -84,6 +84,10 @@ UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
   if (!ibqp || !attr) return EINVAL;
   return abi_guard<int>(ENOMEM, [&] {
     EngineQp* qp = engine_qp(ibqp);
+    // A disconnect (ERR) flushes the queues: first let the progress thread
+    // take in what had already arrived, so that messages the peer delivered
+    // are completed (and acknowledged) rather than flushed.
+    if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) qp->engine()->drain_received();
     std::lock_guard lock(qp->mu);
     return qp->modify(*attr, attr_mask);
   });

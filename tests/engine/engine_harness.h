@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,7 @@ class FakeTransport : public transport::DatagramTransport {
  public:
   FakeTransport(std::vector<Sent>* sink, uint16_t port) : sink_(sink), port_(port) {}
   size_t send_burst(std::span<transport::TxDatagram> burst) noexcept override {
+    if (on_send) on_send(burst.size());
     for (auto& d : burst) {
       Sent s;
       s.dst = d.dst;
@@ -59,6 +61,9 @@ class FakeTransport : public transport::DatagramTransport {
   size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
+
+  // Called before each burst is captured (tests observe what is visible then).
+  std::function<void(size_t)> on_send;
 
  private:
   std::vector<Sent>* sink_;
@@ -106,6 +111,8 @@ struct Craft {
   uint32_t deth_qkey = 0, deth_src_qp = 0;  // DETH (UD)
   std::vector<uint8_t> payload;
   bool corrupt_icrc = false;
+  std::optional<uint32_t> src_ip;    // default: the peer's address
+  std::optional<uint16_t> src_port;  // default: the peer's port
 };
 
 inline std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
@@ -137,8 +144,9 @@ class EngineTest : public ::testing::Test {
   uint8_t max_rd_atomic = 4;
 
   void SetUp() override {
-    engine = EngineContext::open_with(core::devices()[0], std::make_unique<FakeTransport>(&sent, kLocalPort),
-                                      /*start_thread=*/false);
+    auto t = std::make_unique<FakeTransport>(&sent, kLocalPort);
+    transport = t.get();
+    engine = EngineContext::open_with(core::devices()[0], std::move(t), /*start_thread=*/false);
     ASSERT_NE(engine, nullptr);
     ASSERT_EQ(engine->lid(), kLocalPort);
     ASSERT_TRUE(engine->gid_ip(0, &local_ip));
@@ -279,7 +287,7 @@ class EngineTest : public ::testing::Test {
     if (info.has(wire::Hdr::kAtomicAckEth))
       wire::AtomicAckEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(c.atomic_orig);
     if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
-    wire::Ipv4Flow flow{kPeerIp, local_ip, kPeerPort, kLocalPort};
+    wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort), kLocalPort};
     uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
     if (c.corrupt_icrc) crc ^= 1;
     std::memcpy(p.data() + p.size() - 4, &crc, 4);
@@ -291,11 +299,12 @@ class EngineTest : public ::testing::Test {
     std::vector<std::vector<uint8_t>> bufs;
     for (const Craft& c : burst) bufs.push_back(build(c));
     std::vector<transport::RxDatagram> rx;
-    for (auto& b : bufs) {
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      auto& b = bufs[i];
       transport::RxDatagram d;
       d.data = b.data();
       d.len = uint32_t(b.size());
-      d.src = transport::Endpoint{kPeerIp, kPeerPort};
+      d.src = transport::Endpoint{burst[i].src_ip.value_or(kPeerIp), burst[i].src_port.value_or(kPeerPort)};
       d.dst_ip = local_ip;
       rx.push_back(d);
     }
@@ -367,6 +376,7 @@ class EngineTest : public ::testing::Test {
   uint32_t sq(uint32_t n) const { return wire::psn_add(sq_psn, n); }
 
   std::vector<Sent> sent;
+  FakeTransport* transport = nullptr;  // owned by the engine
   EngineContext* engine = nullptr;
   uint32_t local_ip = 0;
   std::unique_ptr<core::Pd> pd;

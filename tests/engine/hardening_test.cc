@@ -1,0 +1,450 @@
+// Hardening protocol tests (issue 10): who is heard, which responses count,
+// READ responses in slices, the MR lifetime rule, ACK before completion,
+// tombstone bounds and unguessable QP numbers. Crafted packets in, captured
+// packets and completions out.
+#include <sys/mman.h>
+
+#include <set>
+
+#include "engine_harness.h"
+
+namespace uroce::engine::test {
+namespace {
+
+class Hardening : public EngineTest {
+ protected:
+  void SetUp() override {
+    EngineTest::SetUp();
+    bring_up();
+  }
+
+  core::Mr* recv_buf(std::vector<uint8_t>& buf, uint64_t wr_id) {
+    core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
+    post_recv(wr_id, {sge(buf.data(), uint32_t(buf.size()), mr)});
+    return mr;
+  }
+
+  // Posts a signaled SEND of `len` bytes of `src`.
+  void send(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t len) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    post_send(wr, {sge(src.data(), len, mr)});
+  }
+
+  // Reads a READ request of `len` bytes at `va` into the engine and returns
+  // every response sent until the streams end (slices counted in `slices`).
+  std::vector<Pkt> read_all(uint64_t va, uint32_t rkey, uint32_t len, unsigned* slices) {
+    deliver(Craft{
+        .opcode = kReadRequest, .psn = rq(0), .ack_req = true, .reth_va = va, .reth_rkey = rkey, .reth_len = len});
+    std::vector<Pkt> all = take();
+    *slices = 1;
+    bool more_pending = true;
+    while (more_pending) {
+      more_pending = engine->send_reads();
+      auto more = take();
+      all.insert(all.end(), more.begin(), more.end());
+      ++*slices;
+    }
+    return all;
+  }
+};
+
+// --- only the connected peer is heard ------------------------------------------
+
+// Receive a WRITE with the right PSN and R_Key from an address the QP was not
+// connected to / Expect nothing written, no ACK, counted bad_path; the peer's
+// own WRITE with that PSN then lands and is acknowledged.
+TEST_F(Hardening, WriteFromUnconnectedAddressIsDropped) {
+  std::vector<uint8_t> dst(64, 0);
+  core::Mr* mr = reg(dst, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto va = reinterpret_cast<uint64_t>(dst.data());
+  uint64_t before = engine->stats.rx_bad_path.load();
+  deliver(Craft{.opcode = kWriteOnly,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = va,
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = 4,
+                .payload = {6, 6, 6, 6},
+                .src_ip = 0x7F000002});
+  EXPECT_EQ(engine->stats.rx_bad_path.load(), before + 1);
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(dst[0], 0);
+
+  deliver(Craft{.opcode = kWriteOnly,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = va,
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = 4,
+                .payload = {1, 2, 3, 4}});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(0));
+  EXPECT_EQ(dst[0], 1);
+}
+
+// Receive a SEND from the peer's address but another UDP source port / Expect
+// it delivered: the source port is flow entropy in RoCEv2.
+TEST_F(Hardening, OtherSourcePortIsHeard) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 3);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {9}, .src_port = 50123});
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(buf[0], 9);
+}
+
+// Receive an ACK from an unconnected address / Expect it ignored (bad_path):
+// the SEND stays outstanding until the peer's ACK.
+TEST_F(Hardening, AckFromUnconnectedAddressIsDropped) {
+  std::vector<uint8_t> src = pattern(64, 1);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, 64);
+  take();
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .msn = 1, .src_ip = 0x0A000009});
+  EXPECT_TRUE(poll(*scq).empty());
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .msn = 1});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// --- ghosts: responses for PSNs that are not outstanding ----------------------------
+
+// Receive an ACK for a PSN far ahead of anything sent / Expect a ghost: no
+// completion, the QP in RTS, and the real ACK still completes the SEND.
+TEST_F(Hardening, AckFarAheadIsGhost) {
+  std::vector<uint8_t> src = pattern(64, 1);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, 64);
+  take();
+  uint64_t ghosts = engine->stats.rx_ghost.load();
+  deliver(Craft{.opcode = kAck, .psn = sq(5000), .msn = 9});
+  EXPECT_EQ(engine->stats.rx_ghost.load(), ghosts + 1);
+  EXPECT_TRUE(poll(*scq).empty());
+  // A second SEND goes out as usual (nothing was taken as acknowledged).
+  send(2, src, mr, 64);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(1));
+  deliver(Craft{.opcode = kAck, .psn = sq(1), .msn = 2});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+}
+
+// Receive NAKs (invalid request, remote access, sequence error, RNR) whose PSN
+// is not outstanding / Expect ghosts: the QP stays in RTS, nothing completes.
+TEST_F(Hardening, NakOutsideTheWindowIsGhost) {
+  std::vector<uint8_t> src = pattern(64, 1);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, 64);
+  take();
+  uint64_t ghosts = engine->stats.rx_ghost.load();
+  for (uint8_t syndrome : {nak(1), nak(2), nak(0), rnr_nak(3)}) {
+    deliver(Craft{.opcode = kAck, .psn = sq(77), .syndrome = syndrome});
+    deliver(Craft{.opcode = kAck, .psn = sq(0) - 9, .syndrome = syndrome});
+  }
+  EXPECT_EQ(engine->stats.rx_ghost.load(), ghosts + 8);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(poll(*scq).empty());
+  EXPECT_TRUE(take().empty());  // no go-back-N either
+}
+
+// Receive a NAK invalid request for the outstanding PSN / Expect it acted on
+// (the window check does not hide real NAKs).
+TEST_F(Hardening, NakForOutstandingPsnIsHonoured) {
+  std::vector<uint8_t> src = pattern(64, 1);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, 64);
+  take();
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .syndrome = nak(1)});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// Receive READ responses and an atomic ACK with no READ/atomic outstanding /
+// Expect ghosts, local memory untouched.
+TEST_F(Hardening, ResponsesWithNothingOutstandingAreGhosts) {
+  uint64_t ghosts = engine->stats.rx_ghost.load();
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(0), .payload = pattern(16, 3)});
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(3), .payload = pattern(kMtu, 3)});
+  deliver(Craft{.opcode = kAtomicAck, .psn = sq(0), .atomic_orig = 42});
+  EXPECT_EQ(engine->stats.rx_ghost.load(), ghosts + 3);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(poll(*scq).empty());
+}
+
+// --- READ responses in slices ---------------------------------------------------
+
+// Receive a READ of 100 MTUs / Expect the responses in order, complete and
+// correct, produced in several slices (not in one go), the QP free between.
+TEST_F(Hardening, LargeReadIsSentInSlices) {
+  const uint32_t len = 100 * kMtu;
+  std::vector<uint8_t> src = pattern(len, 4);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  unsigned slices = 0;
+  auto tx = read_all(reinterpret_cast<uint64_t>(src.data()), mr->ibmr.rkey, len, &slices);
+  ASSERT_EQ(tx.size(), 100u);
+  EXPECT_GE(slices, 100u / 16);
+  for (uint32_t i = 0; i < 100; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(tx[i].psn, rq(i));
+    EXPECT_EQ(tx[i].opcode, i == 0 ? kReadRespFirst : i == 99 ? kReadRespLast : kReadRespMiddle);
+    ASSERT_EQ(tx[i].payload.size(), kMtu);
+    EXPECT_TRUE(std::equal(tx[i].payload.begin(), tx[i].payload.end(), src.begin() + i * kMtu));
+  }
+}
+
+// Receive two READs in one burst / Expect the second's responses only after
+// the first's, each stream in PSN order.
+TEST_F(Hardening, ReadStreamsKeepRequestOrder) {
+  std::vector<uint8_t> src = pattern(40 * kMtu, 6);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  auto va = reinterpret_cast<uint64_t>(src.data());
+  deliver({Craft{.opcode = kReadRequest,
+                 .psn = rq(0),
+                 .ack_req = true,
+                 .reth_va = va,
+                 .reth_rkey = mr->ibmr.rkey,
+                 .reth_len = 20 * kMtu},
+           Craft{.opcode = kReadRequest,
+                 .psn = rq(20),
+                 .ack_req = true,
+                 .reth_va = va + 20 * kMtu,
+                 .reth_rkey = mr->ibmr.rkey,
+                 .reth_len = 20 * kMtu}});
+  std::vector<Pkt> all = take();
+  bool more_pending = true;
+  while (more_pending) {
+    more_pending = engine->send_reads();
+    auto more = take();
+    all.insert(all.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(all.size(), 40u);
+  for (uint32_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(all[i].psn, rq(i));
+    EXPECT_TRUE(std::equal(all[i].payload.begin(), all[i].payload.end(), src.begin() + i * kMtu));
+  }
+}
+
+// Receive a READ, send its first slice, deregister the MR / Expect no byte of
+// the region afterwards: the rest of the stream is a NAK remote access error.
+TEST_F(Hardening, NoByteReadAfterDeregistration) {
+  const uint32_t len = 64 * kMtu;
+  std::vector<uint8_t> src = pattern(len, 8);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  deliver(Craft{.opcode = kReadRequest,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = reinterpret_cast<uint64_t>(src.data()),
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = len});
+  auto first = take();
+  ASSERT_FALSE(first.empty());
+  ASSERT_LT(first.size(), 64u);
+  ASSERT_EQ(engine->mrs.remove(mr), 0);
+  mrs.clear();
+  std::fill(src.begin(), src.end(), 0xEE);  // the application reuses its memory
+  engine->send_reads();
+  auto rest = take();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].opcode, kAck);
+  EXPECT_EQ(rest[0].syndrome, nak(2));
+  EXPECT_EQ(rest[0].psn, rq(uint32_t(first.size())));
+  EXPECT_FALSE(engine->send_reads());
+}
+
+// Add payload from a buffer, change the buffer, flush / Expect the bytes as
+// they were when added: packets hold copies, never pointers into memory.
+TEST_F(Hardening, BatchedPacketsHoldCopies) {
+  std::vector<uint8_t> buf = pattern(512, 9), original = buf;
+  TxBatch tx;
+  tx.use(transport);
+  uint8_t* h = tx.begin_packet(transport::Endpoint{kPeerIp, kPeerPort}, local_ip, 12);
+  wire::Bth(h).fill(kSendOnly, false, 0, 0xFFFF, kPeerQpn, false, 1);
+  ASSERT_TRUE(tx.add_payload(buf.data(), 512));
+  tx.end_packet(wire::Ipv4Flow{local_ip, kPeerIp, kLocalPort, kPeerPort});
+  std::fill(buf.begin(), buf.end(), 0);
+  tx.flush();
+  auto p = take();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].payload, original);
+}
+
+// --- on-demand paging: memory that vanished ---------------------------------------
+
+class HardeningOdp : public Hardening {
+ protected:
+  void TearDown() override {
+    Hardening::TearDown();
+    if (region) munmap(region, kRegion);
+  }
+  // An ODP MR over a fresh mapping, then the mapping removed.
+  core::Mr* vanished_odp_mr(unsigned access) {
+    region = static_cast<uint8_t*>(mmap(nullptr, kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    EXPECT_NE(region, MAP_FAILED);
+    auto r =
+        engine->mrs.add(pd.get(), region, kRegion, reinterpret_cast<uint64_t>(region), access | IBV_ACCESS_ON_DEMAND);
+    EXPECT_TRUE(r.ok());
+    mrs.push_back(*r);
+    EXPECT_EQ(munmap(region, kRegion), 0);
+    region = nullptr;
+    return *r;
+  }
+  static constexpr size_t kRegion = 1 << 16;
+  uint8_t* region = nullptr;
+};
+
+// Receive a WRITE into an ODP MR whose memory the application unmapped /
+// Expect NAK remote access error (no signal), the QP in ERR.
+TEST_F(HardeningOdp, WriteToUnmappedOdpIsRemoteAccessError) {
+  core::Mr* mr = vanished_odp_mr(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  deliver(Craft{.opcode = kWriteOnly,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = mr->iova + 128,
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = 4,
+                .payload = {1, 2, 3, 4}});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].syndrome, nak(2));
+  EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// Receive a READ of an unmapped ODP MR / Expect NAK remote access error.
+TEST_F(HardeningOdp, ReadOfUnmappedOdpIsRemoteAccessError) {
+  core::Mr* mr = vanished_odp_mr(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  deliver(Craft{.opcode = kReadRequest,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = mr->iova,
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = 3000});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].syndrome, nak(2));
+}
+
+class HardeningAtomic : public EngineTest {
+ protected:
+  HardeningAtomic() { qp_access |= IBV_ACCESS_REMOTE_ATOMIC; }
+  void SetUp() override {
+    EngineTest::SetUp();
+    bring_up();
+  }
+};
+
+// Receive an atomic on an ODP MR / Expect NAK remote access error: atomics
+// on ODP memory are not offered; the memory is untouched.
+TEST_F(HardeningAtomic, AtomicOnOdpIsRemoteAccessError) {
+  std::vector<uint8_t> mem(64, 0);
+  auto r = engine->mrs.add(pd.get(), mem.data(), mem.size(), reinterpret_cast<uint64_t>(mem.data()),
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(r.ok());
+  mrs.push_back(*r);
+  deliver(Craft{.opcode = kFetchAdd,
+                .psn = rq(0),
+                .ack_req = true,
+                .atomic_va = reinterpret_cast<uint64_t>(mem.data()),
+                .atomic_rkey = (*r)->ibmr.rkey,
+                .swap_add = 5});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].syndrome, nak(2));
+  EXPECT_EQ(mem[0], 0);
+}
+
+// Receive a SEND into a receive buffer of a live ODP MR / Expect it delivered
+// (the safe copy path works for mapped memory).
+TEST_F(Hardening, SendIntoOdpBufferIsDelivered) {
+  std::vector<uint8_t> buf(32, 0);
+  auto r = engine->mrs.add(pd.get(), buf.data(), buf.size(), reinterpret_cast<uint64_t>(buf.data()),
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(r.ok());
+  mrs.push_back(*r);
+  post_recv(5, {sge(buf.data(), 32, *r)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {7, 8, 9}});
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(buf[2], 9);
+}
+
+// --- ACK before completion ----------------------------------------------------------
+
+// Receive SEND_ONLY(AckReq) / Expect the ACK handed to the transport while the
+// receive CQ is still empty, and the completion visible once the burst ends.
+TEST_F(Hardening, AckLeavesBeforeReceiveCompletion) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 11);
+  int sends = 0;
+  bool visible_at_send = true;
+  transport->on_send = [&](size_t) {
+    ++sends;
+    visible_at_send = !rcq->empty();
+  };
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}});
+  transport->on_send = nullptr;
+  EXPECT_EQ(sends, 1);
+  EXPECT_FALSE(visible_at_send);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 11u);
+}
+
+// --- tombstones and QP numbers ---------------------------------------------------
+
+// Destroy connected QPs / Expect their tombstones bounded in count and gone
+// once their peers have been quiet long enough.
+TEST_F(Hardening, TombstonesAreBoundedAndExpire) {
+  const uint32_t own = qp->qp_num();
+  for (int i = 0; i < 1100; ++i) {
+    std::lock_guard lock(qp->mu);
+    qp->ibqp.qp_base.qp_num = 0x100000 + uint32_t(i);
+    engine->add_tombstone(*qp);
+  }
+  EXPECT_LE(engine->tombstone_count(), 1024u);
+  EXPECT_GT(engine->tombstone_count(), 0u);
+  {
+    std::lock_guard lock(qp->mu);
+    qp->ibqp.qp_base.qp_num = own;
+  }
+  run_timers(Clock::now() + std::chrono::seconds(2));
+  EXPECT_EQ(engine->tombstone_count(), 0u);
+}
+
+// Allocate QP numbers / Expect valid 24-bit numbers other than 0 and 1, that
+// do not follow each other (a blind sender cannot walk them).
+TEST_F(Hardening, QpNumbersAreNotSequential) {
+  std::set<uint32_t> seen;
+  unsigned consecutive = 0;
+  uint32_t prev = engine->allocate_qp_num();
+  for (int i = 0; i < 100; ++i) {
+    uint32_t n = engine->allocate_qp_num();
+    EXPECT_GE(n, 2u);
+    EXPECT_LE(n, 0xFFFFFFu);
+    consecutive += n == prev + 1;
+    seen.insert(n);
+    prev = n;
+  }
+  EXPECT_LT(consecutive, 50u);
+  EXPECT_GT(seen.size(), 90u);
+}
+
+}  // namespace
+}  // namespace uroce::engine::test
