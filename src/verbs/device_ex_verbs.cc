@@ -29,7 +29,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   // reach any address of the process.
   a.odp_caps.general_caps = IBV_ODP_SUPPORT;
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                              IBV_ODP_SUPPORT_READ |
                                               (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
   a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
