@@ -40,6 +40,8 @@ class Bth {
     p_[8] = ack_req ? 0x80 : 0;
     store_be24(p_ + 9, psn);
   }
+  void set_dest_qp(uint32_t qp) { store_be24(p_ + 5, qp); }
+  void set_psn(uint32_t psn) { store_be24(p_ + 9, psn); }
 
  private:
   uint8_t* p_;
