@@ -39,13 +39,12 @@ void CompChannel::notify(Cq* cq) {
 }
 
 Result<Cq*> CompChannel::get_event() {
-  for (;;) {
-    char b;
-    ssize_t n = read(ibch.fd, &b, 1);
-    if (n == 1) break;
-    if (n < 0 && errno == EINTR) continue;
-    return Result<Cq*>::error(n < 0 ? errno : EIO);
-  }
+  // One plain read, as rdma-core's ibv_get_cq_event: a signal that interrupts
+  // the wait (handler without SA_RESTART) is EINTR for the caller, which is
+  // how programs end a blocking wait.
+  char b;
+  ssize_t n = read(ibch.fd, &b, 1);
+  if (n != 1) return Result<Cq*>::error(n < 0 ? errno : EIO);
   std::lock_guard lock(mu_);
   if (events_.empty()) return Result<Cq*>::error(EAGAIN);  // event of a destroyed CQ
   Cq* cq = events_.front();

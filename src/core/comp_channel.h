@@ -29,7 +29,9 @@ class CompChannel {
   std::atomic<int> cq_users{0};
 
   void notify(Cq* cq);
-  // Blocks (unless fd is O_NONBLOCK) until an event; errno-style failure.
+  // Blocks (unless fd is O_NONBLOCK) until an event; errno-style failure
+  // (EAGAIN when non-blocking and none is queued, EINTR when a signal
+  // interrupts the wait).
   [[nodiscard]] Result<Cq*> get_event();
   // Drops queued events of a CQ being destroyed.
   void forget(Cq* cq);

@@ -22,6 +22,36 @@ ibv_mtu mtu_enum_for_bytes(unsigned bytes) {
 
 unsigned mtu_bytes(ibv_mtu mtu) { return 128u << unsigned(mtu); }
 
+uint32_t resource_limit(Resource r) {
+  switch (r) {
+    case Resource::kQp:
+      return kMaxQp;
+    case Resource::kCq:
+      return kMaxCq;
+    case Resource::kPd:
+      return kMaxPd;
+    case Resource::kAh:
+      return kMaxAh;
+    case Resource::kSrq:
+      return kMaxSrq;
+    case Resource::kCount:
+      break;
+  }
+  return 0;
+}
+
+int Context::reserve(Resource r) {
+  std::atomic<uint32_t>& used = used_[size_t(r)];
+  const uint32_t limit = resource_limit(r);
+  uint32_t n = used.load(std::memory_order_relaxed);
+  do {
+    if (n >= limit) return ENOMEM;
+  } while (!used.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+  return 0;
+}
+
+void Context::release(Resource r) { used_[size_t(r)].fetch_sub(1, std::memory_order_relaxed); }
+
 Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
   ibv_context& c = vctx.context;
   c.device = &dev->ibdev;
@@ -97,7 +127,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
   a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
-  a->max_mw = int(kMaxMr);  // windows share the MR key table
+  a->max_mw = int(kMaxMw);
   a->max_srq = int(kMaxSrq);
   a->max_srq_wr = int(kMaxSrqWr);
   a->max_srq_sge = int(kMaxSrqSge);

@@ -4,6 +4,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -13,6 +15,13 @@
 #include "core/mr.h"
 
 namespace uroce::core {
+
+// Objects a context counts against the limits it reports (ibv_query_device:
+// max_qp, max_cq, max_pd, max_ah, max_srq; MRs and windows are counted by
+// MrTable).
+enum class Resource : uint8_t { kQp, kCq, kPd, kAh, kSrq, kCount };
+
+uint32_t resource_limit(Resource r);
 
 class Context {
  public:
@@ -44,6 +53,14 @@ class Context {
   int query_gid(uint8_t port, int index, ibv_gid* gid) const;
   int query_pkey(uint8_t port, int index, uint16_t* pkey) const;
 
+  // Takes one object of kind `r`: 0, or ENOMEM when the context holds its
+  // limit already (as a device whose resources are exhausted). Exact under
+  // concurrency. Every successful reserve is matched by one release when the
+  // object is destroyed (or its creation fails later).
+  [[nodiscard]] int reserve(Resource r);
+  void release(Resource r);
+  uint32_t in_use(Resource r) const { return used_[size_t(r)].load(std::memory_order_relaxed); }
+
   int async_fd_write_end() const { return async_write_fd_; }
   // Queues an event for ibv_get_async_event. Never blocks: if the application
   // leaves events unread until the pipe is full, further ones are dropped.
@@ -54,6 +71,28 @@ class Context {
   uint16_t lid_ = 0;
   ibv_mtu active_mtu_ = IBV_MTU_1024;
   int async_write_fd_ = -1;
+  std::array<std::atomic<uint32_t>, size_t(Resource::kCount)> used_{};
+};
+
+// One reserved object for a creation in progress: released when this goes
+// out of scope unless keep() was called (the object was created).
+class Reservation {
+ public:
+  Reservation(Context* ctx, Resource r) : ctx_(ctx), r_(r), err_(ctx->reserve(r)) {}
+  ~Reservation() {
+    if (err_ == 0 && !kept_) ctx_->release(r_);
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+  int error() const { return err_; }  // 0, or ENOMEM at the limit
+  void keep() { kept_ = true; }
+
+ private:
+  Context* ctx_;
+  Resource r_;
+  int err_;
+  bool kept_ = false;
 };
 
 ibv_mtu mtu_enum_for_bytes(unsigned bytes);

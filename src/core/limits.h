@@ -1,24 +1,30 @@
 // Device capabilities uroce reports and enforces (ibv_query_device).
+//
+// Object counts are per context and enforced at creation (ENOMEM beyond, as a
+// device whose resources are exhausted). They are chosen so that a machine
+// can hold them: a CQ stores 64-byte entries, so max_cq CQs of max_cqe
+// entries are 2 GiB at worst; see docs/architecture.md, "Decisions".
 #pragma once
 
 #include <cstdint>
 
 namespace uroce::core {
 
-inline constexpr uint32_t kMaxQp = 1 << 16;
+inline constexpr uint32_t kMaxQp = 4096;
 inline constexpr uint32_t kMaxQpWr = 1 << 15;
 inline constexpr uint32_t kMaxSge = 32;
 inline constexpr uint32_t kMaxInlineData = 512;
-inline constexpr uint32_t kMaxCq = 1 << 16;
-inline constexpr uint32_t kMaxCqe = (1 << 20) - 1;
-inline constexpr uint32_t kMaxMr = 1 << 20;
+inline constexpr uint32_t kMaxCq = 1024;
+inline constexpr uint32_t kMaxCqe = (1 << 15) - 1;
+inline constexpr uint32_t kMaxMr = 16384;
+inline constexpr uint32_t kMaxMw = 16384;  // windows share the MR key table
 inline constexpr uint64_t kMaxMrSize = uint64_t(1) << 40;
-inline constexpr uint32_t kMaxPd = 1 << 16;
+inline constexpr uint32_t kMaxPd = 4096;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: max_qp_rd_atom / max_qp_init_rd_atom
-inline constexpr uint32_t kMaxSrq = 1 << 14;
+inline constexpr uint32_t kMaxSrq = 1024;
 inline constexpr uint32_t kMaxSrqWr = 1 << 15;
 inline constexpr uint32_t kMaxSrqSge = 32;
-inline constexpr uint32_t kMaxAh = 1 << 16;
+inline constexpr uint32_t kMaxAh = 16384;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kVendorId = 0xFFFFFF;    // no IEEE OUI: a software device
 inline constexpr uint32_t kVendorPartId = 0x5552;  // "UR"

@@ -1,10 +1,16 @@
 #include "core/mr.h"
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
+#include "core/address_space.h"
 #include "core/limits.h"
+#include "core/log.h"
 #include "core/mr_access.h"
 #include "core/work_queue.h"
 
@@ -17,15 +23,56 @@ int validate_mr_access(unsigned access) {
   return 0;
 }
 
-int MrTable::take_slot_locked(uint32_t* index) {
-  if (!free_.empty()) {
-    *index = free_.back();
-    free_.pop_back();
+int validate_mr_range(const void* addr, uint64_t length, unsigned access) {
+  // ib_umem_get / ib_umem_odp_get: the end, and the end rounded up to a
+  // page, must not wrap (EINVAL).
+  const uint64_t start = reinterpret_cast<uint64_t>(addr);
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t end;
+  if (__builtin_add_overflow(start, length, &end) || end > ~(page - 1)) return EINVAL;
+  if (access & IBV_ACCESS_ON_DEMAND) return 0;  // ODP may register unmapped memory
+  std::vector<Mapping> maps;
+  if (int e = read_mappings(start, length, &maps)) {
+    static std::once_flag warned;
+    std::call_once(warned, [e] { LOG_WARN("cannot read /proc/self/maps (%s): MR ranges unchecked", strerror(e)); });
     return 0;
   }
-  if (slots_.size() >= kMaxMr) return ENOMEM;
-  *index = uint32_t(slots_.size());
-  slots_.push_back(nullptr);
+  // ib_access_writable(): these flags make the kernel pin with FOLL_WRITE.
+  const bool need_write =
+      access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+  return check_range_mapped(maps, start, length, need_write);
+}
+
+MrTable::MrTable(uint32_t max_mr, uint32_t max_mw) : max_mr_(max_mr), max_mw_(max_mw) {
+  if (getrandom(&rng_state_, sizeof rng_state_, GRND_NONBLOCK) != ssize_t(sizeof rng_state_))
+    rng_state_ = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^ uint64_t(getpid()) << 32 ^
+                 reinterpret_cast<uint64_t>(this);
+}
+
+uint8_t MrTable::random_byte_locked() {
+  // splitmix64 (Steele, Lea, Flood 2014)
+  uint64_t z = (rng_state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint8_t((z ^ (z >> 31)) >> 56);
+}
+
+int MrTable::take_slot_locked(bool window, uint32_t* key) {
+  if (window ? windows_ >= max_mw_ : mrs_ >= max_mr_) return ENOMEM;
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = uint32_t(slots_.size());
+    slots_.push_back(nullptr);
+    variants_.push_back(random_byte_locked());
+  }
+  // One of the 255 variants other than the slot's last one, uniformly.
+  uint8_t variant = uint8_t(variants_[index] + 1 + random_byte_locked() % 255);
+  variants_[index] = variant;
+  ++(window ? windows_ : mrs_);
+  *key = index << 8 | variant;
   return 0;
 }
 
@@ -33,16 +80,16 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   if (int e = validate_mr_access(access)) return Result<Mr*>::error(e);
   if (length > kMaxMrSize) return Result<Mr*>::error(EINVAL);
   if (!addr && length) return Result<Mr*>::error(EINVAL);
+  if (int e = validate_mr_range(addr, length, access)) return Result<Mr*>::error(e);
   auto* mr = new (std::nothrow) Mr;
   if (!mr) return Result<Mr*>::error(ENOMEM);
   std::unique_lock lock(mu_);
-  uint32_t index;
-  if (int e = take_slot_locked(&index)) {
+  uint32_t key;
+  if (int e = take_slot_locked(false, &key)) {
     delete mr;
     return Result<Mr*>::error(e);
   }
-  // key = slot << 8 | generation, so a stale key of a reused slot fails.
-  uint32_t key = index << 8 | ++generation_;
+  uint32_t index = key >> 8;
   mr->pd = pd;
   mr->host = static_cast<uint8_t*>(addr);
   mr->iova = iova;
@@ -65,12 +112,12 @@ Result<Mr*> MrTable::add_window(Pd* pd, ibv_mw_type type) {
   auto* mw = new (std::nothrow) Mr;
   if (!mw) return Result<Mr*>::error(ENOMEM);
   std::unique_lock lock(mu_);
-  uint32_t index;
-  if (int e = take_slot_locked(&index)) {
+  uint32_t key;
+  if (int e = take_slot_locked(true, &key)) {
     delete mw;
     return Result<Mr*>::error(e);
   }
-  uint32_t key = index << 8 | ++generation_;
+  uint32_t index = key >> 8;
   mw->pd = pd;
   mw->is_window = true;
   mw->ibmr.lkey = mw->ibmr.rkey = key;
@@ -140,6 +187,8 @@ int MrTable::remove(Mr* mr) {
     if (mr->windows > 0) return EBUSY;  // windows are bound to it
     if (mr->is_window) unbind_locked(mr);
     slots_[index] = nullptr;
+    variants_[index] = uint8_t(mr->ibmr.lkey);  // a window's bind may have changed it
+    --(mr->is_window ? windows_ : mrs_);
     free_.push_back(index);
   }
   mr->pd->users.fetch_sub(1);

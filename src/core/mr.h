@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/container_of.h"
+#include "core/limits.h"
 #include "core/pd.h"
 #include "core/result.h"
 
@@ -67,7 +68,28 @@ inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS
 // atomic access needs local write.
 int validate_mr_access(unsigned access);
 
-// The table of a context's MRs, indexed by key.
+// The range check of registration, as the kernel's pinning (ib_umem_get):
+// a range whose end wraps around the address space (or whose last page
+// does) is EINVAL; unless the MR is on-demand (IBV_ACCESS_ON_DEMAND, which
+// may name unmapped memory), a range not wholly mapped, or mapped without
+// read access, or read-only when `access` needs write (ib_access_writable:
+// LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND), is EFAULT. The
+// mappings are read afresh (/proc/self/maps); where they cannot be read,
+// the range is accepted.
+int validate_mr_range(const void* addr, uint64_t length, unsigned access);
+
+// The table of a context's MRs and memory windows, indexed by key.
+//
+// Keys: key >> 8 is the table slot; the low 8 bits are a variant (the
+// consumer-owned "key" byte that ibv_inc_rkey steps), drawn at random for
+// every new MR or window and always different from the last variant of its
+// slot (as rxe: index << 8 | rxe_get_next_key(last_key)), so a key
+// is not guessable from the order of registrations and a stale key of a
+// reused slot never matches. A window's bind sets the variant the
+// application chose (ibv_inc_rkey) within the same slot. Key 0 is never
+// valid (slot 0 is unused).
+//
+// Limits: at most max_mr MRs and max_mw windows (ENOMEM beyond).
 //
 // Lock contract: lookups on the data path hold the shared lock for as long as
 // they touch the MR's memory (see with_range); registration and
@@ -75,6 +97,10 @@ int validate_mr_access(unsigned access);
 // never touched after ibv_dereg_mr returns.
 class MrTable {
  public:
+  explicit MrTable(uint32_t max_mr = kMaxMr, uint32_t max_mw = kMaxMw);
+
+  // Validates access and range (validate_mr_access, validate_mr_range), then
+  // registers; EINVAL/EFAULT as those, ENOMEM at max_mr.
   [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access);
   [[nodiscard]] int remove(Mr* mr);  // EBUSY while windows are bound to it
 
@@ -111,13 +137,18 @@ class MrTable {
                         const Mr** out) const;
 
  private:
-  int take_slot_locked(uint32_t* index);
+  // A free slot and a fresh key for it (ENOMEM at the MR or window limit).
+  int take_slot_locked(bool window, uint32_t* key);
+  uint8_t random_byte_locked();
   void unbind_locked(Mr* mw);
 
   mutable std::shared_mutex mu_;
-  std::vector<Mr*> slots_{nullptr};  // slot 0 unused: key 0 is never valid
+  std::vector<Mr*> slots_{nullptr};   // slot 0 unused: key 0 is never valid
+  std::vector<uint8_t> variants_{0};  // last key variant of each slot
   std::vector<uint32_t> free_;
-  uint8_t generation_ = 0;
+  uint64_t rng_state_;  // splitmix64, seeded from getrandom
+  const uint32_t max_mr_, max_mw_;
+  uint32_t mrs_ = 0, windows_ = 0;
 };
 
 }  // namespace uroce::core

@@ -19,14 +19,21 @@ UROCE_API ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
       errno = EINVAL;
       return nullptr;
     }
+    EngineContext* ctx = EngineContext::from(ibpd->context);
     auto ah = std::make_unique<Ah>();
-    if (int e = uroce::core::resolve_ah(*EngineContext::from(ibpd->context), *attr, ah.get())) {
+    if (int e = uroce::core::resolve_ah(*ctx, *attr, ah.get())) {
       errno = e;
+      return nullptr;
+    }
+    uroce::core::Reservation slot(ctx, uroce::core::Resource::kAh);  // max_ah
+    if (slot.error()) {
+      errno = slot.error();
       return nullptr;
     }
     ah->ibah.context = ibpd->context;
     ah->ibah.pd = ibpd;
     Pd::from(ibpd)->users.fetch_add(1);
+    slot.keep();
     return &ah.release()->ibah;
   });
 }
@@ -34,6 +41,7 @@ UROCE_API ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
 UROCE_API int ibv_destroy_ah(ibv_ah* ibah) {
   if (!ibah) return EINVAL;
   Pd::from(ibah->pd)->users.fetch_sub(1);
+  EngineContext::from(ibah->context)->release(uroce::core::Resource::kAh);
   delete Ah::from(ibah);
   return 0;
 }

@@ -11,6 +11,7 @@
 
 using uroce::core::CompChannel;
 using uroce::core::Cq;
+using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
 
 UROCE_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
@@ -40,9 +41,15 @@ UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
       errno = EINVAL;
       return nullptr;
     }
+    uroce::core::Reservation slot(EngineContext::from(context), uroce::core::Resource::kCq);  // max_cq
+    if (slot.error()) {
+      errno = slot.error();
+      return nullptr;
+    }
     CompChannel* ch = channel ? CompChannel::from(channel) : nullptr;
     auto* cq = new Cq(context, uint32_t(cqe), ch, cq_context);
     if (ch) ch->cq_users.fetch_add(1);
+    slot.keep();
     return reinterpret_cast<ibv_cq*>(&cq->ibcq);
   });
 }
@@ -60,6 +67,7 @@ UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
     ch->forget(cq);
     ch->cq_users.fetch_sub(1);
   }
+  EngineContext::from(ibcq->context)->release(uroce::core::Resource::kCq);
   delete cq;
   return 0;
 }

@@ -1,6 +1,8 @@
 // Devices and contexts: ibv_get_device_list … ibv_query_pkey.
 #include <infiniband/verbs.h>
 #include <net/if.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -47,13 +49,46 @@ UROCE_API int ibv_get_device_index(ibv_device* device) {
   return -1;
 }
 
+namespace {
+
+// Blocks every signal of the calling thread while it lives (errno kept).
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  ~SignalsBlocked() {
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    errno = saved;
+  }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// Opens the engine with every signal blocked, so that its progress thread
+// inherits a full mask: signals are the application's and must reach its
+// threads, e.g. to interrupt a blocking ibv_get_cq_event with EINTR (a
+// process-directed signal goes to any thread that does not block it).
+EngineContext* open_context(Device* device) {
+  SignalsBlocked blocked;
+  return EngineContext::open(device);
+}
+
+}  // namespace
+
 UROCE_API ibv_context* ibv_open_device(ibv_device* device) {
   return abi_guard<ibv_context*>(nullptr, [&]() -> ibv_context* {
     if (!device) {
       errno = EINVAL;
       return nullptr;
     }
-    EngineContext* e = EngineContext::open(Device::from(device));
+    EngineContext* e = open_context(Device::from(device));
     if (!e) return nullptr;
     uroce::verbs::install_context_ops(e->vctx);
     return e->ib();

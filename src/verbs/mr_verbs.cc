@@ -21,10 +21,17 @@ UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
       errno = EINVAL;
       return nullptr;
     }
+    EngineContext* ctx = EngineContext::from(context);
+    uroce::core::Reservation slot(ctx, uroce::core::Resource::kPd);  // max_pd
+    if (slot.error()) {
+      errno = slot.error();
+      return nullptr;
+    }
     auto* pd = new Pd;
-    pd->ctx = EngineContext::from(context);
+    pd->ctx = ctx;
     pd->ibpd.context = context;
     pd->ibpd.handle = 0;
+    slot.keep();
     return &pd->ibpd;
   });
 }
@@ -33,6 +40,7 @@ UROCE_API int ibv_dealloc_pd(ibv_pd* ibpd) {
   if (!ibpd) return EINVAL;
   Pd* pd = Pd::from(ibpd);
   if (pd->users.load() != 0) return EBUSY;  // MRs/QPs still use it (kernel: EBUSY)
+  pd->ctx->release(uroce::core::Resource::kPd);
   delete pd;
   return 0;
 }

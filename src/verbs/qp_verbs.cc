@@ -57,6 +57,11 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       return nullptr;
     }
     EngineContext* ctx = EngineContext::from(ibpd->context);
+    uroce::core::Reservation slot(ctx, uroce::core::Resource::kQp);  // max_qp
+    if (slot.error()) {
+      errno = slot.error();
+      return nullptr;
+    }
     Pd* pd = Pd::from(ibpd);
     Cq* scq = Cq::from(init->send_cq);
     Cq* rcq = Cq::from(init->recv_cq);
@@ -70,6 +75,7 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       qp->srq->qp_users.fetch_add(1);
     }
     ctx->register_qp(qp);
+    slot.keep();
     // Report what was granted (verbs: cap is an in/out parameter).
     init->cap.max_send_wr = caps.max_send_wr;
     init->cap.max_recv_wr = caps.max_recv_wr;
@@ -118,6 +124,7 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   if (qp->pd) qp->pd->users.fetch_sub(1);
   if (qp->srq) qp->srq->qp_users.fetch_sub(1);
   uroce::engine::xrc_target_detach(*qp);  // XRC targets: frees the shared slot
+  ctx->release(uroce::core::Resource::kQp);
   delete qp;
   return 0;
 }

@@ -26,7 +26,13 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* granted, void* srq_context) {
     errno = e;
     return nullptr;
   }
-  auto srq = std::make_unique<Srq>(EngineContext::from(ibpd->context), Pd::from(ibpd), attr.max_wr, attr.max_sge);
+  EngineContext* ctx = EngineContext::from(ibpd->context);
+  core::Reservation slot(ctx, core::Resource::kSrq);  // max_srq
+  if (slot.error()) {
+    errno = slot.error();
+    return nullptr;
+  }
+  auto srq = std::make_unique<Srq>(ctx, Pd::from(ibpd), attr.max_wr, attr.max_sge);
   if (attr.srq_limit) {
     ibv_srq_attr limit{};
     limit.srq_limit = attr.srq_limit;
@@ -37,6 +43,7 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* granted, void* srq_context) {
   srq->ibsrq.pd = ibpd;
   Pd::from(ibpd)->users.fetch_add(1);
   srq->query(granted);  // report what was granted (the attributes are in/out)
+  slot.keep();
   return &srq.release()->ibsrq;
 }
 
@@ -85,6 +92,7 @@ UROCE_API int ibv_destroy_srq(ibv_srq* ibsrq) {
     srq->xrcd->users.fetch_sub(1);
   }
   srq->pd->users.fetch_sub(1);
+  srq->ctx->release(uroce::core::Resource::kSrq);
   delete srq;
   return 0;
 }
@@ -94,7 +102,8 @@ UROCE_API int ibv_get_async_event(ibv_context* context, ibv_async_event* event) 
     errno = EINVAL;
     return -1;
   }
-  // Blocks unless the application made async_fd non-blocking (then EAGAIN).
+  // One plain read, as rdma-core: blocks unless the application made async_fd
+  // non-blocking (then EAGAIN); a signal that interrupts it is EINTR.
   ssize_t n = read(context->async_fd, event, sizeof *event);
   if (n == ssize_t(sizeof *event)) return 0;
   if (n >= 0) errno = EIO;

@@ -73,7 +73,11 @@ ibv_qp* create_target(EngineContext* ctx, ibv_qp_init_attr_ex* attr) {
 
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   EngineContext* ctx = EngineContext::from(context);
-  return attr->qp_type == IBV_QPT_XRC_SEND ? create_initiator(ctx, attr) : create_target(ctx, attr);
+  core::Reservation slot(ctx, core::Resource::kQp);  // max_qp counts XRC QPs too
+  if (slot.error()) return fail<ibv_qp>(slot.error());
+  ibv_qp* qp = attr->qp_type == IBV_QPT_XRC_SEND ? create_initiator(ctx, attr) : create_target(ctx, attr);
+  if (qp) slot.keep();
+  return qp;
 }
 
 ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {

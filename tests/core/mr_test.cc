@@ -1,8 +1,11 @@
-// MrTable: registration, keys (slot reuse bumps the generation, so stale keys
-// fail), bounds at both ends and against overflow, access flags, PD checks.
+// MrTable: registration, keys (slot reuse draws another variant, so stale keys
+// fail), limits, bounds at both ends and against overflow, access flags, PD
+// checks, and the registration range check.
 #include "core/mr.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -199,6 +202,108 @@ TEST_F(MrTableTest, ZeroLengthMr) {
   EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 0, RR, true), KeyCheck::kOk);
   EXPECT_EQ(table.check((*r)->ibmr.rkey, &pd, 0x5000, 1, RR, true), KeyCheck::kOutOfBounds);
   EXPECT_EQ(table.remove(*r), 0);
+}
+
+// Expect every re-registration that reuses a slot to get another variant
+// (the low 8 bits), for MRs and windows, and never key 0.
+TEST_F(MrTableTest, KeyVariantChangesOnSlotReuse) {
+  Mr* mr = add(LW);
+  uint32_t prev = mr->ibmr.lkey;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(table.remove(mr), 0);
+    mr = add(LW);
+    ASSERT_NE(mr, nullptr);
+    ASSERT_EQ(mr->ibmr.lkey >> 8, prev >> 8) << "slot is expected to be reused";
+    ASSERT_NE(mr->ibmr.lkey & 0xFF, prev & 0xFF) << "same variant on reuse, round " << i;
+    ASSERT_NE(mr->ibmr.lkey, 0u);
+    prev = mr->ibmr.lkey;
+  }
+  ASSERT_EQ(table.remove(mr), 0);
+  // A window reusing the slot avoids the variant the slot had last.
+  auto w = table.add_window(&pd, IBV_MW_TYPE_2);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->ibmw.rkey >> 8, prev >> 8);
+  EXPECT_NE((*w)->ibmw.rkey & 0xFF, prev & 0xFF);
+  EXPECT_EQ(table.remove(*w), 0);
+}
+
+// Expect the variants of a slot to use many of the 255 values (random, not a
+// counter starting at 1): 1000 reuses hit more than 200 distinct values.
+TEST_F(MrTableTest, KeyVariantsSpreadOverTheByte) {
+  std::vector<bool> seen(256, false);
+  int distinct = 0;
+  for (int i = 0; i < 1000; ++i) {
+    Mr* mr = add(LW);
+    ASSERT_NE(mr, nullptr);
+    uint32_t v = mr->ibmr.lkey & 0xFF;
+    if (!seen[v]) ++distinct;
+    seen[v] = true;
+    ASSERT_EQ(table.remove(mr), 0);
+  }
+  EXPECT_GT(distinct, 200);
+}
+
+// Expect max_mr MRs and max_mw windows, then ENOMEM; after a removal the
+// table accepts one again.
+TEST(MrTableLimits, MrsAndWindowsStopAtTheirLimits) {
+  MrTable table(2, 1);
+  Pd pd;
+  std::vector<uint8_t> buf(64);
+  auto a = table.add(&pd, buf.data(), buf.size(), 0, LW);
+  auto b = table.add(&pd, buf.data(), buf.size(), 0, LW);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = table.add(&pd, buf.data(), buf.size(), 0, LW);
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.err(), ENOMEM);
+  auto w = table.add_window(&pd, IBV_MW_TYPE_1);
+  ASSERT_TRUE(w.ok());
+  auto w2 = table.add_window(&pd, IBV_MW_TYPE_2);
+  EXPECT_FALSE(w2.ok());
+  EXPECT_EQ(w2.err(), ENOMEM);
+  EXPECT_EQ(pd.users.load(), 3);
+  ASSERT_EQ(table.remove(*a), 0);
+  auto d = table.add(&pd, buf.data(), buf.size(), 0, LW);
+  EXPECT_TRUE(d.ok());
+  ASSERT_EQ(table.remove(*w), 0);
+  auto w3 = table.add_window(&pd, IBV_MW_TYPE_2);
+  EXPECT_TRUE(w3.ok());
+  EXPECT_EQ(table.remove(*b), 0);
+  EXPECT_EQ(table.remove(*d), 0);
+  EXPECT_EQ(table.remove(*w3), 0);
+  EXPECT_EQ(pd.users.load(), 0);
+}
+
+// Registration checks the range as the kernel's pinning: wrap -> EINVAL (ODP
+// too), unmapped or PROT_NONE -> EFAULT, read-only with write access ->
+// EFAULT; ODP skips the mapping check.
+TEST(MrRange, AsTheKernelPins) {
+  const size_t pg = size_t(sysconf(_SC_PAGESIZE));
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, 3 * pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(mprotect(p + 2 * pg, pg, PROT_NONE), 0);
+  EXPECT_EQ(validate_mr_range(p, 2 * pg, 0), 0);
+  EXPECT_EQ(validate_mr_range(p, 2 * pg, RR), 0);
+  EXPECT_EQ(validate_mr_range(p, 2 * pg, LW), EFAULT);
+  EXPECT_EQ(validate_mr_range(p, 2 * pg, LW | RW), EFAULT);
+  EXPECT_EQ(validate_mr_range(p, 2 * pg, IBV_ACCESS_MW_BIND), EFAULT);
+  EXPECT_EQ(validate_mr_range(p, 3 * pg, 0), EFAULT);  // the PROT_NONE page
+  EXPECT_EQ(validate_mr_range(p, 3 * pg, IBV_ACCESS_ON_DEMAND | LW), 0);
+  ASSERT_EQ(munmap(p + 2 * pg, pg), 0);
+  EXPECT_EQ(validate_mr_range(p + 2 * pg, 16, 0), EFAULT);  // unmapped
+  EXPECT_EQ(validate_mr_range(p + 2 * pg, 16, IBV_ACCESS_ON_DEMAND), 0);
+  auto* top = reinterpret_cast<void*>(UINTPTR_MAX - pg + 1);
+  EXPECT_EQ(validate_mr_range(top, 2 * pg, 0), EINVAL);
+  EXPECT_EQ(validate_mr_range(top, 2 * pg, IBV_ACCESS_ON_DEMAND), EINVAL);
+  EXPECT_EQ(validate_mr_range(reinterpret_cast<void*>(UINTPTR_MAX - 100), 50, 0), EINVAL);  // last page
+  EXPECT_EQ(validate_mr_range(p, 0, LW), 0);                                                // empty range
+  // Through the table: nothing is registered, the PD is not used.
+  MrTable table;
+  Pd pd;
+  auto r = table.add(&pd, p, pg, 0, LW);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.err(), EFAULT);
+  EXPECT_EQ(pd.users.load(), 0);
+  munmap(p, 2 * pg);
 }
 
 }  // namespace
