@@ -9,6 +9,7 @@
 #endif
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
@@ -91,6 +92,12 @@ static inline long rss_kib(void) {
     if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
   fclose(f);
   return kib;
+}
+
+// Whether a sanitizer runtime (preloaded by `uroce run` for a sanitizer build
+// of liburoce) manages this process's memory.
+static inline int sanitizer_runtime(void) {
+  return dlsym(RTLD_DEFAULT, "__asan_init") != NULL || dlsym(RTLD_DEFAULT, "__tsan_init") != NULL;
 }
 
 static inline int open_fds(void) {
