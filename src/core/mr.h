@@ -91,10 +91,17 @@ int validate_mr_range(const void* addr, uint64_t length, unsigned access);
 //
 // Limits: at most max_mr MRs and max_mw windows (ENOMEM beyond).
 //
-// Lock contract: lookups on the data path hold the shared lock for as long as
-// they touch the MR's memory (see with_range); registration and
-// deregistration take the exclusive lock, so a deregistered MR's memory is
-// never touched after ibv_dereg_mr returns.
+// Lock contract and the MR lifetime rule: every byte of registered memory
+// is read or written only while the shared lock is held and the key has been
+// checked under it (with_range, scatter, or read_lock + check_locked), and
+// only through core/mr_access.h (safe for on-demand regions). No pointer into
+// registered memory outlives the lock: packets copy their payload into the
+// sender's TxBatch while it is held, and retransmissions, READ replays and
+// READ response slices look the key up again. Registration, deregistration,
+// binds and invalidations take the exclusive lock, so once ibv_dereg_mr,
+// ibv_dealloc_mw or an invalidation returns, no access to that memory through
+// that key is in progress and none can start (engine tests:
+// Hardening.NoByteReadAfterDeregistration, BatchedPacketsHoldCopies).
 class MrTable {
  public:
   explicit MrTable(uint32_t max_mr = kMaxMr, uint32_t max_mw = kMaxMw);
