@@ -76,8 +76,8 @@ int main(void) {
   CHECK(ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == b.qp, "responder event %s",
         ibv_event_type_str(ev.event_type));
   printf("async: responder QP_FATAL after a bad R_Key\n");
-  vp_close(&b);
   ibv_dereg_mr(bmr);
+  vp_close(&b);
 
   /* CQ overflow: a 1-entry CQ receiving two completions. */
   struct ibv_cq* small = ibv_create_cq(a.ctx, 1, NULL, NULL, 0);
