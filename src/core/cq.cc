@@ -24,7 +24,8 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
     std::lock_guard lock(mu_);
     uint32_t n = count_.load(std::memory_order_relaxed);
     if (n == ring_.size()) {
-      // IBA 11.4.2.x: an overrun is a CQ error, reported once as an async event.
+      // An overrun is the IBA "CQ Error" affiliated asynchronous error, reported
+      // once as an async event (IBV_EVENT_CQ_ERR).
       if (overruns_.fetch_add(1, std::memory_order_relaxed) == 0 && ibcq.context) {
         ibv_async_event ev{};
         ev.element.cq = reinterpret_cast<ibv_cq*>(&ibcq);

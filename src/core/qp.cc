@@ -191,7 +191,7 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
   if (total > kMaxMsgSize) return EINVAL;
   // Atomics read and write exactly 8 bytes (as rxe: the local buffer is checked
-  // at post; remote alignment is the responder's check, C9-…).
+  // at post; remote alignment is the responder's check, IBA 9.4.5).
   if (is_atomic(wr.opcode) && total != 8) return EINVAL;
   // UD: one packet per message, to the address handle's destination.
   const Ah* ah = nullptr;

@@ -1,7 +1,7 @@
 // Shared receive queue (ibv_create_srq): receive WQEs that any QP attached to
 // it consumes. A QP's responder takes one WQE at a time (a copy) when a
 // message starts; the limit event fires once when the number of WQEs drops
-// below an armed srq_limit (IBA 10.2.9.x, IBV_EVENT_SRQ_LIMIT_REACHED).
+// below an armed srq_limit (IBA 10.2.9, SRQs; IBV_EVENT_SRQ_LIMIT_REACHED).
 //
 // Lock contract: `mu` guards rq, limit and xrc fields; it may be taken while
 // holding a QP's mutex (QP -> SRQ order), never the other way round.

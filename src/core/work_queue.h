@@ -31,7 +31,7 @@ struct UdDest {
 
 inline bool is_atomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
 // READs and atomics are answered with responses and use the initiator's
-// max_rd_atomic credits (IBA 9.7.4.1.x).
+// max_rd_atomic credits (ibv_modify_qp(3): outstanding RDMA READs and atomics).
 inline bool is_read_or_atomic(ibv_wr_opcode op) { return op == IBV_WR_RDMA_READ || is_atomic(op); }
 
 struct SendWqe {

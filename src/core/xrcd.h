@@ -1,4 +1,4 @@
-// XRC domain (ibv_open_xrcd, IBA 11.2.x "XRC domain"): groups XRC SRQs and XRC
+// XRC domain (ibv_open_xrcd, IBA Vol. 1 Annex A14 "XRC domain"): groups XRC SRQs and XRC
 // target QPs; a target QP may deliver into any XRC SRQ of its domain. Processes
 // that open the domain with the same file (same inode) share one domain.
 //

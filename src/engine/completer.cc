@@ -83,7 +83,7 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
 
 // Tail-loss probe (like TCP's TLP). The first probe after progress resends
 // only the newest packet, with AckReq: the responder answers a duplicate with
-// an ACK of all it has (C9-…: duplicates are acknowledged), a packet past a
+// an ACK of all it has (C9-105: duplicates are acknowledged), a packet past a
 // hole with a sequence NAK, and a lost last packet with its ACK — so a peer
 // whose ACKs are merely late is not sent a window of duplicates. Later probes
 // go back N: after a hole whose NAK was lost, the responder stays silent
@@ -101,7 +101,7 @@ void probe_tail(EngineQp& qp, TxBatch& tx) {
   requester_run(qp, tx);
 }
 
-// Forward progress: the retry budget is restored (IBA 9.7.5.1.x).
+// Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
 void progress(EngineQp& qp) {
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_retry_left = qp.attr.rnr_retry;
@@ -362,7 +362,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
     }
     return;
   }
-  // Local ACK timeout (C9-140…): retry from the oldest unacknowledged PSN.
+  // Local ACK timeout (IBA 9.7.6.1.3): retry from the oldest unacknowledged PSN.
   if (!infinite(qp.attr.retry_cnt)) {
     if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
     --qp.comp.retry_left;

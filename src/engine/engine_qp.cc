@@ -101,7 +101,8 @@ void EngineQp::raise_event(ibv_event_type type) {
   ctx->raise_async_event(ev);
 }
 
-// IBA 11.6.3.x: a QP on an SRQ that enters ERR reports that no more of the
+// IBA 10.3.1 (QP and EE Context States, the Affiliated Asynchronous Last WQE
+// Reached Event): a QP on an SRQ that enters ERR reports that no more of the
 // SRQ's WQEs will be consumed through it.
 void EngineQp::raise_last_wqe_reached() {
   if (srq) raise_event(IBV_EVENT_QP_LAST_WQE_REACHED);

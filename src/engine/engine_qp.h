@@ -75,8 +75,8 @@ struct CompleterState {
   bool rewound = false;  // go-back-N already requested for unacked_psn
 };
 
-// A saved READ (or, later, ATOMIC) context for duplicate replay (C9-…: the
-// responder keeps max_dest_rd_atomic of them).
+// A saved READ (or, later, ATOMIC) context for duplicate replay (C9-110; the
+// responder keeps max_dest_rd_atomic of them, as rxe's resp.resources).
 struct ResponderResource {
   bool valid = false;
   uint32_t first_psn = 0;
@@ -108,7 +108,7 @@ struct ReadJob {
 struct ResponderState {
   uint32_t epsn = 0;      // expected PSN
   uint32_t msn = 0;       // messages completed
-  bool nak_sent = false;  // one sequence NAK per gap (C9-…)
+  bool nak_sent = false;  // one sequence NAK per gap (as rxe's sent_psn_nak)
   InMessage in_message = InMessage::kNone;
   bool have_rwqe = false;  // receive WQE taken for the current message
   uint32_t recv_offset = 0;

@@ -57,7 +57,7 @@ void fill_xrceth(const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& 
 }
 
 // Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
-// false if a local key check fails (C10-…: local protection error).
+// false if a local key check fails (a local protection error, IBV_WC_LOC_PROT_ERR).
 bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
   if (w.is_inline) return tx.add_payload(qp.sq.inline_buf(index) + offset, len);
   const core::Sge* sge = qp.sq.sges(index);

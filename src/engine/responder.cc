@@ -83,7 +83,7 @@ bool is_ud(const EngineQp& qp) { return qp.type == IBV_QPT_UD; }
 bool is_xrc(const EngineQp& qp) { return qp.type == IBV_QPT_XRC_RECV; }
 
 // The PD remote accesses are checked against: the QP's, or for an XRC target
-// (which has none) the PD of the XRC SRQ the request names (IBA 11.2.x).
+// (which has none) the PD of the XRC SRQ the request names (IBA Vol. 1 Annex A14, XRC).
 const core::Pd* access_pd(const EngineQp& qp) {
   if (!is_xrc(qp)) return qp.pd;
   return qp.srq ? qp.srq->pd : nullptr;
@@ -168,8 +168,9 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
     }
   }
   if (failed) {
-    // C9-88-like: the READ can no longer be served. The requester fails it
-    // with IBV_WC_REM_ACCESS_ERR; later streams are abandoned with it.
+    // The READ can no longer be served: a remote access error NAK (roce-facts
+    // §2.3); the requester fails it with IBV_WC_REM_ACCESS_ERR. Later streams
+    // are abandoned with it.
     uint32_t psn = wire::psn_add(job.psn, job.sent / mtu);
     drop_read_jobs(s);
     responder_flush_ack(qp, tx);
@@ -216,14 +217,14 @@ uint64_t execute_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t comp
 
 // --- the checks -------------------------------------------------------------
 
-// C9-… (9.7.4.1.x): PSN equal to ePSN is new, earlier is a duplicate, later
-// means packets were lost.
+// The responder's PSN check (as rxe's check_psn): PSN equal to ePSN is new,
+// earlier is a duplicate (C9-105, C9-110), later means packets were lost.
 RespState check_psn(Request& r) {
   ResponderState& s = r.qp.resp;
   int32_t d = wire::psn_diff(r.psn, s.epsn);
   if (is_ud(r.qp)) return RespState::kCheckOpSeq;  // single-packet messages: no sequence
   if (!is_rc(r.qp)) {
-    // UC (9.7.4.1.1 for UC): a gap drops the rest of the current message;
+    // UC (as rxe; no NAKs): a gap drops the rest of the current message;
     // resynchronize on the next FIRST/ONLY.
     if (d != 0) {
       s.in_message = InMessage::kNone;
@@ -245,7 +246,8 @@ RespState check_psn(Request& r) {
   return RespState::kCheckOpSeq;
 }
 
-// C9-… (9.7.4.1.3): FIRST/MIDDLE/LAST must follow each other within a message.
+// Opcode sequence (as rxe's check_op_seq): FIRST/MIDDLE/LAST must follow each
+// other within a message; on RC a break is an invalid request NAK.
 RespState check_op_seq(Request& r) {
   InMessage m = r.qp.resp.in_message;
   bool send = r.flags & wire::kOpSend;
@@ -261,7 +263,7 @@ RespState check_op_seq(Request& r) {
   return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
 }
 
-// C9-… (9.7.4.1.4): the QP must permit the operation.
+// Opcode validity (as rxe's check_op_valid): the QP must permit the operation.
 RespState check_op_valid(Request& r) {
   if (is_ud(r.qp)) {
     // roce-facts §2.5: a Q_Key mismatch is dropped silently and counted.
@@ -313,7 +315,7 @@ bool take_from_srq(EngineQp& qp) {
   return true;
 }
 
-// C9-… (9.7.5.2.8): a message that consumes a receive WQE needs one, else RNR NAK.
+// IBA 9.7.5.2.8 (RNR NAK): a message that consumes a receive WQE needs one, else RNR NAK.
 RespState check_resource(Request& r) {
   if ((r.flags & wire::kOpRwqe) && !r.qp.resp.have_rwqe) {
     bool got = r.qp.srq ? take_from_srq(r.qp) : !r.qp.rq.empty();
@@ -324,7 +326,8 @@ RespState check_resource(Request& r) {
   return RespState::kCheckLength;
 }
 
-// C9-… (9.7.4.1.6): packet payload lengths by position, and the receive buffer.
+// Length checks (as rxe's check_length): packet payload lengths by position, and
+// the receive buffer.
 RespState check_length(Request& r) {
   uint32_t mtu = r.qp.path.mtu;
   uint32_t len = r.pkt.payload_len;
@@ -353,12 +356,13 @@ RespState check_length(Request& r) {
   return RespState::kCheckRkey;
 }
 
-// C9-88 / o9-…: R_Key, bounds and access of RDMA requests (zero-length
-// requests need no valid R_Key).
+// R_Key, bounds and access of RDMA requests; zero-length requests need no
+// valid R_Key (C9-88, as rxe's check_rkey cites it).
 RespState check_rkey(Request& r) {
   if (r.flags & wire::kOpAtomic) {
     wire::AtomicEth a = r.pkt.atomic_eth();
-    // o9-…: an atomic's VA must be 8-byte aligned, else NAK invalid request.
+    // IBA 9.4.5 (Atomic Operations): an atomic's VA must be 8-byte aligned, else
+    // NAK invalid request (rxe: ERR_MISALIGNED_ATOMIC).
     if (a.va() & 7) return RespState::kErrInvalidRequest;
     if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true) !=
         core::KeyCheck::kOk)
@@ -537,7 +541,8 @@ RespState acknowledge(Request& r) {
   return RespState::kDone;
 }
 
-// 9.7.5.1.x: duplicates are acknowledged, READs replayed, never re-executed.
+// Duplicates are acknowledged again (C9-105), answered in PSN order (C9-110),
+// READs replayed for a subset of the original (IBA 9.4.4), never re-executed.
 RespState duplicate(Request& r) {
   EngineQp& qp = r.qp;
   ResponderState& s = qp.resp;
@@ -561,7 +566,8 @@ RespState duplicate(Request& r) {
     return RespState::kDrop;
   }
   if (r.flags & wire::kOpAtomic) {
-    // C9-…: a duplicate atomic is never executed again; its saved result is replayed.
+    // IBA 9.4.5 (Atomic Operations): a duplicate atomic is never executed again;
+    // its saved result is replayed.
     for (const ResponderResource& res : s.resources()) {
       if (res.valid && res.atomic && res.first_psn == r.psn) {
         send_atomic_ack(qp, r.tx, r.psn, res.orig);
@@ -591,8 +597,9 @@ RespState err_rnr(Request& r) {
   return RespState::kDone;
 }
 
-// Class C/D errors (9.9.x): NAK, fail the receive WQE if one was taken, and
-// move the responder QP to ERR as rxe does.
+// Responder class A/C errors (rxe_resp.c's names for the IBA error classes):
+// NAK, fail the receive WQE if one was taken, and move the responder QP to
+// ERR as rxe does.
 RespState err_fatal(Request& r, wire::NakCode code) {
   EngineQp& qp = r.qp;
   send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
@@ -602,7 +609,7 @@ RespState err_fatal(Request& r, wire::NakCode code) {
                                                               : IBV_WC_REM_INV_REQ_ERR;
     complete_recv(qp, st, IBV_WC_RECV, qp.resp.recv_offset, 0, 0, true);
   }
-  qp.raise_event(IBV_EVENT_QP_FATAL);  // a class C/D responder error (IBA 9.9.3.x)
+  qp.raise_event(IBV_EVENT_QP_FATAL);  // a class A/C responder error (as rxe names them)
   qp.enter_error();
   return RespState::kDone;
 }

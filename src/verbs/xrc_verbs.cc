@@ -1,4 +1,4 @@
-// XRC (IBA 11.2.x, rdma-core's verbs_context XRC ops): domains, XRC SRQs and
+// XRC (IBA Vol. 1 Annex A14, rdma-core's verbs_context XRC ops): domains, XRC SRQs and
 // their numbers, initiator (IBV_QPT_XRC_SEND) and target (IBV_QPT_XRC_RECV)
 // QPs. The engine side is engine/xrc_target.h.
 #include <fcntl.h>
