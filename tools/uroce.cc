@@ -8,10 +8,23 @@
 // ibv_* / rdma_* calls resolve to uroce instead of rdma-core; its exit status is the
 // program's. `devices` uses only the public libibverbs C API (the launcher is linked
 // against liburoce, which exports it).
+//
+// Sanitizer builds (-DUROCE_SANITIZE=..., cmake/Sanitizers.cmake): liburoce.so then needs
+// the sanitizer runtime (libasan/libubsan/libtsan), which must be the first object of the
+// process. `run` reads liburoce's DT_NEEDED entries and puts those runtimes at the front of
+// LD_PRELOAD, so that unmodified, uninstrumented programs (Debian's ibv_rc_pingpong,
+// perftest) run on an instrumented liburoce. Leaks of such programs are not uroce's: when
+// PROGRAM itself is not built with ASan, `run` adds detect_leaks=0 to ASAN_OPTIONS (unless
+// ASAN_OPTIONS already says detect_leaks); uroce's own instrumented test programs keep
+// leak detection.
 
 #include <arpa/inet.h>
+#include <elf.h>
 #include <endian.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,6 +95,140 @@ std::string library_path() {
   return {};
 }
 
+// A read-only mapping of a whole file; empty if it cannot be opened or mapped.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+      void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p != MAP_FAILED) {
+        data_ = static_cast<const unsigned char*>(p);
+        size_ = static_cast<size_t>(st.st_size);
+      }
+    }
+    close(fd);
+  }
+  ~MappedFile() {
+    if (data_) munmap(const_cast<unsigned char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // The `count` objects of type T at byte offset `off`, or nullopt if they do not fit.
+  template <typename T>
+  std::optional<std::span<const T>> array_at(uint64_t off, uint64_t count) const {
+    if (off > size_ || count > (size_ - off) / sizeof(T) || off % alignof(T) != 0) return std::nullopt;
+    return std::span<const T>(reinterpret_cast<const T*>(data_ + off), static_cast<size_t>(count));
+  }
+  // The NUL-terminated string at byte `off` of the range [begin, begin + len), if terminated there.
+  std::optional<std::string> string_at(uint64_t begin, uint64_t len, uint64_t off) const {
+    if (begin > size_ || len > size_ - begin || off >= len) return std::nullopt;
+    const char* s = reinterpret_cast<const char*>(data_ + begin + off);
+    size_t n = strnlen(s, static_cast<size_t>(len - off));
+    if (n == len - off) return std::nullopt;
+    return std::string(s, n);
+  }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The DT_NEEDED entries (sonames) of the 64-bit ELF file at `path`, in order; empty if it
+// is not one (a script, another class) or has no dynamic section. Every offset is checked
+// against the file's size.
+std::vector<std::string> needed_libraries(const std::string& path) {
+  MappedFile file(path);
+  std::vector<std::string> needed;
+  auto ehdr = file.array_at<Elf64_Ehdr>(0, 1);
+  if (!ehdr) return needed;
+  const Elf64_Ehdr& eh = (*ehdr)[0];
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shentsize != sizeof(Elf64_Shdr))
+    return needed;
+  auto sections = file.array_at<Elf64_Shdr>(eh.e_shoff, eh.e_shnum);
+  if (!sections) return needed;
+  for (const Elf64_Shdr& sh : *sections) {
+    if (sh.sh_type != SHT_DYNAMIC || sh.sh_link >= sections->size()) continue;
+    const Elf64_Shdr& strtab = (*sections)[sh.sh_link];
+    auto dyn = file.array_at<Elf64_Dyn>(sh.sh_offset, sh.sh_size / sizeof(Elf64_Dyn));
+    if (!dyn) continue;
+    for (const Elf64_Dyn& d : *dyn) {
+      if (d.d_tag == DT_NULL) break;
+      if (d.d_tag != DT_NEEDED) continue;
+      if (auto name = file.string_at(strtab.sh_offset, strtab.sh_size, d.d_un.d_val)) needed.push_back(*name);
+    }
+  }
+  return needed;
+}
+
+// Is `soname` a GCC/Clang sanitizer runtime (libasan.so.8, libubsan.so.1, libtsan.so.2...)?
+bool is_sanitizer_runtime(std::string_view soname) {
+  for (std::string_view rt : {"libasan.so", "libhwasan.so", "libtsan.so", "liblsan.so", "libubsan.so"}) {
+    if (soname.starts_with(rt)) return true;
+  }
+  return false;
+}
+
+// The sanitizer runtimes `lib` needs, in the order they must be preloaded: ASan's first
+// (it insists on being the first object of the process), then the others as DT_NEEDED
+// lists them. Bare sonames: ld.so looks them up like any DT_NEEDED entry.
+std::vector<std::string> sanitizer_runtimes(const std::string& lib) {
+  std::vector<std::string> runtimes;
+  for (auto& soname : needed_libraries(lib)) {
+    if (!is_sanitizer_runtime(soname)) continue;
+    if (soname.starts_with("libasan.so")) {
+      runtimes.insert(runtimes.begin(), soname);
+    } else {
+      runtimes.push_back(soname);
+    }
+  }
+  return runtimes;
+}
+
+// The file execvp would run for `program` (searched in $PATH unless it has a slash);
+// empty if none is found (execvp then reports the error).
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    size_t colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (colon == std::string_view::npos) return {};
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+// Prepends the sanitizer runtimes that `lib` needs to `preload` and, for a program that is
+// not itself built with ASan, turns ASan's leak detection off: its leaks are not uroce's.
+// Returns false (after saying why) if the environment cannot be set.
+bool prepare_sanitizer_runtimes(const std::string& lib, const std::string& program, std::string& preload) {
+  std::vector<std::string> runtimes = sanitizer_runtimes(lib);
+  for (auto it = runtimes.rbegin(); it != runtimes.rend(); ++it) preload = *it + ":" + preload;
+  if (runtimes.empty() || !runtimes.front().starts_with("libasan.so")) return true;
+
+  std::string exe = resolve_program(program);
+  bool instrumented = false;
+  if (!exe.empty()) {
+    for (const auto& soname : needed_libraries(exe)) instrumented = instrumented || soname.starts_with("libasan.so");
+  }
+  const char* old = std::getenv("ASAN_OPTIONS");
+  std::string options = old ? old : "";
+  if (instrumented || options.find("detect_leaks") != std::string::npos) return true;
+  options += options.empty() ? "detect_leaks=0" : ":detect_leaks=0";
+  if (setenv("ASAN_OPTIONS", options.c_str(), 1) != 0) {
+    std::perror("uroce run: setenv ASAN_OPTIONS");
+    return false;
+  }
+  return true;
+}
+
 int cmd_run(std::span<char*> args) {
   if (!args.empty() && std::string_view(args[0]) == "--") args = args.subspan(1);
   if (args.empty()) {
@@ -91,9 +239,11 @@ int cmd_run(std::span<char*> args) {
   std::string lib = library_path();
   if (lib.empty()) return kExitNotFound;
 
-  // Prepend: our definitions must come before anything else that is preloaded.
+  // Prepend: our definitions must come before anything else that is preloaded (except a
+  // sanitizer runtime liburoce needs, which must come first of all).
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  if (!prepare_sanitizer_runtimes(lib, args[0], preload)) return kExitCannotRun;
   if (setenv("LD_PRELOAD", preload.c_str(), 1) != 0) {
     std::perror("uroce run: setenv LD_PRELOAD");
     return kExitCannotRun;
