@@ -62,7 +62,11 @@ for rt in ubsan tsan asan; do  # the last one prepended comes first
     dep=$(ldd "$lib" 2>/dev/null | awk -v r="lib$rt.so" 'index($1, r) == 1 { print $3; exit }')
     [ -n "$dep" ] && preload="$dep $preload"
 done
-: "${ASAN_OPTIONS:=detect_leaks=0}"
+# Their leaks are not uroce's: no leak detection unless ASAN_OPTIONS asks for it.
+case ${ASAN_OPTIONS:-} in
+    *detect_leaks*) ;;
+    *) ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 ;;
+esac
 export ASAN_OPTIONS
 
 tmp=$(mktemp -d)

@@ -34,6 +34,9 @@ while (($#)); do
   esac
 done
 (($#)) || die "missing PROGRAM"
+# Sanitizer builds run slower: scripts/sanitize.sh sets UROCE_TIMEOUT_SCALE (a whole factor).
+[[ ${UROCE_TIMEOUT_SCALE:-1} =~ ^[1-9][0-9]*$ ]] || die "UROCE_TIMEOUT_SCALE must be a positive whole number"
+timeout_s=$((timeout_s * ${UROCE_TIMEOUT_SCALE:-1}))
 [[ -x $launcher ]] || die "launcher '$launcher' not found or not executable (build first, or set UROCE_LAUNCHER)"
 
 log=$(mktemp)

@@ -67,6 +67,9 @@ while (($#)); do
 done
 ((${#server_cmd[@]})) || die "missing --server PROGRAM"
 ((${#client_cmd[@]})) || die "missing --client PROGRAM"
+# Sanitizer builds run slower: scripts/sanitize.sh sets UROCE_TIMEOUT_SCALE (a whole factor).
+[[ ${UROCE_TIMEOUT_SCALE:-1} =~ ^[1-9][0-9]*$ ]] || die "UROCE_TIMEOUT_SCALE must be a positive whole number"
+timeout_s=$((timeout_s * ${UROCE_TIMEOUT_SCALE:-1}))
 [[ -x $launcher ]] || die "launcher '$launcher' not found or not executable (build first, or set UROCE_LAUNCHER)"
 [[ -z $port || $port =~ ^[0-9]+$ ]] || die "--port must be a number"
 [[ $nclients =~ ^[1-9][0-9]*$ ]] || die "--clients must be a positive number"
