@@ -1,9 +1,74 @@
 #!/usr/bin/env bash
-# Sets up and builds (scripts/setup.sh), then runs the whole test suite.
-# Extra arguments go to ctest, e.g. scripts/test.sh -R conformance -j2
+# Sets up and builds (scripts/setup.sh), then runs the test suite in phases:
+#
+#   normal  the whole suite in build/                       (ctest)
+#   asan    ASan+UBSan build of the whole suite, build-asan/ (scripts/sanitize.sh asan)
+#   tsan    TSan build of the engine and C tests, build-tsan/ (scripts/sanitize.sh tsan)
+#   fuzz    the fuzzers for their CI budget                  (scripts/fuzz.sh --ci, if present)
+#
+# Every phase runs even if an earlier one failed; the end prints one summary line per
+# phase, and the exit status is 0 only if every phase passed.
+#
+# Extra arguments go to ctest, and then only the normal phase runs, for quick subsets:
+#   scripts/test.sh -R conformance -j2
+# UROCE_TEST_PHASES selects the phases explicitly (space-separated), e.g.
+#   UROCE_TEST_PHASES=normal scripts/test.sh           # no sanitizer or fuzzing phase
+#   UROCE_TEST_PHASES="asan tsan" scripts/test.sh -R rc_pingpong
+# (with arguments, each selected ctest phase gets them). UROCE_ASAN_EXCLUDE_LABELS: labels
+# left out of the ASan suite (see scripts/sanitize.sh; default here: none).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+if (($#)); then
+  phases=${UROCE_TEST_PHASES:-normal}
+else
+  phases=${UROCE_TEST_PHASES:-normal asan tsan fuzz}
+fi
+for phase in $phases; do
+  case $phase in
+    normal | asan | tsan | fuzz) ;;
+    *) echo "test.sh: unknown phase '$phase' in UROCE_TEST_PHASES (normal asan tsan fuzz)" >&2; exit 2 ;;
+  esac
+done
+
 scripts/setup.sh
 
-exec ctest --test-dir build --output-on-failure --timeout 300 "$@"
+run_phase() {
+  case $1 in
+    normal) ctest --test-dir build --output-on-failure --timeout 300 "${@:2}" ;;
+    asan | tsan) scripts/sanitize.sh "$1" "${@:2}" ;;
+    fuzz)
+      if [[ -x scripts/fuzz.sh ]]; then
+        scripts/fuzz.sh --ci
+      else
+        echo "test.sh: scripts/fuzz.sh not present"
+        return 77
+      fi ;;
+  esac
+}
+
+summary=() status=0
+for phase in $phases; do
+  echo "test.sh: ===== phase $phase ====="
+  start=$SECONDS
+  rc=0
+  run_phase "$phase" "$@" || rc=$?
+  took=$((SECONDS - start))
+  took_text=$(printf '%dm%02ds' $((took / 60)) $((took % 60)))
+  case $rc in
+    0) result=passed ;;
+    77) result="skipped" ;;
+    *) result="FAILED (exit status $rc)"; status=1 ;;
+  esac
+  summary+=("$(printf 'test.sh: phase %-6s %s in %s' "$phase" "$result" "$took_text")")
+  echo "${summary[-1]}"
+done
+
+echo "test.sh: ===== summary ====="
+printf '%s\n' "${summary[@]}"
+if ((status)); then
+  echo "test.sh: FAILED"
+else
+  echo "test.sh: all phases passed"
+fi
+exit $status
