@@ -242,6 +242,13 @@ class EngineTest : public ::testing::Test {
     return *r;
   }
 
+  // A receive buffer registered for local write, with one receive posted.
+  core::Mr* recv_buf(std::vector<uint8_t>& buf, uint64_t wr_id) {
+    core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
+    post_recv(wr_id, {sge(buf.data(), uint32_t(buf.size()), mr)});
+    return mr;
+  }
+
   void post_recv(uint64_t wr_id, std::vector<ibv_sge> sges) {
     ibv_recv_wr wr{};
     wr.wr_id = wr_id;

@@ -18,12 +18,6 @@ class Hardening : public EngineTest {
     bring_up();
   }
 
-  core::Mr* recv_buf(std::vector<uint8_t>& buf, uint64_t wr_id) {
-    core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
-    post_recv(wr_id, {sge(buf.data(), uint32_t(buf.size()), mr)});
-    return mr;
-  }
-
   // Posts a signaled SEND of `len` bytes of `src`.
   void send(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t len) {
     ibv_send_wr wr{};
@@ -33,19 +27,16 @@ class Hardening : public EngineTest {
     post_send(wr, {sge(src.data(), len, mr)});
   }
 
-  // Reads a READ request of `len` bytes at `va` into the engine and returns
-  // every response sent until the streams end (slices counted in `slices`).
-  std::vector<Pkt> read_all(uint64_t va, uint32_t rkey, uint32_t len, unsigned* slices) {
-    deliver(Craft{
-        .opcode = kReadRequest, .psn = rq(0), .ack_req = true, .reth_va = va, .reth_rkey = rkey, .reth_len = len});
+  // Sends the pending READ response slices until the streams end; returns
+  // what was sent so far plus those (slices counted in `slices`).
+  std::vector<Pkt> drain_reads(unsigned* slices = nullptr) {
     std::vector<Pkt> all = take();
-    *slices = 1;
     bool more_pending = true;
     while (more_pending) {
       more_pending = engine->send_reads();
       auto more = take();
       all.insert(all.end(), more.begin(), more.end());
-      ++*slices;
+      if (slices) ++*slices;
     }
     return all;
   }
@@ -192,8 +183,14 @@ TEST_F(Hardening, LargeReadIsSentInSlices) {
   const uint32_t len = 100 * kMtu;
   std::vector<uint8_t> src = pattern(len, 4);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-  unsigned slices = 0;
-  auto tx = read_all(reinterpret_cast<uint64_t>(src.data()), mr->ibmr.rkey, len, &slices);
+  deliver(Craft{.opcode = kReadRequest,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = reinterpret_cast<uint64_t>(src.data()),
+                .reth_rkey = mr->ibmr.rkey,
+                .reth_len = len});
+  unsigned slices = 1;
+  auto tx = drain_reads(&slices);
   ASSERT_EQ(tx.size(), 100u);
   EXPECT_GE(slices, 100u / 16);
   for (uint32_t i = 0; i < 100; ++i) {
@@ -223,13 +220,7 @@ TEST_F(Hardening, ReadStreamsKeepRequestOrder) {
                  .reth_va = va + 20 * kMtu,
                  .reth_rkey = mr->ibmr.rkey,
                  .reth_len = 20 * kMtu}});
-  std::vector<Pkt> all = take();
-  bool more_pending = true;
-  while (more_pending) {
-    more_pending = engine->send_reads();
-    auto more = take();
-    all.insert(all.end(), more.begin(), more.end());
-  }
+  std::vector<Pkt> all = drain_reads();
   ASSERT_EQ(all.size(), 40u);
   for (uint32_t i = 0; i < 40; ++i) {
     EXPECT_EQ(all[i].psn, rq(i));

@@ -13,13 +13,6 @@ class Responder : public EngineTest {
     bring_up();
   }
 
-  // A receive buffer registered for local write, with one receive posted.
-  core::Mr* recv_buf(std::vector<uint8_t>& buf, uint64_t wr_id) {
-    core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
-    post_recv(wr_id, {sge(buf.data(), uint32_t(buf.size()), mr)});
-    return mr;
-  }
-
   void expect_single_ack(uint8_t syndrome, uint32_t psn) {
     auto tx = take();
     ASSERT_EQ(tx.size(), 1u);
