@@ -2,6 +2,10 @@
 // that verbs.h's inline functions call.
 #include <infiniband/verbs.h>
 
+#include <cerrno>
+#include <cstring>
+#include <type_traits>
+
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "verbs/export.h"
@@ -16,7 +20,15 @@ namespace uroce::verbs {
 
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
   return abi_guard<ibv_mw*>(nullptr, [&]() -> ibv_mw* {
-    auto r = EngineContext::from(pd->context)->mrs.add_window(Pd::from(pd), type);
+    // A C caller may pass any integer: read it as one (loading an enum outside
+    // its values is undefined in C++), and refuse what is no window type.
+    std::underlying_type_t<ibv_mw_type> raw;
+    std::memcpy(&raw, &type, sizeof raw);
+    if (raw != IBV_MW_TYPE_1 && raw != IBV_MW_TYPE_2) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    auto r = EngineContext::from(pd->context)->mrs.add_window(Pd::from(pd), ibv_mw_type(raw));
     if (!r.ok()) {
       errno = r.err();
       return nullptr;

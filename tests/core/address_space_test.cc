@@ -120,9 +120,12 @@ TEST(ReadMappings, LookupAndTextAgree) {
   ASSERT_NE(p, MAP_FAILED);
   ASSERT_EQ(mprotect(p + pg, pg, PROT_READ), 0);
   ASSERT_EQ(mprotect(p + 2 * pg, pg, PROT_READ | PROT_WRITE), 0);
+  // Only this test's own region is compared: other threads (a sanitizer's
+  // runtime among them) may map memory elsewhere between the two reads.
   std::vector<Mapping> a, b;
-  ASSERT_EQ(read_mappings(0, uint64_t(1) << 47, &a), 0);
-  ASSERT_EQ(read_mappings_from_text(0, uint64_t(1) << 47, &b), 0);
+  ASSERT_EQ(read_mappings(reinterpret_cast<uint64_t>(p), 4 * pg, &a), 0);
+  ASSERT_EQ(read_mappings_from_text(reinterpret_cast<uint64_t>(p), 4 * pg, &b), 0);
+  ASSERT_GE(a.size(), 3u);  // PROT_NONE, read-only and read-write pieces (neighbours may merge)
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].start, b[i].start) << i;

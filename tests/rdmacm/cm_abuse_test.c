@@ -260,8 +260,7 @@ static void junk_listener(int ready_fd, int done_fd) {
   CHECK(rss_after - rss_before < 16 * 1024, "memory grew by %ld KiB", rss_after - rss_before);
   CHECK(fds_after <= fds_before + 2, "%d descriptors more than before the junk", fds_after - fds_before);
   CHECK(lines <= 5 * ((int)secs + 2), "%d log lines in %.1f s: not rate-limited", lines, secs);
-  rdma_destroy_id(s.listen_id);
-  rdma_destroy_event_channel(s.ch);
+  server_close(&s);
 }
 
 // Random junk through kFloodStreams connections at a time until kFloodBytes
@@ -399,8 +398,7 @@ static void idle_listener(int ready_fd, int done_fd) {
   const int fds_after = open_fds();
   printf("listener: %d fds before the idle connections, %d after\n", fds_before, fds_after);
   CHECK(fds_after <= fds_before + 2, "%d descriptors more than before", fds_after - fds_before);
-  rdma_destroy_id(s.listen_id);
-  rdma_destroy_event_channel(s.ch);
+  server_close(&s);
 }
 
 static void case_idle_links(void) {
@@ -500,8 +498,7 @@ static void emfile_listener(int to_parent, int from_parent) {
   signal_peer(to_parent);
   serve_one_client(&s, 1, 0);
   while (nfill > 0) close(filler[--nfill]);
-  rdma_destroy_id(s.listen_id);
-  rdma_destroy_event_channel(s.ch);
+  server_close(&s);
 }
 
 static void case_accept_emfile(void) {

@@ -313,8 +313,7 @@ static void case_peer_killed(void) {
   rdma_disconnect(id);
   rdma_destroy_qp(id);
   rdma_destroy_id(id);
-  rdma_destroy_id(s.listen_id);
-  rdma_destroy_event_channel(s.ch);
+  server_close(&s);
 }
 
 // A listener survives many connect/disconnect cycles without leaking fds.
@@ -351,8 +350,7 @@ static void case_cycles(int cycles) {
     // says nothing about leaks there, and LeakSanitizer does that job.)
     CHECK(sanitizer_runtime() || rss_after - rss_before < 4096, "memory grows with connections: %ld -> %ld KiB",
           rss_before, rss_after);
-    rdma_destroy_id(s.listen_id);
-    rdma_destroy_event_channel(s.ch);
+    server_close(&s);
     exit(0);
   }
   close(fds[1]);
