@@ -21,7 +21,7 @@ namespace uroce::engine {
 namespace {
 constexpr int kTimerTickMs = 1;
 constexpr size_t kRxBurst = 64;
-constexpr uint32_t kReadBudgetPerQp = 16;  // READ response packets per QP per turn
+constexpr uint32_t kReadBudgetPerQp = TxBatch::kMaxPackets;  // READ response packets per QP per turn: one sendmmsg
 }  // namespace
 
 EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t)

@@ -108,7 +108,7 @@ uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (
 
 // READ responses go out at most this many packets at a time per QP, between
 // other work (the progress loop keeps calling back until the streams end).
-constexpr uint32_t kReadSlicePackets = 16;
+constexpr uint32_t kReadSlicePackets = TxBatch::kMaxPackets;
 
 // Queues the response stream of a READ for [va, va+len) starting at `psn`
 // (IBA 9.7.5.1.3: responses take consecutive PSNs starting with the
