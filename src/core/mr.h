@@ -119,14 +119,15 @@ class MrTable {
   [[nodiscard]] int invalidate(uint32_t rkey, const Pd* pd);
 
   // Checks [va, va+len) against the MR named by `key` and, when allowed, calls
-  // f(host_pointer) under the shared lock. `remote` selects rkey semantics
+  // f(mr, host_pointer) under the shared lock (copies through the pointer go
+  // through core/mr_access.h with that MR). `remote` selects rkey semantics
   // (va is an iova) vs lkey semantics (va is a local address).
   template <class F>
   KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote, F&& f) const {
     std::shared_lock lock(mu_);
     const Mr* mr = nullptr;
     KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr);
-    if (c == KeyCheck::kOk) f(mr->host + (va - (remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host))));
+    if (c == KeyCheck::kOk) f(*mr, mr->host + (va - (remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host))));
     return c;
   }
 

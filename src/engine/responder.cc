@@ -98,10 +98,10 @@ void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) 
   tx.end_packet(qp.path.flow);
 }
 
-void send_nak(Request& r, uint8_t syndrome, uint32_t psn) {
-  responder_flush_ack(r.qp, r.tx);  // keep ACK/NAK order
-  send_ack_packet(r.qp, r.tx, syndrome, psn);
-  r.qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
+void send_nak(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
+  responder_flush_ack(qp, tx);  // keep ACK/NAK order
+  send_ack_packet(qp, tx, syndrome, psn);
+  qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
@@ -173,9 +173,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
     // are abandoned with it.
     uint32_t psn = wire::psn_add(job.psn, job.sent / mtu);
     drop_read_jobs(s);
-    responder_flush_ack(qp, tx);
-    send_ack_packet(qp, tx, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kRemoteAccess)), psn);
-    qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
+    send_nak(qp, tx, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kRemoteAccess)), psn);
     return sent + 1;
   }
   if (job.sent >= job.length) {
@@ -399,25 +397,25 @@ bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
 // Writes an RDMA WRITE's payload through the R_Key, checked again under the
 // MR table's lock (the MR may have been deregistered since the first packet).
 bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data, uint32_t len) {
-  auto lock = qp.ctx->mrs.read_lock();
-  const core::Mr* mr = nullptr;
-  if (qp.ctx->mrs.check_locked(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true, &mr) != core::KeyCheck::kOk)
-    return false;
-  return core::copy_to_mr(*mr, mr->host + (va - mr->iova), data, len);
+  bool copied = false;
+  auto c =
+      qp.ctx->mrs.with_range(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true,
+                             [&](const core::Mr& mr, uint8_t* dst) { copied = core::copy_to_mr(mr, dst, data, len); });
+  return c == core::KeyCheck::kOk && copied;
 }
 
 // Runs an atomic through the R_Key under the MR table's lock. Regions
 // registered for on-demand paging do not take atomics (the device reports no
 // IBV_ODP_SUPPORT_ATOMIC): their memory may vanish under a plain access.
 bool atomic_payload(EngineQp& qp, const wire::AtomicEth& a, bool cas, uint64_t* orig) {
-  auto lock = qp.ctx->mrs.read_lock();
-  const core::Mr* mr = nullptr;
-  if (qp.ctx->mrs.check_locked(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, &mr) !=
-          core::KeyCheck::kOk ||
-      core::is_on_demand(*mr))
-    return false;
-  *orig = execute_atomic(mr->host + (a.va() - mr->iova), cas, a.swap_add(), a.compare());
-  return true;
+  bool done = false;
+  auto c = qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true,
+                                  [&](const core::Mr& mr, uint8_t* dst) {
+                                    if (core::is_on_demand(mr)) return;
+                                    *orig = execute_atomic(dst, cas, a.swap_add(), a.compare());
+                                    done = true;
+                                  });
+  return c == core::KeyCheck::kOk && done;
 }
 
 RespState execute(Request& r) {
@@ -587,13 +585,13 @@ RespState duplicate(Request& r) {
 
 RespState err_psn_sequence(Request& r) {
   r.qp.resp.nak_sent = true;
-  send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kPsnSeqError)), r.qp.resp.epsn);
+  send_nak(r.qp, r.tx, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kPsnSeqError)), r.qp.resp.epsn);
   return RespState::kDone;
 }
 
 RespState err_rnr(Request& r) {
   r.qp.engine()->stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-  send_nak(r, wire::syndrome(wire::AckType::kRnrNak, r.qp.attr.min_rnr_timer), r.psn);
+  send_nak(r.qp, r.tx, wire::syndrome(wire::AckType::kRnrNak, r.qp.attr.min_rnr_timer), r.psn);
   return RespState::kDone;
 }
 
@@ -602,7 +600,7 @@ RespState err_rnr(Request& r) {
 // ERR as rxe does.
 RespState err_fatal(Request& r, wire::NakCode code) {
   EngineQp& qp = r.qp;
-  send_nak(r, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
+  send_nak(r.qp, r.tx, wire::syndrome(wire::AckType::kNak, uint8_t(code)), r.psn);
   if (qp.resp.have_rwqe && qp.recv_completion_cq()) {
     ibv_wc_status st = r.recv_status != IBV_WC_SUCCESS        ? r.recv_status
                        : code == wire::NakCode::kRemoteAccess ? IBV_WC_REM_ACCESS_ERR
