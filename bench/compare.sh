@@ -1,0 +1,645 @@
+#!/usr/bin/env bash
+# bench/compare.sh — uroce beside what this machine can do and what a user would pick
+# instead (issue 11), measured in one run, printed as a table with ratios, plotted.
+#
+#   bench/compare.sh            (builds build/ through scripts/setup.sh when it is missing)
+#
+# Where: on loopback (127.0.0.1), then across two network-namespace "hosts" joined by a veth
+# pair with MTU 9000 (needs root; skipped with a message otherwise). Servers run on CPU 1,
+# clients on CPU 0 (taskset).
+# What:
+#   - ceilings, bench/udp_ceiling between two processes: UDP datagrams the size of uroce's
+#     packets — 4112 B at MTU 4096 and 1040 B at MTU 1024 (MTU + 12 B BTH + 4 B ICRC, a
+#     middle packet of a multi-packet message) — with sendmmsg/recvmmsg (32 a call) and with
+#     UDP GSO (as many segments as fit in 64 KiB a send) + UDP_GRO on the receiver; 64 B
+#     ping-pong one-way latency (RTT/2) with both sides busy-polling and both blocking;
+#   - uroce through unmodified perftest (each under `uroce run`, RC, one QP): ib_write_bw,
+#     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 at 1 MiB (aggregate);
+#     ib_send_lat, ib_write_lat, ib_read_lat at 64 B (t_typical and 99 %). On loopback
+#     UROCE_MTU=4096 (GID of 127.0.0.1); across the namespaces the veth's MTU 9000 makes the
+#     port's active MTU 4096 by itself;
+#   - peers over TCP, where installed: UCX (ucx_perftest, UCX_TLS=tcp: tag_bw 1 MiB,
+#     tag_lat 64 B) and libfabric (fi_pingpong -p tcp -e msg: 64 B and 1 MiB ping-pong);
+#   - sweeps over message sizes (loopback only) for two plots: bandwidth and latency
+#     against size for uroce, the UDP ceilings and the peers (matplotlib, bench/plot.py).
+# Units: GB/s = 1e9 B/s (perftest is run with --report_gbits, Gbit/s / 8; UCX's MB/s are
+# MiB/s, converted; the UDP ceilings count UDP payload bytes); latencies in µs, one way —
+# except ib_read_lat, which perftest reports as the full round trip of a READ.
+# Output: the table on stdout (also OUT/table.txt), progress on stderr; OUT/results.csv
+# (every figure of the table), OUT/sweep_bw.csv and OUT/sweep_lat.csv, OUT/bandwidth.png
+# and OUT/latency.png, every program's output in OUT/logs/. Figures are printed, never
+# asserted; the exit status is 0 unless the harness itself failed.
+#
+# Environment:
+#   BUILD_DIR        uroce build to measure (default build/; must hold bin/uroce,
+#                    bin/udp_ceiling, lib/liburoce.so — built when missing)
+#   OUT              output directory (default bench/out/)
+#   UROCE_GSO        passed through to uroce (UROCE_GSO=0: the sendmmsg/recvmmsg fallback);
+#                    the table's header says which send/receive path uroce reported
+#   NETNS=0          skip the namespace half;  PEERS=0 skip UCX/libfabric;  SWEEP=0 no sweeps
+#   UDP_SECONDS (2)  UDP_LAT_ITERS (20000)  BW_ITERS_4K (50000)  BW_ITERS_64K (10000)
+#   BW_ITERS_1M (1000)  LAT_ITERS (10000)  PEER_BW_ITERS (UCX, 2000)  PEER_LAT_ITERS (UCX,
+#   20000)  FABRIC_BW_ITERS (500)  FABRIC_LAT_ITERS (10000)  SWEEP_SIZES ("4 16 ... 8388608")
+#   SWEEP_BYTES (268435456: bytes per bandwidth point)  RUN_TIMEOUT (120 s per program)
+#   PORT_BASE (19100: TCP/UDP ports used from there on)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+[[ $build == /* ]] || build=$PWD/$build
+out=${OUT:-$root/bench/out}
+[[ $out == /* ]] || out=$PWD/$out
+launcher=$build/bin/uroce
+ceiling=$build/bin/udp_ceiling
+
+udp_seconds=${UDP_SECONDS:-2}
+udp_lat_iters=${UDP_LAT_ITERS:-20000}
+bw_iters_4k=${BW_ITERS_4K:-50000}
+bw_iters_64k=${BW_ITERS_64K:-10000}
+bw_iters_1m=${BW_ITERS_1M:-1000}
+lat_iters=${LAT_ITERS:-10000}
+ucx_bw_iters=${PEER_BW_ITERS:-2000}
+ucx_lat_iters=${PEER_LAT_ITERS:-20000}
+fi_iters_1m=${FABRIC_BW_ITERS:-500}
+fi_lat_iters=${FABRIC_LAT_ITERS:-10000}
+sweep_sizes=(${SWEEP_SIZES:-4 16 64 256 1024 4096 16384 65536 262144 1048576 4194304 8388608})
+sweep_bytes=${SWEEP_BYTES:-268435456}
+run_timeout=${RUN_TIMEOUT:-120}
+port=${PORT_BASE:-19100}
+size_4096=4112 # UDP payload of a middle packet at MTU 4096: 4096 + BTH 12 + ICRC 4
+size_1024=1040 # the same at MTU 1024
+[[ -z ${UROCE_GSO:-} ]] || export UROCE_GSO
+
+say() { printf 'compare: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------
+# Cleanup: every background program is stopped and every namespace deleted on exit.
+
+pids=()
+namespaces=()
+cleanup() {
+  local pid ns
+  for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" 2>/dev/null || true; done
+  for ns in ${namespaces[@]+"${namespaces[@]}"}; do ip netns del "$ns" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# stop PID: TERM (timeout forwards it; KILL follows 5 s later), wait, forget. Returns the
+# program's exit status.
+stop() {
+  local rc=0 p kept=()
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || rc=$?
+  for p in ${pids[@]+"${pids[@]}"}; do [[ $p == "$1" ]] || kept+=("$p"); done
+  pids=(${kept[@]+"${kept[@]}"})
+  return $rc
+}
+
+# ---------------------------------------------------------------------------------------
+# Build and packages.
+
+ensure_built() {
+  [[ -x $launcher && -x $ceiling && -e $build/lib/liburoce.so ]] && return
+  if [[ ! -e $build/CMakeCache.txt ]]; then
+    if [[ $build == "$root/build" ]]; then
+      say "building build/ (scripts/setup.sh)"
+      "$root/scripts/setup.sh" >&2
+    else
+      cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
+    fi
+  fi
+  say "building uroce, its launcher and udp_ceiling in $build"
+  cmake --build "$build" -j"${JOBS:-2}" --target uroce_launcher uroce udp_ceiling >&2
+  [[ -x $launcher && -x $ceiling ]] || die "$launcher or $ceiling missing after the build"
+}
+
+ensure_packages() {
+  local p missing=()
+  for p in perftest ibverbs-utils ucx-utils libfabric-bin python3-matplotlib; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  if ((EUID == 0)) && command -v apt-get >/dev/null; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+      { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } ||
+      say "could not install ${missing[*]}: the parts that need them are skipped"
+  else
+    say "not installed (and not root to install them): ${missing[*]}; the parts that need them are skipped"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------
+# Running a server and a client. A location sets: loc (label), srv_ns/cli_ns (namespace or
+# ''), S/C (prefixes: namespace + CPU), srv_addr, gid, uroce_env, ucx_env_s/ucx_env_c.
+
+next_port() { port=$((port + 1)); }
+
+in_ns() { # NS CMD...: runs CMD in namespace NS ('' = this one)
+  local ns=$1
+  shift
+  if [[ -n $ns ]]; then ip netns exec "$ns" "$@"; else "$@"; fi
+}
+
+listening() { # tcp|udp PORT: is the port bound/listening in the server's namespace?
+  local hex files state
+  hex=$(printf ':%04X' "$2")
+  if [[ $1 == tcp ]]; then files=(/proc/net/tcp /proc/net/tcp6) state=0A; else files=(/proc/net/udp /proc/net/udp6) state=07; fi
+  in_ns "$srv_ns" awk -v p="$hex" -v s="$state" '$4 == s && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+    "${files[@]}" 2>/dev/null
+}
+
+# start_server NAME PROTO PORT CMD...: starts CMD (with its prefixes) in the background and
+# waits until it listens; sets server_pid. Fails if it exits or does not listen within 30 s.
+start_server() {
+  local name=$1 proto=$2 p=$3 deadline
+  shift 3
+  timeout -k 5 "$run_timeout" "$@" >"$logs/$name.server.log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  deadline=$((SECONDS + 30))
+  until listening "$proto" "$p"; do
+    if ! kill -0 "$server_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      echo "compare: server did not listen on $proto port $p" >>"$logs/$name.server.log"
+      stop "$server_pid" || true
+      return 1
+    fi
+    sleep 0.05
+  done
+}
+
+# pair NAME PROTO PORT: the server "${srv[@]}" and the client "${cli[@]}" (full commands),
+# each under a timeout; logs in $logs/NAME.{server,client}.log. The server gets 15 s after
+# the client to finish. Succeeds if both exit 0.
+pair() {
+  local name=$1 proto=$2 p=$3 crc=0 src=0 i
+  say "$loc: $name"
+  start_server "$name" "$proto" "$p" "${srv[@]}" || return 1
+  timeout -k 5 "$run_timeout" "${cli[@]}" >"$logs/$name.client.log" 2>&1 || crc=$?
+  for ((i = 0; i < 150; i++)); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  stop "$server_pid" || src=$?
+  ((crc == 0 && src == 0)) || { say "$loc: $name failed (client $crc, server $src; logs in $logs)"; return 1; }
+}
+
+# ---------------------------------------------------------------------------------------
+# Results: R[KEY] = figure ("failed" when the run failed), also appended to results.csv.
+
+declare -A R
+num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+put() { R[$1]=$2; }
+get() { echo "${R[$1]:-failed}"; }
+
+kv() { # LINE KEY: value of KEY=value in a udp_ceiling line, or "failed"
+  local v
+  v=$(sed -n "s/.* $2=\([0-9.]*\).*/\1/p" <<<"$1")
+  echo "${v:-failed}"
+}
+
+# retransmits NAME: uroce's retransmitted packets in both logs of a run (UROCE_STATS).
+retransmits() {
+  cat "$logs/$1".*.log 2>/dev/null | grep -o 'retransmits [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
+}
+
+# perftest: BW average (Gbit/s, column 4) of the client's result row, as GB/s.
+pt_bw() { awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 { printf "%.3f", $4 / 8; f = 1; exit }
+               END { if (!f) print "failed" }' "$1" 2>/dev/null || echo failed; }
+# perftest latency: column COL (5 t_typical, 8 99 %) of the client's result row.
+pt_lat() { awk -v c="$2" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 8 { printf "%.2f", $c; f = 1; exit }
+                         END { if (!f) print "failed" }' "$1" 2>/dev/null || echo failed; }
+
+# ---------------------------------------------------------------------------------------
+# Measurements at one location.
+
+# uroce_pair PROGRAM ARGS...: srv and cli, a perftest program under uroce on both sides
+# (the client gets the server's address last).
+uroce_pair() {
+  srv=("${S[@]}" env UROCE_STATS=1 ${uroce_env[@]+"${uroce_env[@]}"} "$launcher" run -- "$@")
+  cli=("${C[@]}" env UROCE_STATS=1 ${uroce_env[@]+"${uroce_env[@]}"} "$launcher" run -- "$@" "$srv_addr")
+}
+
+measure_ceilings() {
+  local p line mode size tag
+  next_port
+  p=$port
+  ceiling_up=0
+  if start_server "$loc.udp_ceiling" udp "$p" "${S[@]}" "$ceiling" server -p "$p" -W 10; then
+    ceiling_up=1
+    ceiling_port=$p
+  else
+    say "$loc: udp_ceiling server did not start"
+    return
+  fi
+  for size in $size_4096 $size_1024; do
+    for mode in mmsg gso; do
+      say "$loc: UDP $mode ${size} B"
+      line=$(timeout -k 5 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s "$size" -t "$udp_seconds" 2>&1 |
+        tail -1) || true
+      echo "$line" >>"$logs/$loc.udp_ceiling.client.log"
+      put "$loc:udp_$mode:$size" "$(kv "$line" rx_GBps)"
+      put "$loc:udp_$mode:$size:segs" "$(kv "$line" segments_per_send)"
+    done
+  done
+  for mode in poll block; do
+    say "$loc: UDP 64 B ping-pong ($mode)"
+    line=$(timeout -k 5 120 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s 64 -n "$udp_lat_iters" 2>&1 |
+      tail -1) || true
+    echo "$line" >>"$logs/$loc.udp_ceiling.client.log"
+    put "$loc:udp_$mode:64" "$(kv "$line" typical_us)"
+    put "$loc:udp_$mode:64:p99" "$(kv "$line" p99_us)"
+  done
+}
+
+stop_ceiling_server() {
+  if ((ceiling_up)); then stop "$server_pid" || true; fi
+  ceiling_up=0
+}
+
+perftest_bw() { # PROGRAM SIZE ITERS [EXTRA...] -> R[loc:PROGRAM:SIZE(EXTRA)]
+  local prog=$1 size=$2 n=$3 key name opts extra
+  shift 3
+  extra="$*"
+  extra=${extra// /}
+  key="$loc:$prog:$size${extra:+:$extra}"
+  name="$loc.$prog.$size${extra:+.$extra}"
+  next_port
+  opts=(-d uroce0 -x "$gid" -F --report_gbits -p "$port" -s "$size" -n "$n" "$@")
+  uroce_pair "$prog" "${opts[@]}"
+  if pair "$name" tcp "$port"; then put "$key" "$(pt_bw "$logs/$name.client.log")"; else put "$key" failed; fi
+  put "$key:rexmit" "$(retransmits "$name")"
+}
+
+perftest_lat() { # PROGRAM SIZE ITERS -> R[loc:PROGRAM:SIZE] (t_typical), R[...:p99]
+  local prog=$1 size=$2 n=$3 name
+  name="$loc.$prog.$size"
+  next_port
+  local opts=(-d uroce0 -x "$gid" -F -p "$port" -s "$size" -n "$n")
+  uroce_pair "$prog" "${opts[@]}"
+  if pair "$name" tcp "$port"; then
+    put "$loc:$prog:$size" "$(pt_lat "$logs/$name.client.log" 5)"
+    put "$loc:$prog:$size:p99" "$(pt_lat "$logs/$name.client.log" 8)"
+  else
+    put "$loc:$prog:$size" failed
+  fi
+  put "$loc:$prog:$size:rexmit" "$(retransmits "$name")"
+}
+
+measure_uroce() {
+  command -v ib_write_bw >/dev/null || { say "$loc: perftest not installed: uroce skipped"; return; }
+  local prog
+  for prog in ib_write_bw ib_send_bw ib_read_bw; do
+    perftest_bw "$prog" 4096 "$bw_iters_4k"
+    perftest_bw "$prog" 65536 "$bw_iters_64k"
+    perftest_bw "$prog" 1048576 "$bw_iters_1m"
+  done
+  perftest_bw ib_write_bw 1048576 $(((bw_iters_1m + 7) / 8)) -q 8
+  for prog in ib_send_lat ib_write_lat ib_read_lat; do perftest_lat "$prog" 64 "$lat_iters"; done
+}
+
+# ucx_batch NAME FILE: one ucx_perftest pair running every test of a batch file; the client
+# prints CSV rows "name,iterations,50%ile_lat,avg_lat,overall_lat,avg_bw,overall_bw,...".
+ucx_batch() {
+  local name=$1 file=$2
+  next_port
+  srv=("${S[@]}" env UCX_TLS=tcp "${ucx_env_s[@]}" ucx_perftest -p "$port" -b "$file")
+  cli=("${C[@]}" env UCX_TLS=tcp "${ucx_env_c[@]}" ucx_perftest "$srv_addr" -p "$port" -b "$file" -f -v)
+  pair "$name" tcp "$port"
+}
+ucx_get() { # LOG TEST COLUMN: figure of a batch row (bandwidth columns converted to GB/s)
+  awk -F, -v t="$2" -v c="$3" '$1 == t { v = $c + 0; if (c >= 6) v = v * 1048576 / 1e9; printf "%.3f", v; f = 1; exit }
+                              END { if (!f) print "failed" }' "$1" 2>/dev/null || echo failed
+}
+
+# fi_pp NAME SIZE ITERS: libfabric tcp ping-pong; R[...]: one-way µs and GB/s (MB/s = 1e6 B/s).
+fi_pp() {
+  local name=$1 size=$2 n=$3 log
+  next_port
+  srv=("${S[@]}" fi_pingpong -p tcp -e msg -B "$port" -S "$size" -I "$n")
+  cli=("${C[@]}" fi_pingpong -p tcp -e msg -P "$port" -S "$size" -I "$n" "$srv_addr")
+  log=$logs/$name.client.log
+  if pair "$name" tcp "$port"; then
+    # "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"; bytes like 64, 64k, 1m.
+    fi_lat=$(awk '$3 ~ /^=/ && NF >= 8 { printf "%.2f", $7; f = 1; exit } END { if (!f) print "failed" }' "$log")
+    fi_bw=$(awk '$3 ~ /^=/ && NF >= 8 { printf "%.3f", $6 / 1000; f = 1; exit } END { if (!f) print "failed" }' "$log")
+  else
+    fi_lat=failed fi_bw=failed
+  fi
+}
+
+measure_peers() {
+  ((${PEERS:-1})) || { say "$loc: PEERS=0: peers skipped"; return; }
+  if command -v ucx_perftest >/dev/null; then
+    local batch=$logs/$loc.ucx.batch
+    printf '%s\n' "bw1m -t tag_bw -s 1048576 -n $ucx_bw_iters -w $((ucx_bw_iters / 10))" \
+      "lat64 -t tag_lat -s 64 -n $ucx_lat_iters -w $((ucx_lat_iters / 10))" >"$batch"
+    if ucx_batch "$loc.ucx" "$batch"; then
+      put "$loc:ucx_tag_bw:1048576" "$(ucx_get "$logs/$loc.ucx.client.log" bw1m 7)"
+      put "$loc:ucx_tag_lat:64" "$(ucx_get "$logs/$loc.ucx.client.log" lat64 3)"
+    fi
+  else
+    say "$loc: ucx_perftest not installed: UCX skipped"
+  fi
+  if command -v fi_pingpong >/dev/null; then
+    fi_pp "$loc.fi_pingpong.64" 64 "$fi_lat_iters"
+    put "$loc:fi_lat:64" "$fi_lat"
+    fi_pp "$loc.fi_pingpong.1048576" 1048576 "$fi_iters_1m"
+    put "$loc:fi_bw:1048576" "$fi_bw"
+  else
+    say "$loc: fi_pingpong not installed: libfabric skipped"
+  fi
+}
+
+# uroce's port as the programs see it: GID index of ADDR and the active MTU.
+probe_uroce() { # ADDR
+  local info
+  info=$(in_ns "$srv_ns" timeout 30 env "${uroce_env[@]}" "$launcher" run -- ibv_devinfo -v 2>&1) || true
+  gid=$(awk -v a="::ffff:$1," '/GID\[/ && index($0, a) { s = $0; sub(/.*GID\[ */, "", s); sub(/\].*/, "", s); print s; exit }' <<<"$info")
+  active_mtu=$(awk '/active_mtu:/ { print $2; exit }' <<<"$info")
+  [[ -n $gid ]] || { say "$loc: no GID for $1 in ibv_devinfo under uroce:"; echo "$info" >&2; gid=0; }
+}
+
+paths_used() { # which send/receive path uroce reported (UROCE_STATS) in this location's logs
+  local tx rx
+  tx=$(cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'tx_path [a-z_]*' | sort -u | awk '{ print $2 }' | paste -sd/ -)
+  rx=$(cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'rx_path [a-z_]*' | sort -u | awk '{ print $2 }' | paste -sd/ -)
+  echo "tx_path ${tx:-unknown}, rx_path ${rx:-unknown}"
+}
+
+perftest_mtu() { # the MTU perftest printed in its header ("Mtu : 4096[B]") in this location's logs
+  local m
+  m=$(cat "$logs/$loc".ib_*.client.log 2>/dev/null | sed -n 's/^ *Mtu *: *\([0-9]*\).*/\1/p' | sort -u | paste -sd/ -)
+  echo "${m:-?}"
+}
+
+# ---------------------------------------------------------------------------------------
+# The table.
+
+emit() { printf '%s\n' "$*" | tee -a "$out/table.txt"; }
+fmt() { if num "$1"; then printf "%.${2}f" "$1"; else echo "${1:-failed}"; fi; }
+unit4() { if [[ $1 == µs ]]; then printf 'µs  '; else printf '%-4s' "$1"; fi; } # 4 columns wide
+times() { if [[ $1 == - ]]; then echo -; else echo "$1×"; fi; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+csv() { # LOCATION METRIC SIZE VALUE UNIT REFERENCE REF_VALUE RATIO
+  local IFS=,
+  echo "$*" >>"$out/results.csv"
+}
+
+# row LABEL VALUE UNIT [REF_LABEL REF_VALUE [EXTRA]]: "label  value unit | reference value unit | ratio×"
+row() {
+  local label=$1 value=$2 unit=$3 rlabel=${4:-} rvalue=${5:-} extra=${6:-} digits=2 r="" line
+  [[ $unit != GB/s ]] || digits=3
+  line=$(printf '  %-40s %9s %s' "$label" "$(fmt "$value" "$digits")" "$(unit4 "$unit")")
+  if [[ -n $rlabel ]]; then
+    r=$(ratio "$value" "$rvalue")
+    line+=$(printf ' | %-36s %9s %s | %6s' "$rlabel" "$(fmt "$rvalue" "$digits")" "$(unit4 "$unit")" "$(times "$r")")
+  fi
+  emit "$line${extra:+  $extra}"
+  csv "$loc" "$label" "" "$value" "$unit" "$rlabel" "${rvalue:-}" "${r:-}"
+}
+
+# target LABEL A B OP LIMIT: an acceptance row: A/B against LIMIT ("met"/"not met").
+target() {
+  local label=$1 a=$2 b=$3 op=$4 limit=$5 r verdict
+  r=$(ratio "$a" "$b")
+  if [[ $r == - ]]; then
+    verdict="not measured"
+  elif awk -v r="$r" -v l="$limit" -v op="$op" 'BEGIN { exit !((op == ">=") ? r >= l : r <= l) }'; then
+    verdict=met
+  else
+    verdict="not met"
+  fi
+  emit "$(printf '  %-62s %7s  (target %s %s×)  %s' "$label" "$(times "$r")" "$op" "$limit" "$verdict")"
+  csv "$loc" "acceptance: $label" "" "$r" ratio "$op $limit" "" "$verdict"
+}
+
+rexmit_note() { # KEY [SEPARATOR]: "retransmits N" when uroce retransmitted in that run
+  local n=${R[$1:rexmit]:-0}
+  ((n == 0)) || echo "${2:-}retransmits $n"
+}
+
+print_location() {
+  local gso4=$(get "$loc:udp_gso:$size_4096") poll=$(get "$loc:udp_poll:64") ucxl=$(get "$loc:ucx_tag_lat:64")
+  local w1=$(get "$loc:ib_write_bw:1048576")
+  emit ""
+  emit "== $loc_title =="
+  emit "uroce: active MTU $active_mtu ($mtu_note; perftest reports $(perftest_mtu)), GID index $gid, $(paths_used)${UROCE_GSO:+ (UROCE_GSO=$UROCE_GSO)}"
+  emit ""
+  emit "Raw UDP ceilings (udp_ceiling, two processes)"
+  local size mode
+  for size in $size_4096 $size_1024; do
+    local mtu=4096
+    [[ $size != "$size_1024" ]] || mtu=1024
+    row "UDP $size B (MTU $mtu) sendmmsg/recvmmsg" "$(get "$loc:udp_mmsg:$size")" GB/s "" "" "32 datagrams a call"
+    row "UDP $size B (MTU $mtu) GSO+GRO" "$(get "$loc:udp_gso:$size")" GB/s "" "" \
+      "$(get "$loc:udp_gso:$size:segs") segments a send"
+  done
+  row "UDP 64 B ping-pong, busy-poll" "$poll" µs "" "" "99 %: $(fmt "$(get "$loc:udp_poll:64:p99")" 2) µs"
+  row "UDP 64 B ping-pong, blocking" "$(get "$loc:udp_block:64")" µs "" "" "99 %: $(fmt "$(get "$loc:udp_block:64:p99")" 2) µs"
+  emit ""
+  emit "$(printf '%-57s | %-51s | %s' "uroce through perftest (RC, 1 QP unless noted)" reference ratio)"
+  local prog label s
+  for prog in ib_write_bw ib_send_bw ib_read_bw; do
+    for s in 4096 65536 1048576; do
+      case $s in 4096) label="4 KiB" ;; 65536) label="64 KiB" ;; *) label="1 MiB" ;; esac
+      row "$prog $label" "$(get "$loc:$prog:$s")" GB/s "UDP GSO+GRO ceiling ($size_4096 B)" "$gso4" \
+        "$(rexmit_note "$loc:$prog:$s")"
+    done
+  done
+  row "ib_write_bw 1 MiB -q 8 (aggregate)" "$(get "$loc:ib_write_bw:1048576:-q8")" GB/s "ib_write_bw 1 MiB, 1 QP" "$w1" \
+    "$(rexmit_note "$loc:ib_write_bw:1048576:-q8")"
+  for prog in ib_send_lat ib_write_lat ib_read_lat; do
+    local rlabel="UCX tag_lat (TCP)" rvalue=$ucxl
+    label="$prog 64 B t_typical"
+    [[ $prog != ib_send_lat ]] || rlabel="UDP busy-poll one-way" rvalue=$poll
+    [[ $prog != ib_read_lat ]] || label+=" (RTT)"
+    row "$label" "$(get "$loc:$prog:64")" µs "$rlabel" "$rvalue" \
+      "99 %: $(fmt "$(get "$loc:$prog:64:p99")" 2) µs$(rexmit_note "$loc:$prog:64" ", ")"
+  done
+  if ((${PEERS:-1})); then
+    emit ""
+    emit "Peers over TCP"
+    row "UCX tag_bw 1 MiB" "$(get "$loc:ucx_tag_bw:1048576")" GB/s "UDP GSO+GRO ceiling ($size_4096 B)" "$gso4"
+    row "UCX tag_lat 64 B (median)" "$ucxl" µs "UDP busy-poll one-way" "$poll"
+    row "libfabric tcp fi_pingpong 1 MiB" "$(get "$loc:fi_bw:1048576")" GB/s "UDP GSO+GRO ceiling ($size_4096 B)" "$gso4" \
+      "ping-pong: one message in flight"
+    row "libfabric tcp fi_pingpong 64 B" "$(get "$loc:fi_lat:64")" µs "UDP busy-poll one-way" "$poll"
+    emit ""
+    emit "uroce against the peers"
+    row "ib_write_bw 1 MiB" "$w1" GB/s "UCX tag_bw 1 MiB" "$(get "$loc:ucx_tag_bw:1048576")"
+    row "ib_write_bw 1 MiB" "$w1" GB/s "libfabric tcp 1 MiB" "$(get "$loc:fi_bw:1048576")"
+    row "ib_send_lat 64 B" "$(get "$loc:ib_send_lat:64")" µs "UCX tag_lat 64 B" "$ucxl"
+    row "ib_send_lat 64 B" "$(get "$loc:ib_send_lat:64")" µs "libfabric tcp 64 B" "$(get "$loc:fi_lat:64")"
+  fi
+  emit ""
+  emit "Acceptance criteria of issue 11 (ratios from this run)"
+  target "ib_write_bw 1 MiB / UDP GSO+GRO ceiling ($size_4096 B)" "$w1" "$gso4" ">=" 0.8
+  target "ib_send_lat 64 B / UDP busy-poll one-way floor" "$(get "$loc:ib_send_lat:64")" "$poll" "<=" 1.25
+  target "ib_write_lat 64 B / UCX tag_lat 64 B" "$(get "$loc:ib_write_lat:64")" "$ucxl" "<=" 1
+  target "ib_read_lat 64 B / UCX tag_lat 64 B" "$(get "$loc:ib_read_lat:64")" "$ucxl" "<=" 1
+  target "ib_write_bw 1 MiB -q 8 / -q 1" "$(get "$loc:ib_write_bw:1048576:-q8")" "$w1" ">=" 1
+}
+
+# ---------------------------------------------------------------------------------------
+# Sweeps for the plots (loopback).
+
+clamp() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { v = int(v); if (v < lo) v = lo; if (v > hi) v = hi; print v }'; }
+
+sweep() {
+  ((${SWEEP:-1})) || { say "SWEEP=0: no sweeps, no plots"; return; }
+  local s n bw_csv=$out/sweep_bw.csv lat_csv=$out/sweep_lat.csv line
+  echo "series,size_bytes,GBps" >"$bw_csv"
+  echo "series,size_bytes,us" >"$lat_csv"
+  # Flat ceilings measured above.
+  for s in "${sweep_sizes[@]}"; do
+    echo "UDP GSO+GRO ceiling ($size_4096 B datagrams),$s,$(get "lo:udp_gso:$size_4096")" >>"$bw_csv"
+    echo "UDP sendmmsg ceiling ($size_4096 B datagrams),$s,$(get "lo:udp_mmsg:$size_4096")" >>"$bw_csv"
+  done
+  # UDP busy-poll ping-pong per size (one datagram: sizes up to 65507 B).
+  next_port
+  if start_server "sweep.udp_ceiling" udp "$port" "${S[@]}" "$ceiling" server -p "$port" -W 10; then
+    for s in "${sweep_sizes[@]}"; do
+      ((s <= 65507)) || continue
+      say "sweep: UDP ping-pong $s B"
+      line=$(timeout -k 5 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$port" -m poll -s "$s" -n 5000 -w 500 2>&1 |
+        tail -1) || true
+      echo "$line" >>"$logs/sweep.udp_ceiling.client.log"
+      echo "UDP ping-pong busy-poll,$s,$(kv "$line" typical_us)" >>"$lat_csv"
+    done
+    stop "$server_pid" || true
+  fi
+  if command -v ib_write_bw >/dev/null; then
+    for s in "${sweep_sizes[@]}"; do
+      perftest_bw ib_write_bw "$s" "$(clamp $((sweep_bytes / s)) 32 20000)"
+      echo "uroce ib_write_bw,$s,$(get "sweep:ib_write_bw:$s")" >>"$bw_csv"
+    done
+    for s in "${sweep_sizes[@]}"; do
+      n=$(clamp $((sweep_bytes / 16 / s)) 50 5000)
+      perftest_lat ib_send_lat "$s" "$n"
+      echo "uroce ib_send_lat,$s,$(get "sweep:ib_send_lat:$s")" >>"$lat_csv"
+      perftest_lat ib_write_lat "$s" "$n"
+      echo "uroce ib_write_lat,$s,$(get "sweep:ib_write_lat:$s")" >>"$lat_csv"
+    done
+  fi
+  if ((${PEERS:-1})) && command -v ucx_perftest >/dev/null; then
+    local batch=$logs/sweep.ucx.batch
+    : >"$batch"
+    for s in "${sweep_sizes[@]}"; do
+      n=$(clamp $((sweep_bytes / s)) 100 100000)
+      echo "bw$s -t tag_bw -s $s -n $n -w $((n / 10))" >>"$batch"
+      n=$(clamp $((sweep_bytes / 16 / s)) 100 10000)
+      echo "lat$s -t tag_lat -s $s -n $n -w $((n / 10))" >>"$batch"
+    done
+    if ucx_batch sweep.ucx "$batch"; then
+      for s in "${sweep_sizes[@]}"; do
+        echo "UCX tag_bw (TCP),$s,$(ucx_get "$logs/sweep.ucx.client.log" "bw$s" 7)" >>"$bw_csv"
+        echo "UCX tag_lat (TCP),$s,$(ucx_get "$logs/sweep.ucx.client.log" "lat$s" 3)" >>"$lat_csv"
+      done
+    fi
+  fi
+  if ((${PEERS:-1})) && command -v fi_pingpong >/dev/null; then
+    for s in "${sweep_sizes[@]}"; do
+      fi_pp "sweep.fi_pingpong.$s" "$s" "$(clamp $((sweep_bytes / 8 / s)) 20 5000)"
+      echo "libfabric tcp ping-pong,$s,$fi_bw" >>"$bw_csv"
+      echo "libfabric tcp ping-pong,$s,$fi_lat" >>"$lat_csv"
+    done
+  fi
+  if python3 -c 'import matplotlib' 2>/dev/null; then
+    python3 "$root/bench/plot.py" --bw "$bw_csv" --lat "$lat_csv" --outdir "$out" \
+      --title "$(uname -n), $(nproc) CPUs, loopback, uroce MTU $active_lo_mtu" >&2 ||
+      say "plot.py failed"
+  else
+    say "python3-matplotlib not installed: no plots (the CSV files are there)"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------
+# Locations.
+
+at_loopback() {
+  loc=lo loc_title="loopback: 127.0.0.1, server on CPU 1, client on CPU 0"
+  srv_ns='' cli_ns='' srv_addr=127.0.0.1
+  S=(taskset -c 1) C=(taskset -c 0)
+  uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
+  ucx_env_s=(UCX_NET_DEVICES=lo) ucx_env_c=(UCX_NET_DEVICES=lo)
+  probe_uroce 127.0.0.1
+  active_lo_mtu=$active_mtu lo_gid=$gid
+  measure_ceilings
+  stop_ceiling_server
+  measure_uroce
+  measure_peers
+  print_location
+}
+
+at_namespaces() {
+  loc=netns
+  if ((EUID != 0)) || ! command -v ip >/dev/null; then
+    emit ""
+    emit "== namespaces: skipped (needs root and iproute2) =="
+    return
+  fi
+  local ns_s=uroce-bench-s-$$ ns_c=uroce-bench-c-$$ veth_s=ubs$$ veth_c=ubc$$
+  veth_s=${veth_s:0:15} veth_c=${veth_c:0:15}
+  if ! ip netns add "$ns_s" 2>/dev/null; then
+    emit ""
+    emit "== namespaces: skipped (cannot create network namespaces here) =="
+    return
+  fi
+  namespaces+=("$ns_s")
+  ip netns add "$ns_c"
+  namespaces+=("$ns_c")
+  ip link add "$veth_s" type veth peer name "$veth_c"
+  ip link set "$veth_s" netns "$ns_s"
+  ip link set "$veth_c" netns "$ns_c"
+  ip -n "$ns_s" addr add 10.233.7.1/24 dev "$veth_s"
+  ip -n "$ns_c" addr add 10.233.7.2/24 dev "$veth_c"
+  ip -n "$ns_s" link set "$veth_s" mtu 9000 up
+  ip -n "$ns_c" link set "$veth_c" mtu 9000 up
+  ip -n "$ns_s" link set lo up
+  ip -n "$ns_c" link set lo up
+  loc_title="namespaces: 10.233.7.1 ($ns_s) <- veth MTU 9000 -> 10.233.7.2 ($ns_c), server on CPU 1, client on CPU 0"
+  srv_ns=$ns_s cli_ns=$ns_c srv_addr=10.233.7.1
+  S=(ip netns exec "$ns_s" taskset -c 1) C=(ip netns exec "$ns_c" taskset -c 0)
+  uroce_env=() mtu_note="from the veth's MTU 9000"
+  ucx_env_s=(UCX_NET_DEVICES="$veth_s") ucx_env_c=(UCX_NET_DEVICES="$veth_c")
+  probe_uroce 10.233.7.1
+  measure_ceilings
+  stop_ceiling_server
+  measure_uroce
+  measure_peers
+  print_location
+}
+
+main() {
+  ensure_packages
+  ensure_built
+  mkdir -p "$out"
+  logs=$out/logs
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  : >"$out/table.txt"
+  echo "location,metric,size_bytes,value,unit,reference,reference_value,ratio" >"$out/results.csv"
+  local start=$SECONDS
+  emit "uroce comparison (issue 11) on $(uname -n): $(nproc) CPUs, Linux $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  emit "uroce: $build ($(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'))"
+  emit "GB/s = 1e9 B/s; latencies in µs, one way (RTT/2) except ib_read_lat (a READ's round trip, as perftest reports)"
+  at_loopback
+  if ((${NETNS:-1})); then
+    at_namespaces
+  else
+    emit ""
+    emit "== namespaces: NETNS=0: skipped =="
+  fi
+  # The sweeps run on loopback, like its half of the table.
+  loc=sweep S=(taskset -c 1) C=(taskset -c 0) srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
+  uroce_env=(UROCE_MTU=4096) ucx_env_s=(UCX_NET_DEVICES=lo) ucx_env_c=(UCX_NET_DEVICES=lo)
+  sweep
+  emit ""
+  emit "Took $((SECONDS - start)) s. Results: $out/ (table.txt, results.csv, sweep_*.csv, *.png, logs/)"
+}
+
+main "$@"
