@@ -46,6 +46,7 @@ Config load() {
   }
   if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_STATS")) c.stats_at_exit = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_MTU")) c.mtu_override = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_FAULT")) c.fault = v;

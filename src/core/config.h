@@ -23,6 +23,7 @@ struct Config {
   uint16_t udp_port = 4791;
   LogLevel log_level = LogLevel::kWarn;
   bool icrc_check = true;
+  bool gso = true;  // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way)
   bool stats_at_exit = false;
   uint32_t mtu_override = 0;  // 0: derived from the interface
   std::string fault;          // fault-injection spec, see UROCE_FAULT

@@ -58,6 +58,7 @@ void restart_timer(EngineQp& qp) {
   if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
   qp.timers.probe_interval = kFirstProbeInterval;
   qp.timers.probe_deadline = now + kFirstProbeInterval;
+  if (qp.timers.retransmit_armed) qp.engine()->timer_armed();
 }
 
 core::SendWqe* oldest_pending(EngineQp& qp) {
@@ -181,6 +182,7 @@ void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   requester_rewind(qp, psn);
   qp.req.rnr_wait = true;
   qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
+  qp.engine()->timer_armed();
   qp.timers.retransmit_armed = false;
 }
 

@@ -20,6 +20,7 @@ namespace uroce::engine {
 
 namespace {
 constexpr int kTimerTickMs = 1;
+constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
 constexpr size_t kRxBurst = 64;
 constexpr uint32_t kReadBudgetPerQp = TxBatch::kMaxPackets;  // READ response packets per QP per turn: one sendmmsg
 }  // namespace
@@ -28,6 +29,7 @@ EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::Datag
     : core::Context(dev), transport_(std::move(t)) {
   set_lid(transport_->local_port());
   touched_.reserve(256);
+  rx_.resize(kRxBurst);
 }
 
 EngineContext::~EngineContext() = default;
@@ -35,6 +37,7 @@ EngineContext::~EngineContext() = default;
 EngineContext* EngineContext::open(core::Device* dev) {
   transport::UdpConfig cfg;
   cfg.preferred_port = core::config().udp_port;
+  cfg.gso = core::config().gso;
   std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
   if (!core::config().fault.empty()) {
@@ -84,7 +87,8 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu\n",
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, tx_path %s, "
+               "rx_path %s\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -92,7 +96,8 @@ void EngineContext::print_stats() const {
                (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
                (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
                (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
-               (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load());
+               (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
+               transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
 }
 
 // QP numbers are random (24 bits from the kernel's generator), so that a
@@ -235,21 +240,44 @@ void EngineContext::linger() {
   }
 }
 
+// The progress thread waits for datagrams without holding the receive turn,
+// then takes it (after any CQ poller that has it) to receive. It wakes for
+// timers only while some timer is armed (or tombstones or READ responses are
+// pending); otherwise it sleeps until a datagram, a drain request, or a newly
+// armed timer (timer_armed) wakes it: an idle context costs nothing.
 void EngineContext::progress_loop() {
-  std::vector<transport::RxDatagram> rx(kRxBurst);
   auto next_timers = Clock::now();
-  bool reads_pending = false;
+  auto last_active = next_timers;  // a timer armed or a datagram received
+  bool timers_armed = true;        // until run_timers says otherwise
+  bool busy = false;               // more to receive or send at once
   while (!stop_.load(std::memory_order_relaxed)) {
     uint64_t drain_target;
     {
       std::lock_guard lock(drain_mu_);
       drain_target = drain_requested_;
     }
-    // Pending READ responses: poll, so that they keep flowing between bursts.
-    size_t n = transport_->recv_burst(rx, reads_pending ? 0 : kTimerTickMs);
-    if (n) process_burst(std::span(rx.data(), n));
-    reads_pending = send_reads();
-    if (n < kRxBurst) {  // the socket had nothing more: every earlier datagram is processed
+    size_t received = 0;
+    if (!busy) {
+      int timeout = kTimerTickMs;
+      // Deep sleep only after a quiet while: a ping-pong disarms its timer
+      // after every message, and waking this thread at every post would
+      // cost a system call and a context switch on the critical path.
+      if (!timers_armed && !have_tombstones_.load(std::memory_order_relaxed) &&
+          Clock::now() - last_active >= kQuietBeforeDeepSleep) {
+        deep_sleep_.store(true);
+        if (any_timer_armed())  // armed before the flag was seen: no deep sleep
+          deep_sleep_.store(false);
+        else
+          timeout = -1;
+      }
+      transport_->wait(timeout);
+      deep_sleep_.store(false, std::memory_order_relaxed);
+    }
+    {
+      std::lock_guard rx(rx_mu_);
+      busy = receive_turn(&received);
+    }
+    if (!busy) {  // every datagram that had arrived is processed
       std::lock_guard lock(drain_mu_);
       if (drain_done_ < drain_target) {
         drain_done_ = drain_target;
@@ -257,11 +285,37 @@ void EngineContext::progress_loop() {
       }
     }
     auto now = Clock::now();
-    if (now >= next_timers) {
-      run_timers(now);
+    if (now >= next_timers || !timers_armed) {
+      timers_armed = run_timers(now);
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
     }
+    if (timers_armed || received) last_active = now;
   }
+}
+
+bool EngineContext::receive_turn(size_t* received) {
+  size_t n = transport_->recv_burst(rx_, 0);
+  *received = n;
+  if (n) process_burst(std::span(rx_.data(), n));
+  bool reads_pending = send_reads();
+  return reads_pending || transport_->more_ready();
+}
+
+bool EngineContext::poll_receive() {
+  std::unique_lock rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return false;
+  size_t received;
+  receive_turn(&received);
+  return true;
+}
+
+bool EngineContext::any_timer_armed() {
+  std::shared_lock lock(qps_mu_);
+  for (auto& [num, qp] : qps_) {
+    std::lock_guard ql(qp->mu);
+    if (qp->timers.retransmit_armed || qp->req.rnr_wait) return true;
+  }
+  return false;
 }
 
 void EngineContext::drain_received() {
@@ -323,6 +377,16 @@ bool from_connected_path(const EngineQp& qp, const transport::RxDatagram& d) {
 }
 }  // namespace
 
+namespace {
+// The ICRC, computed with the IP identification the sender most likely used:
+// the packet's place in its GRO batch (a whole GSO message), else any a GSO
+// message can give (wire/icrc.h).
+bool icrc_ok(const transport::RxDatagram& d, const wire::PacketView& pkt, uint16_t local_port) {
+  wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, local_port, d.gso_index};
+  return wire::icrc_ipv4_matches(flow, d.data, d.len, pkt.icrc_wire());
+}
+}  // namespace
+
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
   stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
   if (d.truncated) {
@@ -338,12 +402,9 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (core::config().icrc_check) {
-    wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, lid()};
-    if (wire::icrc_ipv4(flow, d.data, d.len) != pkt.icrc_wire()) {
-      stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+  if (core::config().icrc_check && !icrc_ok(d, pkt, lid())) {
+    stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   uint8_t opcode = pkt.bth().opcode();
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
@@ -384,14 +445,16 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
 }
 
-void EngineContext::run_timers(Clock::time_point now) {
+bool EngineContext::run_timers(Clock::time_point now) {
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
+  bool armed = false;
   {
     std::shared_lock lock(qps_mu_);
     for (auto& [num, qp] : qps_) {
       std::lock_guard ql(qp->mu);
       completer_check_timers(*qp, now, tx);
+      armed = armed || qp->timers.retransmit_armed || qp->req.rnr_wait;
     }
   }
   tx.flush();
@@ -399,6 +462,7 @@ void EngineContext::run_timers(Clock::time_point now) {
     next_prune_ = now + kPruneInterval;
     if (have_tombstones_.load(std::memory_order_relaxed)) prune_tombstones(now);
   }
+  return armed;
 }
 
 }  // namespace uroce::engine

@@ -80,9 +80,23 @@ class EngineContext : public core::Context {
   // Runs relayed requests for other processes' target QPs (progress thread only).
   EngineQp& relay_proxy();
 
-  // Receive path: one burst of datagrams (progress thread, or tests).
+  // Receive path: one burst of datagrams (the thread holding the receive
+  // turn, or tests).
   void process_burst(std::span<transport::RxDatagram> burst);
-  void run_timers(Clock::time_point now);
+  // Runs every QP's timers; true if some timer is still armed.
+  bool run_timers(Clock::time_point now);
+
+  // For a thread polling a CQ of this context and finding it empty: takes the
+  // receive turn if no other thread has it, receives and processes what has
+  // arrived. Returns false if the turn was taken (the caller may yield).
+  // So a polling application receives its packets itself, with no hand-off
+  // to the progress thread (docs/architecture.md, "Who receives").
+  bool poll_receive();
+  // A timer was armed (posting or receiving thread): wakes the progress
+  // thread if it sleeps without a deadline.
+  void timer_armed() {
+    if (deep_sleep_.load() && deep_sleep_.exchange(false)) transport_->wake();
+  }
   // Sends the next slice of every QP's pending READ responses; true while
   // some remain (progress thread, or tests).
   bool send_reads();
@@ -99,6 +113,10 @@ class EngineContext : public core::Context {
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t);
   ~EngineContext();
   void progress_loop();
+  // One receive turn (caller holds rx_mu_): a burst, then READ responses.
+  // True if more is ready to receive or send at once.
+  bool receive_turn(size_t* received);
+  bool any_timer_armed();
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched);
   void print_stats() const;
 
@@ -121,7 +139,15 @@ class EngineContext : public core::Context {
   Clock::time_point next_prune_{};
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::vector<EngineQp*> touched_;    // progress thread only
+  // The receive turn: one thread at a time receives from the transport and
+  // runs the receive path (the progress thread or a CQ poller). Guards the
+  // transport's receiving side, rx_, touched_ and reading_'s growth.
+  std::mutex rx_mu_;
+  std::vector<transport::RxDatagram> rx_;
+  // Set (seq_cst) by the progress thread before it sleeps with no deadline,
+  // after which it re-checks the timers; whoever arms a timer then wakes it.
+  std::atomic<bool> deep_sleep_{false};
+  std::vector<EngineQp*> touched_;    // under rx_mu_
   std::vector<core::Srq*> xrc_srqs_;  // by index; guarded by qps_mu_
   std::unique_ptr<EngineQp> relay_proxy_;
 };

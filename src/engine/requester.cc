@@ -99,6 +99,7 @@ void arm_retransmit(EngineQp& qp) {
   qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
   qp.timers.probe_interval = kFirstProbeInterval;
   qp.timers.probe_deadline = now + kFirstProbeInterval;
+  qp.engine()->timer_armed();
 }
 
 // Builds the READ request for the rest of a READ WQE.

@@ -1,5 +1,6 @@
 #include "engine/tx_batch.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/mr_access.h"
@@ -18,6 +19,7 @@ void TxBatch::use(transport::DatagramTransport* t) {
     flush();
     transport_ = t;
   }
+  max_segments_ = t ? std::min(t->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1) : 1;
 }
 
 uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, uint32_t src_ip, unsigned header_len) {
@@ -27,9 +29,8 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, uint32_t src_ip, 
   header_len_ = header_len;
   payload_len_ = 0;
   overflow_ = false;
-  transport::TxDatagram& d = datagrams_[count_];
-  d.dst = dst;
-  d.src_ip = src_ip;
+  dst_ = dst;
+  src_ip_ = src_ip;
   return h;
 }
 
@@ -53,30 +54,59 @@ bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t
   return true;
 }
 
+unsigned TxBatch::place(uint32_t len, bool joinable) {
+  if (run_count_ > 0) {
+    Run& r = runs_[run_count_ - 1];
+    if (joinable && r.open && r.count < max_segments_ && len <= r.segment && r.bytes + len <= transport::kMaxGsoBytes &&
+        r.dst == dst_ && r.src_ip == src_ip_) {
+      r.open = len == r.segment;  // a shorter packet ends the message
+      r.bytes += len;
+      return r.count++;
+    }
+    r.open = false;
+  }
+  runs_[run_count_++] = Run{dst_, src_ip_, count_, 1, len, len, joinable && max_segments_ > 1};
+  return 0;
+}
+
 void TxBatch::finish(uint32_t len) {
-  if (overflow_) return;  // dropped: the slot is reused by the next packet
-  transport::TxDatagram& d = datagrams_[count_];
-  d.iov[0] = iovec{slot(count_), len};
-  d.iovcnt = 1;
+  iovs_[count_] = iovec{slot(count_), len};
   ++count_;
 }
 
 void TxBatch::end_packet(const wire::Ipv4Flow& flow) {
+  if (overflow_) return;  // dropped: the slot is reused by the next packet
   uint8_t* p = slot(count_);
   uint32_t len = header_len_ + payload_len_;
   unsigned pad = (4 - (payload_len_ & 3)) & 3;
   std::memset(p + len, 0, pad);  // the ICRC covers the pad
   len += pad;
-  uint32_t crc = wire::icrc_ipv4(flow, p, len + wire::kIcrcSize);
+  wire::Ipv4Flow f = flow;
+  f.ip_id = uint16_t(flow.ip_id + place(len + wire::kIcrcSize, true));  // the kernel counts on from the first
+  uint32_t crc = wire::icrc_ipv4(f, p, len + wire::kIcrcSize);
   std::memcpy(p + len, &crc, 4);  // little-endian on the wire (x86)
   finish(len + wire::kIcrcSize);
 }
 
-void TxBatch::end_datagram() { finish(header_len_ + payload_len_); }
+void TxBatch::end_datagram() {
+  if (overflow_) return;
+  place(header_len_ + payload_len_, false);
+  finish(header_len_ + payload_len_);
+}
 
 void TxBatch::flush() {
-  if (count_ && transport_) transport_->send_burst(std::span(datagrams_.data(), count_));
+  if (count_ && transport_) {
+    for (unsigned i = 0; i < run_count_; ++i) {
+      const Run& r = runs_[i];
+      datagrams_[i] = transport::TxDatagram{r.dst, r.src_ip, uint16_t(r.count > 1 ? r.segment : 0), uint16_t(r.count),
+                                            &iovs_[r.first]};
+    }
+    transport_->send_burst(std::span(datagrams_.data(), run_count_));
+    max_segments_ =
+        std::min(transport_->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1);  // GSO may have been refused
+  }
   count_ = 0;
+  run_count_ = 0;
 }
 
 }  // namespace uroce::engine

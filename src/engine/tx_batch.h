@@ -8,6 +8,12 @@
 // never read by a later flush (the MR lifetime rule, core/mr.h). flush()
 // hands the burst to the transport in one call. Nothing here allocates after
 // construction.
+//
+// GSO: consecutive packets to the same destination whose lengths allow it
+// (all equal, the last possibly shorter; at most 64 and 64 KiB) form one GSO
+// message, which the kernel sends as one datagram per packet. Packet k of a
+// message gets its ICRC computed with IP identification k, the one it carries
+// on the wire if the message is split (wire/icrc.h).
 #pragma once
 
 #include <array>
@@ -63,16 +69,38 @@ class TxBatch {
   unsigned pending() const { return count_; }
 
  private:
+  // Packets [first, first + count) to one destination, sent as one datagram
+  // (count 1) or one GSO message of `segment`-byte segments.
+  struct Run {
+    transport::Endpoint dst;
+    uint32_t src_ip;
+    unsigned first;
+    unsigned count;
+    uint32_t segment;
+    uint32_t bytes;
+    bool open;  // a further packet of `segment` bytes or fewer may join
+  };
+
   uint8_t* slot(unsigned i) { return buffers_.get() + size_t(i) * kSlotBytes; }
+  // Places the packet being built (`len` bytes) in a run; returns its index
+  // in the run (its IP identification). `joinable`: false for datagrams that
+  // must go alone.
+  unsigned place(uint32_t len, bool joinable);
   void finish(uint32_t len);
 
   transport::DatagramTransport* transport_ = nullptr;
+  unsigned max_segments_ = 1;  // the transport's GSO limit
   unsigned count_ = 0;
   unsigned header_len_ = 0;   // of the packet being built
   uint32_t payload_len_ = 0;  // of the packet being built
   bool overflow_ = false;     // the packet being built is dropped at its end
-  std::array<transport::TxDatagram, kMaxPackets> datagrams_;
-  std::unique_ptr<uint8_t[]> buffers_;  // kMaxPackets * kSlotBytes
+  transport::Endpoint dst_;   // of the packet being built
+  uint32_t src_ip_ = 0;       // of the packet being built
+  unsigned run_count_ = 0;
+  std::array<Run, kMaxPackets> runs_;
+  std::array<iovec, kMaxPackets> iovs_;                       // one per slot
+  std::array<transport::TxDatagram, kMaxPackets> datagrams_;  // one per run, at flush
+  std::unique_ptr<uint8_t[]> buffers_;                        // kMaxPackets * kSlotBytes
 };
 
 }  // namespace uroce::engine

@@ -176,7 +176,7 @@ void xrc_relay_receive(EngineContext& ctx, const transport::RxDatagram& d, TxBat
   // The relay hop is a network hop too: the request's own ICRC still holds.
   if (core::config().icrc_check) {
     wire::Ipv4Flow flow{rh.from_ip, rh.to_ip, rh.from_port, rh.home_port};
-    if (wire::icrc_ipv4(flow, inner, inner_len) != pkt.icrc_wire()) {
+    if (!wire::icrc_ipv4_matches(flow, inner, inner_len, pkt.icrc_wire())) {
       ctx.stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
       return;
     }

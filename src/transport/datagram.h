@@ -1,7 +1,9 @@
 // The transport interface: moves bursts of datagrams, knows nothing of RDMA.
 //
 // A system call costs about a microsecond here, so every call moves a burst
-// (sendmmsg/recvmmsg); there is no one-packet-per-call API.
+// (sendmmsg/recvmmsg); there is no one-packet-per-call API. Where the kernel
+// has them, UDP GSO and GRO make one datagram of the burst carry up to 64
+// segments (segment = one RoCE packet, each a datagram of its own on the wire).
 #pragma once
 
 #include <sys/uio.h>
@@ -19,24 +21,34 @@ struct Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
-inline constexpr unsigned kMaxTxIov = 4;
+// UDP GSO limits: segments per message (the kernel's UDP_MAX_SEGMENTS is 64
+// on older kernels) and bytes per message (the largest IPv4 UDP payload).
+inline constexpr unsigned kMaxGsoSegments = 64;
+inline constexpr uint32_t kMaxGsoBytes = 65535 - 20 - 8;
 
-// One datagram to send: gathered from up to kMaxTxIov segments.
+// One datagram to send, gathered from `iovcnt` caller-owned buffers. With
+// segment_size > 0 it is a GSO message: the kernel sends it as datagrams of
+// segment_size bytes each (the last may be shorter).
 struct TxDatagram {
   Endpoint dst;
   uint32_t src_ip = 0;  // 0: let the kernel choose
-  uint8_t iovcnt = 0;
-  iovec iov[kMaxTxIov];
+  uint16_t segment_size = 0;
+  uint16_t iovcnt = 0;
+  const iovec* iov = nullptr;
 };
 
 // One received datagram; `data` points into the transport's receive buffers
-// and stays valid until the next recv_burst call.
+// and stays valid until the next recv_burst call. gso_index: the datagram's
+// place in the GRO batch it arrived in (0 when it came alone), which is the
+// IP identification its sender gave it if the batch is a whole GSO message
+// (wire/icrc.h).
 struct RxDatagram {
   uint8_t* data = nullptr;
   uint32_t len = 0;
   Endpoint src;
   uint32_t dst_ip = 0;
   bool truncated = false;
+  uint8_t gso_index = 0;
 };
 
 class DatagramTransport {
@@ -52,10 +64,26 @@ class DatagramTransport {
   // stored in `out` (0 on timeout or wake()). Only one thread may receive.
   virtual size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept = 0;
 
-  // Makes a blocked recv_burst return now. Thread-safe.
+  // Makes a blocked recv_burst or wait return now. Thread-safe.
   virtual void wake() noexcept = 0;
 
+  // Waits up to timeout_ms (-1: forever) until datagrams may be received or
+  // wake() is called; returns at once when some are ready. Unlike a blocking
+  // recv_burst it receives nothing, so the receiving may be left to another
+  // thread (which takes the receiver's turn, see recv_burst). Thread-safe.
+  virtual void wait(int timeout_ms) noexcept { (void)timeout_ms; }
+
   virtual uint16_t local_port() const noexcept = 0;
+
+  // Segments a GSO message may have (1: no GSO; send_burst then takes only
+  // datagrams with segment_size 0).
+  virtual unsigned max_gso_segments() const noexcept { return 1; }
+  // Whether received GSO messages arrive whole (UDP_GRO) and are split here.
+  virtual bool gro() const noexcept { return false; }
+  // Whether the last recv_burst may have left datagrams that had already
+  // arrived: its result filled `out`, or the socket had more. False means
+  // everything received before that call has been returned.
+  virtual bool more_ready() const noexcept { return false; }
 };
 
 }  // namespace uroce::transport

@@ -73,11 +73,13 @@ FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
 void FaultyTransport::send_copies(std::vector<Copy>& copies) {
   if (copies.empty()) return;
   std::vector<TxDatagram> out(copies.size());
+  std::vector<iovec> iov(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
+    iov[i] = iovec{copies[i].bytes.data(), copies[i].bytes.size()};
     out[i].dst = copies[i].dst;
     out[i].src_ip = copies[i].src_ip;
     out[i].iovcnt = 1;
-    out[i].iov[0] = iovec{copies[i].bytes.data(), copies[i].bytes.size()};
+    out[i].iov = &iov[i];
   }
   inner_->send_burst(out);
 }
@@ -136,6 +138,15 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
     // Out of memory while copying: the burst counts as lost, as on a network.
   }
   return burst.size();
+}
+
+void FaultyTransport::wait(int timeout_ms) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    // Wake up in time for the next held datagram.
+    if (!held_.empty()) timeout_ms = std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+  }
+  inner_->wait(timeout_ms);
 }
 
 size_t FaultyTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {

@@ -51,7 +51,11 @@ class FaultyTransport final : public DatagramTransport {
   size_t send_burst(std::span<TxDatagram> burst) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   void wake() noexcept override { inner_->wake(); }
+  void wait(int timeout_ms) noexcept override;
   uint16_t local_port() const noexcept override { return inner_->local_port(); }
+  // No GSO: faults apply to single packets (every datagram sent is one).
+  bool gro() const noexcept override { return inner_->gro(); }
+  bool more_ready() const noexcept override { return inner_->more_ready(); }
 
   const FaultCounters& counters() const { return counters_; }
   const FaultSpec& spec() const { return spec_; }

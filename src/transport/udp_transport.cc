@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -9,13 +10,25 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 namespace uroce::transport {
 
 namespace {
 
-constexpr size_t kMaxBurst = 64;
+constexpr size_t kMaxBurst = 64;        // datagrams (or GSO messages) per sendmmsg / recvmmsg
+constexpr size_t kGroMessages = 32;     // recvmmsg buffers with GRO: 64 KiB each
+constexpr uint32_t kGroBuffer = 65536;  // a whole GRO batch
+constexpr size_t kTxControl = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(uint16_t));
+constexpr size_t kRxControl = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
 
 void set_buffer(int fd, int force_opt, int opt, int bytes) {
   // SO_*BUFFORCE works for root and ignores rmem_max; fall back to the capped option.
@@ -31,12 +44,62 @@ int bind_port(int fd, uint16_t port) {
   return bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
 }
 
+// Whether the kernel takes UDP_SEGMENT (Linux 4.18) and UDP_GRO (5.0).
+bool probe_gso(int fd) {
+  int zero = 0;
+  return setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
+}
+bool enable_gro(int fd) {
+  int on = 1;
+  return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0;
+}
+
+// Fills `h` to send `d`, with its control messages in `control`.
+void fill_header(msghdr& h, sockaddr_in& addr, uint8_t* control, const TxDatagram& d) {
+  addr = sockaddr_in{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(d.dst.ip);
+  addr.sin_port = htons(d.dst.port);
+  h = msghdr{};
+  h.msg_name = &addr;
+  h.msg_namelen = sizeof(sockaddr_in);
+  h.msg_iov = const_cast<iovec*>(d.iov);
+  h.msg_iovlen = d.iovcnt;
+  if (d.src_ip == 0 && d.segment_size == 0) return;
+  std::memset(control, 0, kTxControl);
+  h.msg_control = control;
+  h.msg_controllen = kTxControl;
+  size_t used = 0;
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  if (d.src_ip != 0) {
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_PKTINFO;
+    c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
+    in_pktinfo info{};
+    info.ipi_spec_dst.s_addr = htonl(d.src_ip);
+    std::memcpy(CMSG_DATA(c), &info, sizeof info);
+    used += CMSG_SPACE(sizeof(in_pktinfo));
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (d.segment_size != 0) {
+    c->cmsg_level = IPPROTO_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg = d.segment_size;
+    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    used += CMSG_SPACE(sizeof(uint16_t));
+  }
+  h.msg_controllen = used;
+}
+
 }  // namespace
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return nullptr;
   int on = 1;
+  bool gso = cfg.gso && probe_gso(fd);
+  bool gro = cfg.gso && enable_gro(fd);
   // Destination address of received packets (needed for the ICRC) and
   // per-packet source address on send.
   setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
@@ -73,15 +136,19 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
     errno = e;
     return nullptr;
   }
-  return std::unique_ptr<UdpTransport>(new UdpTransport(fd, wake_fd, port, cfg));
+  return std::unique_ptr<UdpTransport>(new UdpTransport(fd, wake_fd, port, cfg, gso, gro));
 }
 
-UdpTransport::UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& cfg)
+UdpTransport::UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro)
     : fd_(fd),
       wake_fd_(wake_fd),
       port_(port),
+      rx_buffer_size_(gro ? kGroBuffer : cfg.max_datagram),
       max_datagram_(cfg.max_datagram),
-      rx_buffers_(kMaxBurst * cfg.max_datagram) {}
+      gso_(gso),
+      gro_(gro),
+      rx_buffers_((gro ? kGroMessages : kMaxBurst) * rx_buffer_size_),
+      rx_messages_(gro ? kGroMessages : kMaxBurst) {}
 
 UdpTransport::~UdpTransport() {
   close(fd_);
@@ -89,65 +156,100 @@ UdpTransport::~UdpTransport() {
 }
 
 size_t UdpTransport::send_burst(std::span<TxDatagram> burst) noexcept {
-  constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(in_pktinfo));
   size_t done = 0;
-  while (done < burst.size()) {
-    size_t n = std::min(kMaxBurst, burst.size() - done);
-    mmsghdr msgs[kMaxBurst];
-    sockaddr_in addrs[kMaxBurst];
-    alignas(cmsghdr) uint8_t control[kMaxBurst][kCmsgSpace];
-    for (size_t i = 0; i < n; ++i) {
-      TxDatagram& d = burst[done + i];
-      addrs[i] = sockaddr_in{};
-      addrs[i].sin_family = AF_INET;
-      addrs[i].sin_addr.s_addr = htonl(d.dst.ip);
-      addrs[i].sin_port = htons(d.dst.port);
-      msghdr& h = msgs[i].msg_hdr;
-      h = msghdr{};
-      h.msg_name = &addrs[i];
-      h.msg_namelen = sizeof(sockaddr_in);
-      h.msg_iov = d.iov;
-      h.msg_iovlen = d.iovcnt;
-      if (d.src_ip != 0) {
-        std::memset(control[i], 0, kCmsgSpace);
-        h.msg_control = control[i];
-        h.msg_controllen = kCmsgSpace;
-        cmsghdr* c = CMSG_FIRSTHDR(&h);
-        c->cmsg_level = IPPROTO_IP;
-        c->cmsg_type = IP_PKTINFO;
-        c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
-        in_pktinfo info{};
-        info.ipi_spec_dst.s_addr = htonl(d.src_ip);
-        std::memcpy(CMSG_DATA(c), &info, sizeof info);
-      }
-    }
-    int sent = sendmmsg(fd_, msgs, unsigned(n), 0);
-    if (sent < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == ENOBUFS) {
-        // Socket buffer full: wait briefly for room rather than dropping.
-        pollfd p{fd_, POLLOUT, 0};
-        if (poll(&p, 1, 10) > 0) continue;
-      }
-      // Unsendable datagram (e.g. unreachable): skip it, as a network would drop it.
-      sent = 1;
-    }
-    done += size_t(sent);
-  }
+  while (done < burst.size()) done += send_some(burst.subspan(done, std::min(kMaxBurst, burst.size() - done)));
   return done;
 }
 
+// One sendmmsg of up to kMaxBurst datagrams; returns how many are done with
+// (sent, or dropped as a network would drop them).
+size_t UdpTransport::send_some(std::span<TxDatagram> burst) noexcept {
+  mmsghdr msgs[kMaxBurst];
+  sockaddr_in addrs[kMaxBurst];
+  alignas(cmsghdr) uint8_t control[kMaxBurst][kTxControl];
+  for (size_t i = 0; i < burst.size(); ++i) fill_header(msgs[i].msg_hdr, addrs[i], control[i], burst[i]);
+  for (;;) {
+    int sent = sendmmsg(fd_, msgs, unsigned(burst.size()), 0);
+    if (sent > 0) return size_t(sent);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == ENOBUFS) {
+      // Socket buffer full: wait briefly for room rather than dropping.
+      pollfd p{fd_, POLLOUT, 0};
+      if (poll(&p, 1, 10) > 0) continue;
+      return 1;
+    }
+    if (burst[0].segment_size != 0) {
+      // The message is refused as GSO: sent segment by segment instead. When
+      // the device cannot do it at all (EIO: no checksum offload), no more
+      // GSO from this socket; other errors (a segment larger than the path's
+      // MTU) concern this path only.
+      if ((errno == EIO || errno == EOPNOTSUPP) && gso_.exchange(false))
+        std::fprintf(stderr, "uroce: UDP GSO refused (%s); sending one datagram per packet\n", std::strerror(errno));
+      send_split(burst[0]);
+      return 1;
+    }
+    return 1;  // unsendable datagram (e.g. unreachable): skipped, as a network would drop it
+  }
+}
+
+// Sends the GSO message `d` as one datagram per segment.
+void UdpTransport::send_split(const TxDatagram& d) noexcept {
+  constexpr size_t kMaxPieces = 4 * kMaxGsoSegments + kMaxGsoSegments;
+  iovec pieces[kMaxPieces];
+  TxDatagram segs[kMaxGsoSegments];
+  size_t npieces = 0, nsegs = 0;
+  uint32_t in_segment = 0;
+  for (unsigned i = 0; i < d.iovcnt; ++i) {
+    auto* base = static_cast<uint8_t*>(d.iov[i].iov_base);
+    size_t left = d.iov[i].iov_len;
+    while (left > 0) {
+      if (in_segment == 0) {
+        if (nsegs == kMaxGsoSegments) return;  // malformed message: the rest is dropped
+        segs[nsegs] = TxDatagram{d.dst, d.src_ip, 0, 0, pieces + npieces};
+        ++nsegs;
+      }
+      if (npieces == kMaxPieces) return;
+      size_t n = std::min<size_t>(left, d.segment_size - in_segment);
+      pieces[npieces++] = iovec{base, n};
+      ++segs[nsegs - 1].iovcnt;
+      base += n;
+      left -= n;
+      in_segment = uint32_t((in_segment + n) % d.segment_size);
+    }
+  }
+  std::span<TxDatagram> rest(segs, nsegs);
+  while (!rest.empty()) rest = rest.subspan(send_some(rest));
+}
+
+size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
+  size_t n = 0;
+  while (n < out.size() && rx_next_ < rx_count_) {
+    RxMessage& m = rx_messages_[rx_next_];
+    uint32_t len = std::min(m.segment, m.len - m.offset);
+    RxDatagram& d = out[n++];
+    d.data = m.data + m.offset;
+    d.len = len;
+    d.src = m.src;
+    d.dst_ip = m.dst_ip;
+    d.truncated = m.truncated || len > max_datagram_;
+    d.gso_index = uint8_t(std::min<uint32_t>(m.offset / m.segment, 255));
+    m.offset += len;
+    if (m.offset >= m.len) ++rx_next_;
+  }
+  return n;
+}
+
 size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {
-  size_t want = std::min(out.size(), kMaxBurst);
+  if (rx_next_ < rx_count_) return take_received(out);
+  size_t want = rx_messages_.size();
   mmsghdr msgs[kMaxBurst];
   iovec iovs[kMaxBurst];
   sockaddr_in addrs[kMaxBurst];
-  constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(in_pktinfo));
-  alignas(cmsghdr) uint8_t control[kMaxBurst][kCmsgSpace];
+  alignas(cmsghdr) uint8_t control[kMaxBurst][kRxControl];
   for (;;) {
     for (size_t i = 0; i < want; ++i) {
-      iovs[i].iov_base = rx_buffers_.data() + i * max_datagram_;
-      iovs[i].iov_len = max_datagram_;
+      iovs[i].iov_base = rx_buffers_.data() + i * rx_buffer_size_;
+      iovs[i].iov_len = rx_buffer_size_;
       msghdr& h = msgs[i].msg_hdr;
       h = msghdr{};
       h.msg_name = &addrs[i];
@@ -155,29 +257,41 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
       h.msg_iov = &iovs[i];
       h.msg_iovlen = 1;
       h.msg_control = control[i];
-      h.msg_controllen = kCmsgSpace;
+      h.msg_controllen = kRxControl;
     }
     int got = recvmmsg(fd_, msgs, unsigned(want), MSG_DONTWAIT, nullptr);
     if (got > 0) {
       for (int i = 0; i < got; ++i) {
-        RxDatagram& d = out[size_t(i)];
+        RxMessage& m = rx_messages_[size_t(i)];
         const msghdr& h = msgs[i].msg_hdr;
-        d.data = static_cast<uint8_t*>(iovs[i].iov_base);
-        d.len = msgs[i].msg_len;
-        d.truncated = h.msg_flags & MSG_TRUNC;
-        d.src.ip = ntohl(addrs[i].sin_addr.s_addr);
-        d.src.port = ntohs(addrs[i].sin_port);
-        d.dst_ip = 0;
+        m.data = static_cast<uint8_t*>(iovs[i].iov_base);
+        m.len = msgs[i].msg_len;
+        m.segment = 0;
+        m.offset = 0;
+        m.truncated = h.msg_flags & MSG_TRUNC;
+        m.src.ip = ntohl(addrs[i].sin_addr.s_addr);
+        m.src.port = ntohs(addrs[i].sin_port);
+        m.dst_ip = 0;
         for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
           if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
             in_pktinfo info;
             std::memcpy(&info, CMSG_DATA(c), sizeof info);
-            d.dst_ip = ntohl(info.ipi_addr.s_addr);
+            m.dst_ip = ntohl(info.ipi_addr.s_addr);
+          } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+            int seg;
+            std::memcpy(&seg, CMSG_DATA(c), sizeof seg);
+            if (seg > 0) m.segment = uint32_t(seg);
           }
         }
+        // Not coalesced (or empty): the whole datagram is one segment.
+        if (m.segment == 0 || m.segment > m.len) m.segment = std::max<uint32_t>(m.len, 1);
       }
-      return size_t(got);
+      rx_count_ = size_t(got);
+      rx_next_ = 0;
+      rx_more_ = size_t(got) == want;
+      return take_received(out);
     }
+    rx_more_ = false;
     if (got < 0 && errno != EAGAIN && errno != EINTR) return 0;
     if (timeout_ms == 0) return 0;
     pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
@@ -189,6 +303,14 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
       return 0;
     }
     timeout_ms = 0;  // data is ready: one more non-blocking try
+  }
+}
+
+void UdpTransport::wait(int timeout_ms) noexcept {
+  pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  if (poll(p, 2, timeout_ms) > 0 && (p[1].revents & POLLIN)) {
+    uint64_t v;
+    (void)!read(wake_fd_, &v, sizeof v);
   }
 }
 

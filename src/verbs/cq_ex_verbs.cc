@@ -10,10 +10,12 @@
 #include <cstring>
 
 #include "core/cq.h"
+#include "engine/engine_context.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
 using uroce::core::Cq;
+using uroce::engine::EngineContext;
 
 namespace {
 
@@ -41,7 +43,9 @@ int advance(ibv_cq_ex* ibcq) {
 int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
   Cq* cq = cq_of(ibcq);
-  if (cq->empty()) return ENOENT;  // the common busy-poll case: no lock taken
+  // The common busy-poll case: no lock taken; this thread receives what has
+  // arrived itself (as poll_cq).
+  if (cq->empty() && (!EngineContext::from(ibcq->context)->poll_receive() || cq->empty())) return ENOENT;
   cq->poll_batch_mu.lock();
   int err = advance(ibcq);
   // verbs: after ENOENT from start_poll the caller must not call end_poll.

@@ -100,12 +100,18 @@ namespace uroce::verbs {
 
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
-  int n = Cq::from(cq)->poll(num_entries, wc);
-  // An application spinning on an empty CQ competes for the CPU with the
-  // progress thread that produces its completions; on a machine with few cores
-  // that spin delays the very completion it waits for. Yielding on an empty
-  // poll lets the engine run (hardware has no such thread to starve).
-  if (n == 0) sched_yield();
+  Cq* c = Cq::from(cq);
+  int n = c->poll(num_entries, wc);
+  if (n == 0 && num_entries > 0) {
+    // An empty CQ: this thread receives what has arrived itself (no hand-off
+    // to the progress thread), then looks again. If another thread has the
+    // receive turn, yield: on a machine with few cores a spinning poller
+    // would delay the very completion it waits for.
+    if (EngineContext::from(cq->context)->poll_receive())
+      n = c->poll(num_entries, wc);
+    else
+      sched_yield();
+  }
   return n;
 }
 

@@ -1,6 +1,9 @@
 #include "wire/icrc.h"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "wire/byte_order.h"
@@ -58,6 +61,59 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
 uint32_t icrc_ipv4(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc) {
   iovec v{const_cast<uint8_t*>(packet), len_with_icrc - kIcrcSize};
   return icrc_ipv4(flow, std::span<const iovec>(&v, 1), len_with_icrc);
+}
+
+namespace {
+// The CRC input is 8 x 0xFF, the IPv4 header (identification at its bytes
+// 4-5), the UDP header, then the packet without its ICRC.
+constexpr size_t kIpIdOffset = 8 + 4;
+constexpr size_t kPseudoLen = 8 + 20 + 8;
+}  // namespace
+
+bool icrc_ipv4_matches(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received) {
+  uint32_t computed = icrc_ipv4(flow, packet, len_with_icrc);
+  return computed == received || icrc_matches_gso_id(computed, flow.ip_id, received, len_with_icrc);
+}
+
+uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor) {
+  // CRC-32 is affine: crc(M ^ D) = crc(M) ^ crc(D) ^ crc(zeros), so the change
+  // is the CRC's linear part of D: two bytes followed by `zeros` zero bytes.
+  size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 2;
+  uint8_t d[2];
+  store_be16(d, id_xor);
+  static const uint8_t kZero2[2] = {0, 0};
+  uLong lin2 = ::crc32(0, d, 2) ^ ::crc32(0, kZero2, 2);
+  return uint32_t(crc32_combine_op(lin2, 0, crc32_combine_gen64(z_off64_t(zeros))));
+}
+
+bool icrc_matches_gso_id(uint32_t computed, uint16_t tried, uint32_t received, size_t roce_len_with_icrc) {
+  // Per thread: the deltas of the identification's six low bits for the
+  // packet lengths seen last (bulk traffic has one or two).
+  struct Entry {
+    size_t len = 0;
+    std::array<uint32_t, 6> bit_delta{};
+  };
+  thread_local std::array<Entry, 4> cache;
+  thread_local unsigned next = 0;
+  Entry* e = nullptr;
+  for (Entry& c : cache)
+    if (c.len == roce_len_with_icrc) e = &c;
+  if (!e) {
+    e = &cache[next++ % cache.size()];
+    e->len = roce_len_with_icrc;
+    for (unsigned b = 0; b < e->bit_delta.size(); ++b)
+      e->bit_delta[b] = icrc_ip_id_delta(roce_len_with_icrc, uint16_t(1u << b));
+  }
+  if (tried > kMaxGsoIpId) return false;
+  // Visit every identification tried ^ gray(step), that is all of 0..63, one
+  // XOR a step.
+  uint32_t crc = computed;
+  for (unsigned step = 1;; ++step) {
+    if (crc == received) return true;
+    unsigned bit = unsigned(__builtin_ctz(step));
+    if (bit >= e->bit_delta.size()) return false;
+    crc ^= e->bit_delta[bit];
+  }
 }
 
 }  // namespace uroce::wire

@@ -34,6 +34,33 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
 // Convenience for a contiguous packet (BTH .. ICRC inclusive).
 uint32_t icrc_ipv4(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc);
 
+// IP identification of segments sent with UDP GSO (transport/udp_transport.h).
+//
+// The ICRC covers the IPv4 identification. An unconnected DF socket sends a
+// datagram with identification 0, but when the kernel (or a NIC) splits a GSO
+// message into segments, segment k carries identification k (inet_gso_segment
+// counts up from the first). So uroce computes segment k's ICRC with ip_id = k:
+// the ICRC is right on the wire whether the message is split on the way or
+// arrives whole at a UDP_GRO receiver. A receiver cannot read the
+// identification from a UDP socket; it tries the segment's index in its GRO
+// batch first and then every identification a GSO message can give (below).
+inline constexpr uint16_t kMaxGsoIpId = 63;  // segments per GSO message - 1
+
+// Whether `received` is the ICRC of the packet whose ICRC, computed with the
+// identification `tried`, is `computed`, for some identification in
+// 0..kMaxGsoIpId. Uses the CRC's linearity: changing the identification by
+// XOR d changes the ICRC by a value that depends only on d and the packet
+// length. Cheap (a few dozen XORs; a per-thread cache per length).
+bool icrc_matches_gso_id(uint32_t computed, uint16_t tried, uint32_t received, size_t roce_len_with_icrc);
+
+// A received packet's check: its ICRC `received` is that of the packet
+// (BTH .. ICRC inclusive) with flow.ip_id, or with any GSO identification.
+bool icrc_ipv4_matches(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
+
+// The change of the ICRC of a packet of `roce_len_with_icrc` bytes when its
+// IPv4 identification changes by XOR `id_xor` (for tests and the above).
+uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor);
+
 // Plain CRC-32 (zlib polynomial), for tests and the CM.
 uint32_t crc32(uint32_t crc, const void* data, size_t len);
 // The same by zlib's tables alone (the reference crc32 is tested against).

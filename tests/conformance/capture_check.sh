@@ -10,9 +10,27 @@
 #
 # The pairs use TCP ports TCPPORT (RC) and TCPPORT+1 (XRC).
 #
+# Everything runs in a network namespace of its own whose `lo` takes GSO messages of one
+# segment only (gso_max_segs 1): uroce's GSO messages are then split into datagrams before
+# the capture point, as a NIC's would be on the wire, each with the IP identification the
+# kernel gives it (0, 1, 2, ... within the message) — which the ICRCs must match. (On a
+# plain `lo` the capture would see each GSO message as one 64 KiB datagram.)
+#
 # Needs root to capture (CI runs as root); otherwise exits 77, which CTest reports as
 # skipped. Keeps cap.pcap and the logs in DIR (default: ./capture_check).
 set -euo pipefail
+
+if [[ -z ${CAPTURE_CHECK_NETNS:-} ]]; then
+  ((EUID == 0)) || { echo "SKIP: capturing needs root (CI runs as root)"; exit 77; }
+  ns=uroce-capture-$$
+  ip netns add "$ns" || { echo "capture_check: FAILED: cannot create a network namespace" >&2; exit 1; }
+  trap 'ip netns del "$ns" 2>/dev/null || true' EXIT
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set dev lo gso_max_segs 1
+  rc=0
+  ip netns exec "$ns" env CAPTURE_CHECK_NETNS="$ns" bash "${BASH_SOURCE[0]}" "$@" || rc=$?
+  exit "$rc"
+fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 outdir=capture_check

@@ -39,6 +39,11 @@ struct Sent {
   transport::Endpoint dst;
   uint32_t src_ip = 0;
   std::vector<uint8_t> bytes;  // BTH .. ICRC
+  // Of a GSO message: its number among the datagrams sent, its segment size,
+  // and this packet's place in it (its IP identification on the wire).
+  unsigned message = 0;
+  uint16_t segment_size = 0;
+  uint16_t ip_id = 0;
 };
 
 class FakeTransport : public transport::DatagramTransport {
@@ -47,17 +52,32 @@ class FakeTransport : public transport::DatagramTransport {
   size_t send_burst(std::span<transport::TxDatagram> burst) noexcept override {
     if (on_send) on_send(burst.size());
     for (auto& d : burst) {
-      Sent s;
-      s.dst = d.dst;
-      s.src_ip = d.src_ip;
+      std::vector<uint8_t> bytes;
       for (unsigned i = 0; i < d.iovcnt; ++i) {
         auto* p = static_cast<const uint8_t*>(d.iov[i].iov_base);
-        s.bytes.insert(s.bytes.end(), p, p + d.iov[i].iov_len);
+        bytes.insert(bytes.end(), p, p + d.iov[i].iov_len);
       }
-      sink_->push_back(std::move(s));
+      // A GSO message: one packet per segment, as the kernel sends it.
+      size_t seg = d.segment_size ? d.segment_size : std::max<size_t>(bytes.size(), 1);
+      uint16_t id = 0;
+      for (size_t off = 0; off < bytes.size() || off == 0; off += seg, ++id) {
+        Sent s;
+        s.dst = d.dst;
+        s.src_ip = d.src_ip;
+        s.message = messages_;
+        s.segment_size = d.segment_size;
+        s.ip_id = id;
+        s.bytes.assign(bytes.begin() + long(off), bytes.begin() + long(std::min(bytes.size(), off + seg)));
+        sink_->push_back(std::move(s));
+        if (bytes.empty()) break;
+      }
+      ++messages_;
     }
     return burst.size();
   }
+  unsigned max_gso_segments() const noexcept override { return gso_segments; }
+  // GSO messages this transport takes (1: none, as a transport without GSO).
+  unsigned gso_segments = 1;
   size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
@@ -68,6 +88,7 @@ class FakeTransport : public transport::DatagramTransport {
  private:
   std::vector<Sent>* sink_;
   uint16_t port_;
+  unsigned messages_ = 0;
 };
 
 // A captured packet, decoded.
@@ -113,6 +134,8 @@ struct Craft {
   bool corrupt_icrc = false;
   std::optional<uint32_t> src_ip;    // default: the peer's address
   std::optional<uint16_t> src_port;  // default: the peer's port
+  uint16_t ip_id = 0;                // the ICRC is computed with this IP identification
+  uint8_t gso_index = 0;             // place in a GRO batch, as the transport reports it
 };
 
 inline std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
@@ -294,7 +317,7 @@ class EngineTest : public ::testing::Test {
     if (info.has(wire::Hdr::kAtomicAckEth))
       wire::AtomicAckEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(c.atomic_orig);
     if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
-    wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort), kLocalPort};
+    wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort), kLocalPort, c.ip_id};
     uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
     if (c.corrupt_icrc) crc ^= 1;
     std::memcpy(p.data() + p.size() - 4, &crc, 4);
@@ -313,6 +336,7 @@ class EngineTest : public ::testing::Test {
       d.len = uint32_t(b.size());
       d.src = transport::Endpoint{burst[i].src_ip.value_or(kPeerIp), burst[i].src_port.value_or(kPeerPort)};
       d.dst_ip = local_ip;
+      d.gso_index = burst[i].gso_index;
       rx.push_back(d);
     }
     engine->process_burst(std::span(rx.data(), rx.size()));
@@ -330,7 +354,7 @@ class EngineTest : public ::testing::Test {
       wire::PacketView v;
       EXPECT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v), wire::ParseError::kNone);
       if (!v.info) continue;
-      wire::Ipv4Flow flow{s.src_ip, s.dst.ip, kLocalPort, s.dst.port};
+      wire::Ipv4Flow flow{s.src_ip, s.dst.ip, kLocalPort, s.dst.port, s.ip_id};
       EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()), v.icrc_wire()) << "bad ICRC on the wire";
       Pkt p;
       wire::Bth bth = v.bth();

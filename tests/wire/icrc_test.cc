@@ -253,3 +253,52 @@ TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
 
 }  // namespace
 }  // namespace uroce::wire
+
+namespace uroce::wire {
+namespace {
+
+// GSO segment k carries IP identification k (icrc.h): the delta of the ICRC
+// for an identification change is what recomputing gives.
+TEST(IcrcGsoId, DeltaEqualsRecomputation) {
+  std::mt19937 rng(7);
+  for (size_t len : {size_t(32), size_t(1060), size_t(4112), size_t(8999)}) {
+    std::vector<uint8_t> pkt(len);
+    for (auto& b : pkt) b = uint8_t(rng());
+    Ipv4Flow flow{0x7f000001, 0x7f000002, 49152, 4791};
+    uint32_t base = icrc_ipv4(flow, pkt.data(), len);
+    for (uint16_t id : {uint16_t(1), uint16_t(2), uint16_t(37), uint16_t(63), uint16_t(0x1234)}) {
+      Ipv4Flow f = flow;
+      f.ip_id = id;
+      EXPECT_EQ(icrc_ipv4(f, pkt.data(), len), base ^ icrc_ip_id_delta(len, id)) << "len " << len << " id " << id;
+    }
+  }
+}
+
+// Receive a segment whose ICRC was computed with identification k (0..63)
+// while the receiver tried another one / Expect: matched. Any other
+// identification, or a corrupted payload / Expect: not matched.
+TEST(IcrcGsoId, MatchesEveryGsoIdentificationAndNothingElse) {
+  std::mt19937 rng(11);
+  std::vector<uint8_t> pkt(4112);
+  for (auto& b : pkt) b = uint8_t(rng());
+  Ipv4Flow flow{0x0a000001, 0x0a000002, 50000, 4791};
+  uint32_t computed_with_3 = [&] {
+    Ipv4Flow f = flow;
+    f.ip_id = 3;
+    return icrc_ipv4(f, pkt.data(), pkt.size());
+  }();
+  for (uint16_t k = 0; k <= kMaxGsoIpId; ++k) {
+    Ipv4Flow f = flow;
+    f.ip_id = k;
+    uint32_t wire = icrc_ipv4(f, pkt.data(), pkt.size());
+    EXPECT_TRUE(icrc_matches_gso_id(computed_with_3, 3, wire, pkt.size())) << "id " << k;
+  }
+  Ipv4Flow far = flow;
+  far.ip_id = 64;
+  EXPECT_FALSE(icrc_matches_gso_id(computed_with_3, 3, icrc_ipv4(far, pkt.data(), pkt.size()), pkt.size()));
+  pkt[100] ^= 1;
+  EXPECT_FALSE(icrc_matches_gso_id(computed_with_3, 3, icrc_ipv4(flow, pkt.data(), pkt.size()), pkt.size()));
+}
+
+}  // namespace
+}  // namespace uroce::wire

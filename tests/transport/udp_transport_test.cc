@@ -1,0 +1,145 @@
+// UdpTransport over real loopback sockets: GSO messages leave as one datagram
+// per segment, GRO batches are split back into them, and the fallbacks
+// (UROCE_GSO=0, a receiver without GRO) deliver the same datagrams.
+#include "transport/udp_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace uroce::transport {
+namespace {
+
+constexpr uint32_t kLoopback = 0x7F000001;
+
+std::unique_ptr<UdpTransport> open_transport(bool gso) {
+  UdpConfig cfg;
+  cfg.preferred_port = 0;  // any free port
+  cfg.gso = gso;
+  auto t = UdpTransport::open(cfg);
+  EXPECT_NE(t, nullptr);
+  return t;
+}
+
+struct Received {
+  std::vector<uint8_t> bytes;
+  uint8_t gso_index;
+  bool truncated;
+  uint16_t src_port;
+};
+
+// Receives until `want` datagrams arrived or 5 s passed.
+std::vector<Received> receive(UdpTransport& t, size_t want, size_t burst = 64) {
+  std::vector<Received> got;
+  std::vector<RxDatagram> rx(burst);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got.size() < want && std::chrono::steady_clock::now() < deadline) {
+    size_t n = t.recv_burst(rx, 100);
+    for (size_t i = 0; i < n; ++i)
+      got.push_back(Received{std::vector<uint8_t>(rx[i].data, rx[i].data + rx[i].len), rx[i].gso_index, rx[i].truncated,
+                             rx[i].src.port});
+  }
+  return got;
+}
+
+// `n` full segments of `seg` bytes and one of `tail` bytes, each filled with
+// its index, as a GSO message (segment_size = seg) to `to`.
+struct Message {
+  std::vector<std::vector<uint8_t>> segments;
+  std::vector<iovec> iov;
+  TxDatagram d;
+  Message(uint16_t to, unsigned n, uint16_t seg, uint16_t tail, uint8_t tag = 0) {
+    for (unsigned i = 0; i <= n; ++i) {
+      if (i == n && tail == 0) break;
+      segments.emplace_back(i == n ? tail : seg, uint8_t(tag + i));
+    }
+    for (auto& s : segments) iov.push_back(iovec{s.data(), s.size()});
+    d = TxDatagram{Endpoint{kLoopback, to}, 0, seg, uint16_t(iov.size()), iov.data()};
+  }
+};
+
+// Send one GSO message of 5 x 1000 + 300 bytes / Expect six datagrams with
+// those bytes, in order, from the sender's port; with GRO (the loopback
+// delivers the message whole) numbered 0..5 by their place in it.
+TEST(UdpTransportGso, MessageArrivesAsItsSegments) {
+  auto tx = open_transport(true);
+  auto rx = open_transport(true);
+  if (tx->max_gso_segments() == 1) GTEST_SKIP() << "this kernel has no UDP GSO";
+  Message m(rx->local_port(), 5, 1000, 300);
+  ASSERT_EQ(tx->send_burst(std::span(&m.d, 1)), 1u);
+  auto got = receive(*rx, 6);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(got[i].bytes, m.segments[i]) << "segment " << i;
+    EXPECT_EQ(got[i].src_port, tx->local_port());
+    EXPECT_FALSE(got[i].truncated);
+    if (rx->gro()) {
+      EXPECT_EQ(got[i].gso_index, i);
+    }
+  }
+}
+
+// The same message to a receiver without GRO (UROCE_GSO=0 there) / Expect the
+// kernel to split it: the same six datagrams, each alone (index 0).
+TEST(UdpTransportGso, ReceiverWithoutGroGetsTheSameDatagrams) {
+  auto tx = open_transport(true);
+  auto rx = open_transport(false);
+  if (tx->max_gso_segments() == 1) GTEST_SKIP() << "this kernel has no UDP GSO";
+  EXPECT_FALSE(rx->gro());
+  Message m(rx->local_port(), 5, 1000, 300);
+  ASSERT_EQ(tx->send_burst(std::span(&m.d, 1)), 1u);
+  auto got = receive(*rx, 6);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(got[i].bytes, m.segments[i]) << "segment " << i;
+    EXPECT_EQ(got[i].gso_index, 0u);
+  }
+}
+
+// UROCE_GSO=0 on the sender / Expect no GSO offered (TxBatch then sends one
+// datagram per packet) and no GRO.
+TEST(UdpTransportGso, DisabledMeansOneDatagramPerPacket) {
+  auto t = open_transport(false);
+  EXPECT_EQ(t->max_gso_segments(), 1u);
+  EXPECT_FALSE(t->gro());
+}
+
+// Three GSO messages of 20 segments, received 8 at a time / Expect all 60 in
+// order, more_ready() while some are left, and not after the last.
+TEST(UdpTransportGso, GroBatchesAreReturnedAcrossCalls) {
+  auto tx = open_transport(true);
+  auto rx = open_transport(true);
+  if (tx->max_gso_segments() == 1) GTEST_SKIP() << "this kernel has no UDP GSO";
+  std::vector<Message> ms;
+  for (uint8_t k = 0; k < 3; ++k) ms.emplace_back(rx->local_port(), 20, 500, 0, uint8_t(k * 20));
+  std::vector<TxDatagram> ds;
+  for (auto& m : ms) ds.push_back(m.d);
+  ASSERT_EQ(tx->send_burst(ds), 3u);
+  auto got = receive(*rx, 60, 8);
+  ASSERT_EQ(got.size(), 60u);
+  for (size_t i = 0; i < 60; ++i) EXPECT_EQ(got[i].bytes, std::vector<uint8_t>(500, uint8_t(i))) << i;
+  std::vector<RxDatagram> none(8);
+  EXPECT_EQ(rx->recv_burst(none, 0), 0u);
+  EXPECT_FALSE(rx->more_ready());
+}
+
+// A 10,000-byte datagram (more than the 9216 a RoCE packet can be) / Expect it
+// reported truncated (counted malformed by the engine), with or without GRO.
+TEST(UdpTransportGso, OversizeDatagramIsTruncated) {
+  for (bool gro : {true, false}) {
+    auto tx = open_transport(false);
+    auto rx = open_transport(gro);
+    std::vector<uint8_t> big(10000, 0xAB);
+    iovec v{big.data(), big.size()};
+    TxDatagram d{Endpoint{kLoopback, rx->local_port()}, 0, 0, 1, &v};
+    ASSERT_EQ(tx->send_burst(std::span(&d, 1)), 1u);
+    auto got = receive(*rx, 1);
+    ASSERT_EQ(got.size(), 1u) << "gro " << gro;
+    EXPECT_TRUE(got[0].truncated) << "gro " << gro;
+  }
+}
+
+}  // namespace
+}  // namespace uroce::transport
