@@ -88,14 +88,32 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+forget() { # PID: no longer to be stopped on exit
+  local p kept=()
+  for p in ${pids[@]+"${pids[@]}"}; do [[ $p == "$1" ]] || kept+=("$p"); done
+  pids=(${kept[@]+"${kept[@]}"})
+}
+
 # stop PID: TERM (timeout forwards it; KILL follows 5 s later), wait, forget. Returns the
 # program's exit status.
 stop() {
-  local rc=0 p kept=()
+  local rc=0
   kill -TERM "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || rc=$?
-  for p in ${pids[@]+"${pids[@]}"}; do [[ $p == "$1" ]] || kept+=("$p"); done
-  pids=(${kept[@]+"${kept[@]}"})
+  forget "$1"
+  return $rc
+}
+
+# run LOG LIMIT CMD...: CMD under `timeout LIMIT`, output to LOG, waited for with `wait` (not
+# as a foreground command) so that a signal to this script stops it at once.
+run() {
+  local log=$1 limit=$2 pid rc=0
+  shift 2
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  wait "$pid" || rc=$?
+  forget "$pid"
   return $rc
 }
 
@@ -156,10 +174,11 @@ listening() { # tcp|udp PORT: is the port bound/listening in the server's namesp
 
 # start_server NAME PROTO PORT CMD...: starts CMD (with its prefixes) in the background and
 # waits until it listens; sets server_pid. Fails if it exits or does not listen within 30 s.
+# Its time limit is $server_limit when set (a persistent server), else RUN_TIMEOUT.
 start_server() {
   local name=$1 proto=$2 p=$3 deadline
   shift 3
-  timeout -k 5 "$run_timeout" "$@" >"$logs/$name.server.log" 2>&1 &
+  timeout -k 5 "${server_limit:-$run_timeout}" "$@" >"$logs/$name.server.log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
   deadline=$((SECONDS + 30))
@@ -180,7 +199,7 @@ pair() {
   local name=$1 proto=$2 p=$3 crc=0 src=0 i
   say "$loc: $name"
   start_server "$name" "$proto" "$p" "${srv[@]}" || return 1
-  timeout -k 5 "$run_timeout" "${cli[@]}" >"$logs/$name.client.log" 2>&1 || crc=$?
+  run "$logs/$name.client.log" "$run_timeout" "${cli[@]}" || crc=$?
   for ((i = 0; i < 150; i++)); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   stop "$server_pid" || src=$?
   ((crc == 0 && src == 0)) || { say "$loc: $name failed (client $crc, server $src; logs in $logs)"; return 1; }
@@ -200,9 +219,23 @@ kv() { # LINE KEY: value of KEY=value in a udp_ceiling line, or "failed"
   echo "${v:-failed}"
 }
 
+# udp_drops: UDP datagrams dropped for a full receive buffer (RcvbufErrors of /proc/net/snmp),
+# summed over the server's and the client's namespaces (once when they are the same). On
+# loopback the count is the whole host's, other programs' drops included.
+udp_drops() {
+  local ns total=0 n
+  for ns in "$srv_ns" ${cli_ns:+"$cli_ns"}; do
+    n=$(in_ns "$ns" awk '$1 == "Udp:" { if (!h) { for (i = 2; i <= NF; i++) col[$i] = i; h = 1 }
+                                        else { print $col["RcvbufErrors"]; exit } }' /proc/net/snmp 2>/dev/null)
+    total=$((total + ${n:-0}))
+    [[ $cli_ns != "$srv_ns" ]] || break
+  done
+  echo "$total"
+}
+
 # retransmits NAME: uroce's retransmitted packets in both logs of a run (UROCE_STATS).
 retransmits() {
-  cat "$logs/$1".*.log 2>/dev/null | grep -o 'retransmits [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
+  cat "$logs/$1".server.log "$logs/$1".client.log 2>/dev/null | grep -o 'retransmits [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
 }
 
 # perftest: BW average (Gbit/s, column 4) of the client's result row, as GB/s.
@@ -223,13 +256,12 @@ uroce_pair() {
 }
 
 measure_ceilings() {
-  local p line mode size tag
+  local p line mode size
   next_port
   p=$port
   ceiling_up=0
-  if start_server "$loc.udp_ceiling" udp "$p" "${S[@]}" "$ceiling" server -p "$p" -W 10; then
+  if server_limit=900 start_server "$loc.udp_ceiling" udp "$p" "${S[@]}" "$ceiling" server -p "$p" -W 10; then
     ceiling_up=1
-    ceiling_port=$p
   else
     say "$loc: udp_ceiling server did not start"
     return
@@ -237,18 +269,18 @@ measure_ceilings() {
   for size in $size_4096 $size_1024; do
     for mode in mmsg gso; do
       say "$loc: UDP $mode ${size} B"
-      line=$(timeout -k 5 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s "$size" -t "$udp_seconds" 2>&1 |
-        tail -1) || true
-      echo "$line" >>"$logs/$loc.udp_ceiling.client.log"
+      run "$logs/udp.out" 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s "$size" -t "$udp_seconds" || true
+      line=$(tail -1 "$logs/udp.out")
+      cat "$logs/udp.out" >>"$logs/$loc.udp_ceiling.client.log"
       put "$loc:udp_$mode:$size" "$(kv "$line" rx_GBps)"
       put "$loc:udp_$mode:$size:segs" "$(kv "$line" segments_per_send)"
     done
   done
   for mode in poll block; do
     say "$loc: UDP 64 B ping-pong ($mode)"
-    line=$(timeout -k 5 120 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s 64 -n "$udp_lat_iters" 2>&1 |
-      tail -1) || true
-    echo "$line" >>"$logs/$loc.udp_ceiling.client.log"
+    run "$logs/udp.out" 120 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s 64 -n "$udp_lat_iters" || true
+    line=$(tail -1 "$logs/udp.out")
+    cat "$logs/udp.out" >>"$logs/$loc.udp_ceiling.client.log"
     put "$loc:udp_$mode:64" "$(kv "$line" typical_us)"
     put "$loc:udp_$mode:64:p99" "$(kv "$line" p99_us)"
   done
@@ -269,16 +301,20 @@ perftest_bw() { # PROGRAM SIZE ITERS [EXTRA...] -> R[loc:PROGRAM:SIZE(EXTRA)]
   next_port
   opts=(-d uroce0 -x "$gid" -F --report_gbits -p "$port" -s "$size" -n "$n" "$@")
   uroce_pair "$prog" "${opts[@]}"
+  local drops0
+  drops0=$(udp_drops)
   if pair "$name" tcp "$port"; then put "$key" "$(pt_bw "$logs/$name.client.log")"; else put "$key" failed; fi
   put "$key:rexmit" "$(retransmits "$name")"
+  put "$key:drops" $(($(udp_drops) - drops0))
 }
 
 perftest_lat() { # PROGRAM SIZE ITERS -> R[loc:PROGRAM:SIZE] (t_typical), R[...:p99]
   local prog=$1 size=$2 n=$3 name
   name="$loc.$prog.$size"
   next_port
-  local opts=(-d uroce0 -x "$gid" -F -p "$port" -s "$size" -n "$n")
+  local opts=(-d uroce0 -x "$gid" -F -p "$port" -s "$size" -n "$n") drops0
   uroce_pair "$prog" "${opts[@]}"
+  drops0=$(udp_drops)
   if pair "$name" tcp "$port"; then
     put "$loc:$prog:$size" "$(pt_lat "$logs/$name.client.log" 5)"
     put "$loc:$prog:$size:p99" "$(pt_lat "$logs/$name.client.log" 8)"
@@ -286,6 +322,7 @@ perftest_lat() { # PROGRAM SIZE ITERS -> R[loc:PROGRAM:SIZE] (t_typical), R[...:
     put "$loc:$prog:$size" failed
   fi
   put "$loc:$prog:$size:rexmit" "$(retransmits "$name")"
+  put "$loc:$prog:$size:drops" $(($(udp_drops) - drops0))
 }
 
 measure_uroce() {
@@ -417,9 +454,11 @@ target() {
   csv "$loc" "acceptance: $label" "" "$r" ratio "$op $limit" "" "$verdict"
 }
 
-rexmit_note() { # KEY [SEPARATOR]: "retransmits N" when uroce retransmitted in that run
-  local n=${R[$1:rexmit]:-0}
-  ((n == 0)) || echo "${2:-}retransmits $n"
+rexmit_note() { # KEY [SEPARATOR]: "retransmits N, UDP rcvbuf drops M" when not zero
+  local n=${R[$1:rexmit]:-0} d=${R[$1:drops]:-0} note=""
+  ((n == 0)) || note="retransmits $n"
+  ((d == 0)) || note+="${note:+, }UDP rcvbuf drops $d"
+  [[ -z $note ]] || echo "${2:-}$note"
 }
 
 print_location() {
@@ -441,7 +480,9 @@ print_location() {
   row "UDP 64 B ping-pong, busy-poll" "$poll" µs "" "" "99 %: $(fmt "$(get "$loc:udp_poll:64:p99")" 2) µs"
   row "UDP 64 B ping-pong, blocking" "$(get "$loc:udp_block:64")" µs "" "" "99 %: $(fmt "$(get "$loc:udp_block:64:p99")" 2) µs"
   emit ""
-  emit "$(printf '%-57s | %-51s | %s' "uroce through perftest (RC, 1 QP unless noted)" reference ratio)"
+  emit "$(printf '%-42s %9s %4s | %-51s | %s' "uroce through perftest (RC, 1 QP unless noted)" measured "" reference ratio)"
+  emit "  (after a row: packets uroce retransmitted (UROCE_STATS) and UDP datagrams dropped for a full"
+  emit "   receive buffer during the run (/proc/net/snmp RcvbufErrors; on loopback the whole host's))"
   local prog label s
   for prog in ib_write_bw ib_send_bw ib_read_bw; do
     for s in 4096 65536 1048576; do
@@ -501,13 +542,13 @@ sweep() {
   done
   # UDP busy-poll ping-pong per size (one datagram: sizes up to 65507 B).
   next_port
-  if start_server "sweep.udp_ceiling" udp "$port" "${S[@]}" "$ceiling" server -p "$port" -W 10; then
+  if server_limit=900 start_server "sweep.udp_ceiling" udp "$port" "${S[@]}" "$ceiling" server -p "$port" -W 10; then
     for s in "${sweep_sizes[@]}"; do
       ((s <= 65507)) || continue
       say "sweep: UDP ping-pong $s B"
-      line=$(timeout -k 5 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$port" -m poll -s "$s" -n 5000 -w 500 2>&1 |
-        tail -1) || true
-      echo "$line" >>"$logs/sweep.udp_ceiling.client.log"
+      run "$logs/udp.out" 60 "${C[@]}" "$ceiling" client "$srv_addr" -p "$port" -m poll -s "$s" -n 5000 -w 500 || true
+      line=$(tail -1 "$logs/udp.out")
+      cat "$logs/udp.out" >>"$logs/sweep.udp_ceiling.client.log"
       echo "UDP ping-pong busy-poll,$s,$(kv "$line" typical_us)" >>"$lat_csv"
     done
     stop "$server_pid" || true
@@ -548,8 +589,13 @@ sweep() {
       echo "libfabric tcp ping-pong,$s,$fi_lat" >>"$lat_csv"
     done
   fi
-  if python3 -c 'import matplotlib' 2>/dev/null; then
-    python3 "$root/bench/plot.py" --bw "$bw_csv" --lat "$lat_csv" --outdir "$out" \
+  # Debian's matplotlib is /usr/bin/python3's; a python3 earlier in PATH (pyenv, venv) may lack it.
+  local py=""
+  for py in /usr/bin/python3 python3 ""; do
+    [[ -z $py ]] || ! "$py" -c 'import matplotlib' 2>/dev/null || break
+  done
+  if [[ -n $py ]]; then
+    "$py" "$root/bench/plot.py" --bw "$bw_csv" --lat "$lat_csv" --outdir "$out" \
       --title "$(uname -n), $(nproc) CPUs, loopback, uroce MTU $active_lo_mtu" >&2 ||
       say "plot.py failed"
   else
@@ -642,4 +688,6 @@ main() {
   emit "Took $((SECONDS - start)) s. Results: $out/ (table.txt, results.csv, sweep_*.csv, *.png, logs/)"
 }
 
-main "$@"
+# One line: bash has read all of it before main starts, so editing this file while it runs
+# cannot make bash read on into the edited text.
+main "$@"; exit $?

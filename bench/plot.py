@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
+import matplotlib.ticker  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 
@@ -62,6 +63,10 @@ def plot(series, ylabel, title, path, logy):
     ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
+    measured = sorted({p[0] for points in series.values() for p in points})
+    if measured:
+        ax.set_xticks(measured)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(size_label))
     ax.set_xlabel("message size")
     ax.set_ylabel(ylabel)
