@@ -34,19 +34,33 @@ UROCE_CLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) {
   return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
 }
 
+// The four 128-bit lanes of the folding state after the first `len` bytes
+// were folded (caller: at least 64 bytes); the wide folder below may fold
+// most of the input first.
+struct Lanes {
+  __m128i x0, x1, x2, x3;
+};
+
 // Folds `len` bytes (a multiple of 16, at least 64) into the CRC state `crc`
 // (not inverted: the caller inverts before and after, as zlib does inside).
-UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len) {
-  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);     // x^(4*128+32), x^(4*128-32) mod P
-  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);     // x^(128+32), x^(128-32) mod P
+// `start`: lanes already folded over the bytes before `p` (or null: start
+// from `crc` and the first 64 bytes).
+UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len, const Lanes* start = nullptr) {
+  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);     // x^(4*128-32), x^(4*128+32) mod P
+  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);     // x^(128-32), x^(128+32) mod P
   const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);                 // x^64 mod P
   const __m128i poly_mu = _mm_set_epi64x(0x1f7011641, 0x1db710641);  // mu, P (bit-reflected)
   const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
 
-  __m128i x0 = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
-  __m128i x1 = load16(p + 16), x2 = load16(p + 32), x3 = load16(p + 48);
-  p += 64;
-  len -= 64;
+  __m128i x0, x1, x2, x3;
+  if (start) {
+    x0 = start->x0, x1 = start->x1, x2 = start->x2, x3 = start->x3;
+  } else {
+    x0 = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
+    x1 = load16(p + 16), x2 = load16(p + 32), x3 = load16(p + 48);
+    p += 64;
+    len -= 64;
+  }
   for (; len >= 64; p += 64, len -= 64) {  // four 128-bit lanes at a time
     x0 = fold(x0, k1k2, load16(p));
     x1 = fold(x1, k1k2, load16(p + 16));
@@ -69,6 +83,48 @@ UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len) {
   return uint32_t(_mm_extract_epi32(x, 1));
 }
 
+#define UROCE_VCLMUL __attribute__((target("avx512f,avx512bw,avx512vl,vpclmulqdq,pclmul,sse4.1")))
+
+UROCE_VCLMUL inline __m512i fold512(__m512i x, __m512i k, __m512i next) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next,
+                                   0x96);  // a ^ b ^ c
+}
+
+// The same folding with 512-bit registers (VPCLMULQDQ): sixteen 128-bit lanes,
+// 256 bytes a step, then merged into the four lanes fold_clmul goes on with.
+// `len` is a multiple of 16, at least 256.
+UROCE_VCLMUL uint32_t fold_vclmul(uint32_t crc, const uint8_t* p, size_t len) {
+  // x^(2048-32), x^(2048+32) and x^(512-32), x^(512+32) mod P in every lane.
+  const __m512i k2048 = _mm512_set_epi64(0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a,
+                                         0x1322d1430, 0x11542778a);
+  const __m512i k512 = _mm512_set_epi64(0x1c6e41596, 0x154442bd4, 0x1c6e41596, 0x154442bd4, 0x1c6e41596, 0x154442bd4,
+                                        0x1c6e41596, 0x154442bd4);
+  __m512i z0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(int(crc))));
+  __m512i z1 = _mm512_loadu_si512(p + 64), z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+  p += 256;
+  len -= 256;
+  for (; len >= 256; p += 256, len -= 256) {
+    z0 = fold512(z0, k2048, _mm512_loadu_si512(p));
+    z1 = fold512(z1, k2048, _mm512_loadu_si512(p + 64));
+    z2 = fold512(z2, k2048, _mm512_loadu_si512(p + 128));
+    z3 = fold512(z3, k2048, _mm512_loadu_si512(p + 192));
+  }
+  // 256 bytes of state into 64: each register is the 64 bytes after the previous.
+  __m512i z = fold512(z0, k512, z1);
+  z = fold512(z, k512, z2);
+  z = fold512(z, k512, z3);
+  alignas(64) __m128i lane[4];
+  _mm512_store_si512(lane, z);
+  Lanes lanes{lane[0], lane[1], lane[2], lane[3]};
+  return fold_clmul(0, p, len, &lanes);
+}
+
+bool have_vclmul() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vpclmulqdq");
+  return yes;
+}
+
 bool have_clmul() {
   static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
   return yes;
@@ -83,7 +139,7 @@ uint32_t crc32(uint32_t crc, const void* data, size_t len) {
   if (len >= 64 && have_clmul()) {
     const auto* p = static_cast<const uint8_t*>(data);
     size_t body = len & ~size_t(15);
-    crc = ~fold_clmul(~crc, p, body);
+    crc = ~(body >= 256 && have_vclmul() ? fold_vclmul(~crc, p, body) : fold_clmul(~crc, p, body));
     return len == body ? crc : crc32_zlib(crc, p + body, len - body);
   }
 #endif
