@@ -62,7 +62,7 @@ ucx_bw_iters=${PEER_BW_ITERS:-2000}
 ucx_lat_iters=${PEER_LAT_ITERS:-20000}
 fi_iters_1m=${FABRIC_BW_ITERS:-500}
 fi_lat_iters=${FABRIC_LAT_ITERS:-10000}
-sweep_sizes=(${SWEEP_SIZES:-4 16 64 256 1024 4096 16384 65536 262144 1048576 4194304 8388608})
+read -ra sweep_sizes <<<"${SWEEP_SIZES:-4 16 64 256 1024 4096 16384 65536 262144 1048576 4194304 8388608}"
 sweep_bytes=${SWEEP_BYTES:-268435456}
 run_timeout=${RUN_TIMEOUT:-120}
 port=${PORT_BASE:-19100}
@@ -206,12 +206,12 @@ pair() {
 }
 
 # ---------------------------------------------------------------------------------------
-# Results: R[KEY] = figure ("failed" when the run failed), also appended to results.csv.
+# Results: R[KEY] = figure ("failed" when the run failed; "n/a" when it was not run).
 
 declare -A R
 num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 put() { R[$1]=$2; }
-get() { echo "${R[$1]:-failed}"; }
+get() { echo "${R[$1]:-n/a}"; }
 
 kv() { # LINE KEY: value of KEY=value in a udp_ceiling line, or "failed"
   local v
@@ -264,6 +264,9 @@ measure_ceilings() {
     ceiling_up=1
   else
     say "$loc: udp_ceiling server did not start"
+    for size in $size_4096 $size_1024; do put "$loc:udp_mmsg:$size" failed; put "$loc:udp_gso:$size" failed; done
+    put "$loc:udp_poll:64" failed
+    put "$loc:udp_block:64" failed
     return
   fi
   for size in $size_4096 $size_1024; do
@@ -376,6 +379,9 @@ measure_peers() {
     if ucx_batch "$loc.ucx" "$batch"; then
       put "$loc:ucx_tag_bw:1048576" "$(ucx_get "$logs/$loc.ucx.client.log" bw1m 7)"
       put "$loc:ucx_tag_lat:64" "$(ucx_get "$logs/$loc.ucx.client.log" lat64 3)"
+    else
+      put "$loc:ucx_tag_bw:1048576" failed
+      put "$loc:ucx_tag_lat:64" failed
     fi
   else
     say "$loc: ucx_perftest not installed: UCX skipped"
@@ -462,8 +468,9 @@ rexmit_note() { # KEY [SEPARATOR]: "retransmits N, UDP rcvbuf drops M" when not 
 }
 
 print_location() {
-  local gso4=$(get "$loc:udp_gso:$size_4096") poll=$(get "$loc:udp_poll:64") ucxl=$(get "$loc:ucx_tag_lat:64")
-  local w1=$(get "$loc:ib_write_bw:1048576")
+  local gso4 poll ucxl w1
+  gso4=$(get "$loc:udp_gso:$size_4096") poll=$(get "$loc:udp_poll:64") ucxl=$(get "$loc:ucx_tag_lat:64")
+  w1=$(get "$loc:ib_write_bw:1048576")
   emit ""
   emit "== $loc_title =="
   emit "uroce: active MTU $active_mtu ($mtu_note; perftest reports $(perftest_mtu)), GID index $gid, $(paths_used)${UROCE_GSO:+ (UROCE_GSO=$UROCE_GSO)}"
@@ -480,7 +487,8 @@ print_location() {
   row "UDP 64 B ping-pong, busy-poll" "$poll" µs "" "" "99 %: $(fmt "$(get "$loc:udp_poll:64:p99")" 2) µs"
   row "UDP 64 B ping-pong, blocking" "$(get "$loc:udp_block:64")" µs "" "" "99 %: $(fmt "$(get "$loc:udp_block:64:p99")" 2) µs"
   emit ""
-  emit "$(printf '%-42s %9s %4s | %-51s | %s' "uroce through perftest (RC, 1 QP unless noted)" measured "" reference ratio)"
+  emit "uroce through perftest (RC, 1 QP unless noted)"
+  emit "$(printf '  %-40s %9s %4s | %-51s | %s' "" measured "" reference ratio)"
   emit "  (after a row: packets uroce retransmitted (UROCE_STATS) and UDP datagrams dropped for a full"
   emit "   receive buffer during the run (/proc/net/snmp RcvbufErrors; on loopback the whole host's))"
   local prog label s
