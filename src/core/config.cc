@@ -22,6 +22,15 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_FAULT", "(none)",
      "Fault injection on every packet sent: comma-separated loss=P,dup=P,reorder=P,corrupt=P "
      "(probabilities 0-1), delay_us=N, seed=S."},
+    {"UROCE_GSO", "1",
+     "1: send bulk traffic as UDP GSO messages and receive with UDP GRO where the kernel has them; 0: one "
+     "datagram per packet each way (docs/architecture.md, UDP GSO and GRO)."},
+    {"UROCE_POLL", "block",
+     "How the progress thread waits for packets: block, or spin:N to keep polling N microseconds after each "
+     "packet (for applications that sleep while traffic flows; costs a core)."},
+    {"UROCE_PROGRESS_SLICE_US", "100",
+     "Scheduler time slice the progress thread asks for (Linux 6.12+), so that it preempts a thread spinning "
+     "on its core when a packet arrives; 0: the default slice."},
     {"UROCE_LIB", "(beside the launcher)", "Path of liburoce.so used by `uroce run`."},
 };
 
@@ -47,6 +56,15 @@ Config load() {
   if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_POLL")) {
+    if (std::strncmp(v, "spin:", 5) == 0)
+      c.progress_spin_us = uint32_t(std::strtoul(v + 5, nullptr, 0));
+    else if (std::strcmp(v, "spin") == 0)
+      c.progress_spin_us = 50;
+    else
+      c.progress_spin_us = 0;  // "block"
+  }
+  if (const char* v = env("UROCE_PROGRESS_SLICE_US")) c.progress_slice_us = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_STATS")) c.stats_at_exit = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_MTU")) c.mtu_override = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_FAULT")) c.fault = v;

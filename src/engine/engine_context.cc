@@ -1,6 +1,7 @@
 #include "engine/engine_context.h"
 
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -245,19 +246,42 @@ void EngineContext::linger() {
 // timers only while some timer is armed (or tombstones or READ responses are
 // pending); otherwise it sleeps until a datagram, a drain request, or a newly
 // armed timer (timer_armed) wakes it: an idle context costs nothing.
+namespace {
+// The progress thread asks the scheduler for a short time slice (Linux 6.12+
+// EEVDF: a fair-class thread's sched_runtime is its slice, and a thread with a
+// shorter slice than the running one preempts it when it wakes up). It
+// sleeps almost always and runs for microseconds, so this lets it take a
+// datagram at once from an application thread spinning on the same core
+// (a WRITE target polling memory) instead of after that thread's slice.
+// Older kernels ignore the value; failure is harmless.
+void request_short_slice() {
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+  } attr{};
+  attr.size = sizeof attr;
+  attr.policy = 0;  // SCHED_OTHER
+  attr.runtime = core::config().progress_slice_us * 1000ull;
+  if (attr.runtime) (void)syscall(SYS_sched_setattr, 0, &attr, 0);
+}
+}  // namespace
+
 void EngineContext::progress_loop() {
+  request_short_slice();
   auto next_timers = Clock::now();
   auto last_active = next_timers;  // a timer armed or a datagram received
   bool timers_armed = true;        // until run_timers says otherwise
   bool busy = false;               // more to receive or send at once
+  // UROCE_POLL=spin:N: after a datagram, poll the socket for N us more
+  // before sleeping (see docs/architecture.md, "How the progress thread waits").
+  const auto spin = std::chrono::microseconds(core::config().progress_spin_us);
+  auto spin_until = next_timers;
   while (!stop_.load(std::memory_order_relaxed)) {
-    uint64_t drain_target;
-    {
-      std::lock_guard lock(drain_mu_);
-      drain_target = drain_requested_;
-    }
     size_t received = 0;
-    if (!busy) {
+    if (!busy && (spin.count() == 0 || Clock::now() >= spin_until)) {
       int timeout = kTimerTickMs;
       // Deep sleep only after a quiet while: a ping-pong disarms its timer
       // after every message, and waking this thread at every post would
@@ -272,6 +296,11 @@ void EngineContext::progress_loop() {
       }
       transport_->wait(timeout);
       deep_sleep_.store(false, std::memory_order_relaxed);
+    }
+    uint64_t drain_target;  // read after the wait, which a drain request ends
+    {
+      std::lock_guard lock(drain_mu_);
+      drain_target = drain_requested_;
     }
     {
       std::lock_guard rx(rx_mu_);
@@ -290,6 +319,7 @@ void EngineContext::progress_loop() {
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
     }
     if (timers_armed || received) last_active = now;
+    if (received) spin_until = now + spin;
   }
 }
 
