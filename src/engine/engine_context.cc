@@ -314,7 +314,7 @@ void EngineContext::progress_loop() {
       }
     }
     auto now = Clock::now();
-    if (now >= next_timers || !timers_armed) {
+    if (now >= next_timers) {  // after a deep sleep, at once
       timers_armed = run_timers(now);
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
     }
