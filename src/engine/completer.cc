@@ -56,9 +56,19 @@ void restart_timer(EngineQp& qp) {
   auto now = Clock::now();
   qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
   if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
-  qp.timers.probe_interval = kFirstProbeInterval;
-  qp.timers.probe_deadline = now + kFirstProbeInterval;
+  qp.timers.probes = 0;
+  qp.timers.probe_interval = first_probe_interval(qp.timers);
+  qp.timers.probe_deadline = now + qp.timers.probe_interval;
   if (qp.timers.retransmit_armed) qp.engine()->timer_armed();
+}
+
+// The acknowledgement of every PSN before `psn` ends the round-trip sample if
+// it covers the sampled packet (srtt = 7/8 srtt + 1/8 sample, as TCP's).
+void sample_rtt(EngineQp& qp, uint32_t psn) {
+  if (!qp.req.rtt_sampling || wire::psn_diff(psn, qp.req.rtt_psn) <= 0) return;
+  qp.req.rtt_sampling = false;
+  Clock::duration rtt = Clock::now() - qp.req.rtt_sent;
+  qp.timers.srtt = qp.timers.srtt.count() == 0 ? rtt : (7 * qp.timers.srtt + rtt) / 8;
 }
 
 core::SendWqe* oldest_pending(EngineQp& qp) {
@@ -91,7 +101,7 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
 // (one NAK per gap) and only the missing packet itself restarts it. READs and
 // atomics always go back N: their missing part is named by the responses.
 void probe_tail(EngineQp& qp, TxBatch& tx) {
-  if (qp.timers.probe_interval != kFirstProbeInterval) return go_back_n(qp, tx);
+  if (qp.timers.probes++ > 0) return go_back_n(qp, tx);
   uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
   uint32_t index;
   const core::SendWqe* w = requester_wqe_at(qp, newest, &index);
@@ -114,6 +124,7 @@ void progress(EngineQp& qp) {
 // PSN precedes it. Stops at a READ that has not completed; if the ACK passed
 // such a READ, its responses were lost and the READ is retried.
 void acknowledge_before(EngineQp& qp, uint32_t psn) {
+  sample_rtt(qp, psn);
   bool advanced = false;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);

@@ -65,6 +65,11 @@ struct RequesterState {
   uint32_t pkts_since_ack_req = 0;
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed
   bool rnr_wait = false;           // paused until timers.rnr_deadline
+  // Round-trip sample in flight: a new (never resent) packet with AckReq,
+  // timed until its acknowledgement (Karn: a rewind discards the sample).
+  bool rtt_sampling = false;
+  uint32_t rtt_psn = 0;
+  Clock::time_point rtt_sent{};
 };
 
 struct CompleterState {
@@ -146,7 +151,15 @@ struct QpTimers {
   // do not use up retry_cnt. The interval doubles until progress.
   Clock::time_point probe_deadline{};
   Clock::duration probe_interval{};
+  unsigned probes = 0;  // probes since the last progress
+  // Smoothed round trip from request to acknowledgement (0: no sample yet).
+  // The first probe waits max(kFirstProbeInterval, 3 x srtt): when a peer's
+  // ACKs queue behind a deep socket buffer (many QPs streaming at once), a
+  // fixed 2 ms would resend data that is only late.
+  Clock::duration srtt{};
 };
+
+inline Clock::duration first_probe_interval(const QpTimers& t) { return std::max(kFirstProbeInterval, 3 * t.srtt); }
 
 // A receive completion of a reliable QP waiting for the ACK of its message to
 // leave (see EngineQp::deferred).

@@ -98,8 +98,9 @@ void arm_retransmit(EngineQp& qp) {
   auto now = Clock::now();
   qp.timers.retransmit_armed = true;
   qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
-  qp.timers.probe_interval = kFirstProbeInterval;
-  qp.timers.probe_deadline = now + kFirstProbeInterval;
+  qp.timers.probes = 0;
+  qp.timers.probe_interval = first_probe_interval(qp.timers);
+  qp.timers.probe_deadline = now + qp.timers.probe_interval;
   qp.engine()->timer_armed();
 }
 
@@ -180,6 +181,11 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     return false;
   }
   tx.end_packet(*flow);
+  if (ack_req && !qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
+    qp.req.rtt_sampling = true;
+    qp.req.rtt_psn = qp.req.psn;
+    qp.req.rtt_sent = Clock::now();
+  }
   advance_psn(qp, 1);
   qp.req.offset += len;
   return true;
@@ -232,6 +238,7 @@ core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
 void requester_rewind(EngineQp& qp, uint32_t psn) {
   // Acknowledged PSNs are never sent again (a late NAK may name one).
   if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
+  qp.req.rtt_sampling = false;  // Karn: a resent packet's ACK times nothing
   uint32_t i;
   if (const core::SendWqe* w = requester_wqe_at(qp, psn, &i)) {
     qp.req.index = i;

@@ -1,6 +1,8 @@
 // Requester and completer protocol tests (roce-facts.md §2.3, §2.4, §4.1,
 // §4.3, §4.4, §5.2): work requests in, captured request packets out; crafted
 // ACK/NAK/READ responses in, send completions and retransmissions out.
+#include <thread>
+
 #include "engine_harness.h"
 
 namespace uroce::engine::test {
@@ -366,6 +368,41 @@ TEST_F(Requester, TailLossProbeDoesNotUseRetryBudget) {
   EXPECT_EQ(take().size(), size_t(retry_cnt));
   EXPECT_EQ(qp->state(), IBV_QPS_RTS);
   EXPECT_TRUE(poll(*scq).empty());
+}
+
+// Local ACK timeout 18 (1.07 s): room for probes after long round trips.
+class RequesterSlowAcks : public Requester {
+ protected:
+  void SetUp() override {
+    timeout = 18;
+    Requester::SetUp();
+  }
+};
+
+// A first SEND acknowledged at least 10 ms after it left (a round trip of
+// 10 ms or more, as when ACKs queue behind a deep socket buffer), then a
+// second SEND with no ACK / Expect no probe within 29 ms (a fixed 2 ms probe
+// would resend data that is only late), and one after three round trips.
+TEST_F(RequesterSlowAcks, FirstProbeWaitsForThreeRoundTrips) {
+  auto t0 = Clock::now();
+  send(1, 10);
+  take();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto rtt_bound = Clock::now() - t0;  // the sample is at most this
+  ack(sq(0));
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  auto t_before = Clock::now();
+  send(2, 10);
+  auto t_after = Clock::now();
+  take();
+  run_timers(t_after + std::chrono::milliseconds(3));
+  EXPECT_TRUE(take().empty()) << "probed before the round trip had passed";
+  run_timers(t_before + std::chrono::milliseconds(29));
+  EXPECT_TRUE(take().empty()) << "probed before 3 round trips";
+  run_timers(t_after + 3 * rtt_bound + std::chrono::milliseconds(5));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(1));
 }
 
 // No ACK arrives / Expect nothing resent before the timer, a go-back-N resend
