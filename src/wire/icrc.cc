@@ -12,10 +12,14 @@
 namespace uroce::wire {
 
 uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
-  // 8 x 0xFF, masked IPv4 header (20), masked UDP header (8).
-  uint8_t pseudo[8 + 20 + 8];
-  std::memset(pseudo, 0xFF, 8);
-  uint8_t* ip = pseudo + 8;
+  // One 64-byte head: 8 x 0xFF, masked IPv4 header (20), masked UDP header
+  // (8), then the first 28 bytes of the packet (its BTH and 16 more), so that
+  // the head and the rest each go through the folded CRC rather than the
+  // short pieces through zlib's byte loop.
+  constexpr size_t kPseudo = 8 + 20 + 8;
+  uint8_t head[64];
+  std::memset(head, 0xFF, 8);
+  uint8_t* ip = head + 8;
   ip[0] = 0x45;
   ip[1] = 0xFF;  // TOS masked
   store_be16(ip + 2, uint16_t(20 + 8 + roce_len_with_icrc));
@@ -32,16 +36,13 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
   store_be16(udp + 4, uint16_t(8 + roce_len_with_icrc));
   udp[6] = udp[7] = 0xFF;  // checksum masked
 
-  uint32_t crc = crc32(0, pseudo, sizeof(pseudo));
-
-  // BTH with byte 4 (FECN, BECN, Resv6a) masked; it may straddle segments.
-  uint8_t bth[kBthSize];
+  // The packet's first bytes, which may straddle segments.
   size_t got = 0;
   size_t seg = 0, seg_off = 0;
-  while (got < kBthSize && seg < roce.size()) {
+  while (got < sizeof head - kPseudo && seg < roce.size()) {
     const auto* base = static_cast<const uint8_t*>(roce[seg].iov_base);
-    size_t n = std::min(kBthSize - got, roce[seg].iov_len - seg_off);
-    std::memcpy(bth + got, base + seg_off, n);
+    size_t n = std::min(sizeof head - kPseudo - got, roce[seg].iov_len - seg_off);
+    std::memcpy(head + kPseudo + got, base + seg_off, n);
     got += n;
     seg_off += n;
     if (seg_off == roce[seg].iov_len) {
@@ -49,8 +50,8 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
       seg_off = 0;
     }
   }
-  bth[4] = 0xFF;
-  crc = crc32(crc, bth, got);
+  if (got > 4) head[kPseudo + 4] = 0xFF;  // BTH byte 4 (FECN, BECN, Resv6a) masked
+  uint32_t crc = crc32(0, head, kPseudo + got);
   for (; seg < roce.size(); ++seg, seg_off = 0) {
     const auto* base = static_cast<const uint8_t*>(roce[seg].iov_base);
     crc = crc32(crc, base + seg_off, roce[seg].iov_len - seg_off);
