@@ -28,9 +28,9 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_POLL", "block",
      "How the progress thread waits for packets: block, or spin:N to keep polling N microseconds after each "
      "packet (for applications that sleep while traffic flows; costs a core)."},
-    {"UROCE_PROGRESS_SLICE_US", "100",
+    {"UROCE_PROGRESS_SLICE_US", "0",
      "Scheduler time slice the progress thread asks for (Linux 6.12+), so that it preempts a thread spinning "
-     "on its core when a packet arrives; 0: the default slice."},
+     "on its core when a packet arrives; 0: the default slice (measured: no gain here, see docs/architecture.md)."},
     {"UROCE_LIB", "(beside the launcher)", "Path of liburoce.so used by `uroce run`."},
 };
 

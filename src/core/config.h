@@ -23,10 +23,12 @@ struct Config {
   uint16_t udp_port = 4791;
   LogLevel log_level = LogLevel::kWarn;
   bool icrc_check = true;
+  // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).
   bool gso = true;
-  uint32_t progress_spin_us = 0;     // UROCE_POLL=spin:N (block: 0)
-  uint32_t progress_slice_us = 100;  // UROCE_PROGRESS_SLICE_US: the progress thread's time slice (0: default)  //
-                                     // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way)
+  // UROCE_POLL=spin:N: the progress thread polls N us after a packet (block: 0).
+  uint32_t progress_spin_us = 0;
+  // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).
+  uint32_t progress_slice_us = 0;
   bool stats_at_exit = false;
   uint32_t mtu_override = 0;  // 0: derived from the interface
   std::string fault;          // fault-injection spec, see UROCE_FAULT
