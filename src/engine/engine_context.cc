@@ -241,18 +241,13 @@ void EngineContext::linger() {
   }
 }
 
-// The progress thread waits for datagrams without holding the receive turn,
-// then takes it (after any CQ poller that has it) to receive. It wakes for
-// timers only while some timer is armed (or tombstones or READ responses are
-// pending); otherwise it sleeps until a datagram, a drain request, or a newly
-// armed timer (timer_armed) wakes it: an idle context costs nothing.
 namespace {
-// The progress thread asks the scheduler for a short time slice (Linux 6.12+
-// EEVDF: a fair-class thread's sched_runtime is its slice, and a thread with a
-// shorter slice than the running one preempts it when it wakes up). It
-// sleeps almost always and runs for microseconds, so this lets it take a
-// datagram at once from an application thread spinning on the same core
-// (a WRITE target polling memory) instead of after that thread's slice.
+// With UROCE_PROGRESS_SLICE_US=N the progress thread asks the scheduler for
+// an N us time slice (Linux 6.12+ EEVDF: a fair-class thread's sched_runtime
+// is its slice, and a thread with a shorter slice than the running one
+// preempts it when it wakes up), meant to let it take a datagram at once from
+// an application thread spinning on the same core. Off by default: measured,
+// it gained nothing and delayed polling applications (docs/architecture.md).
 // Older kernels ignore the value; failure is harmless.
 void request_short_slice() {
   struct {
@@ -269,6 +264,11 @@ void request_short_slice() {
 }
 }  // namespace
 
+// The progress thread waits for datagrams without holding the receive turn,
+// then takes it (after any CQ poller that has it) to receive. It wakes for
+// timers only while some timer is armed (or tombstones or READ responses are
+// pending); otherwise it sleeps until a datagram, a drain request, or a newly
+// armed timer (timer_armed) wakes it: an idle context costs nothing.
 void EngineContext::progress_loop() {
   request_short_slice();
   auto next_timers = Clock::now();
