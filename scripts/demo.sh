@@ -43,4 +43,4 @@ bw_opts=(-d uroce0 -x 0 -s 65536 -n 2000 -F --report_gbits -p 18601)
   --server ib_write_bw "${bw_opts[@]}" \
   --client ib_write_bw "${bw_opts[@]}" 127.0.0.1
 
-step "Done. The full test suite: scripts/test.sh - throughput figures: bench/run_bench.sh"
+step "Done. The full test suite: scripts/test.sh - uroce beside the UDP ceilings and UCX/libfabric: bench/compare.sh"
