@@ -56,9 +56,7 @@ void restart_timer(EngineQp& qp) {
   auto now = Clock::now();
   qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
   if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
-  qp.timers.probes = 0;
-  qp.timers.probe_interval = first_probe_interval(qp.timers);
-  qp.timers.probe_deadline = now + qp.timers.probe_interval;
+  restart_probes(qp.timers, now);
   if (qp.timers.retransmit_armed) qp.engine()->timer_armed();
 }
 

@@ -343,7 +343,7 @@ bool EngineContext::any_timer_armed() {
   std::shared_lock lock(qps_mu_);
   for (auto& [num, qp] : qps_) {
     std::lock_guard ql(qp->mu);
-    if (qp->timers.retransmit_armed || qp->req.rnr_wait) return true;
+    if (timer_pending(qp->timers, qp->req.rnr_wait)) return true;
   }
   return false;
 }
@@ -484,7 +484,7 @@ bool EngineContext::run_timers(Clock::time_point now) {
     for (auto& [num, qp] : qps_) {
       std::lock_guard ql(qp->mu);
       completer_check_timers(*qp, now, tx);
-      armed = armed || qp->timers.retransmit_armed || qp->req.rnr_wait;
+      armed = armed || timer_pending(qp->timers, qp->req.rnr_wait);
     }
   }
   tx.flush();

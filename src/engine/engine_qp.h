@@ -161,6 +161,16 @@ struct QpTimers {
 
 inline Clock::duration first_probe_interval(const QpTimers& t) { return std::max(kFirstProbeInterval, 3 * t.srtt); }
 
+// Progress (or a first outstanding request): the next probe is the first one again.
+inline void restart_probes(QpTimers& t, Clock::time_point now) {
+  t.probes = 0;
+  t.probe_interval = first_probe_interval(t);
+  t.probe_deadline = now + t.probe_interval;
+}
+
+// Whether a timer of the QP is armed (the progress thread must keep ticking).
+inline bool timer_pending(const QpTimers& t, bool rnr_wait) { return t.retransmit_armed || rnr_wait; }
+
 // A receive completion of a reliable QP waiting for the ACK of its message to
 // leave (see EngineQp::deferred).
 struct DeferredCompletion {

@@ -98,9 +98,7 @@ void arm_retransmit(EngineQp& qp) {
   auto now = Clock::now();
   qp.timers.retransmit_armed = true;
   qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
-  qp.timers.probes = 0;
-  qp.timers.probe_interval = first_probe_interval(qp.timers);
-  qp.timers.probe_deadline = now + qp.timers.probe_interval;
+  restart_probes(qp.timers, now);
   qp.engine()->timer_armed();
 }
 

@@ -19,7 +19,7 @@ void TxBatch::use(transport::DatagramTransport* t) {
     flush();
     transport_ = t;
   }
-  max_segments_ = t ? std::min(t->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1) : 1;
+  refresh_gso_limit();
 }
 
 uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, uint32_t src_ip, unsigned header_len) {
@@ -52,6 +52,10 @@ bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t
   if (!core::copy_from_mr(mr, slot(count_) + header_len_ + payload_len_, data, len)) return false;
   payload_len_ += len;
   return true;
+}
+
+void TxBatch::refresh_gso_limit() {
+  max_segments_ = transport_ ? std::min(transport_->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1) : 1;
 }
 
 unsigned TxBatch::place(uint32_t len, bool joinable) {
@@ -102,8 +106,7 @@ void TxBatch::flush() {
                                             &iovs_[r.first]};
     }
     transport_->send_burst(std::span(datagrams_.data(), run_count_));
-    max_segments_ =
-        std::min(transport_->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1);  // GSO may have been refused
+    refresh_gso_limit();  // GSO may have been refused
   }
   count_ = 0;
   run_count_ = 0;

@@ -87,6 +87,9 @@ class TxBatch {
   // must go alone.
   unsigned place(uint32_t len, bool joinable);
   void finish(uint32_t len);
+  // Segments a GSO message may have: the transport's limit, within the IP
+  // identifications a receiver tries (wire::kMaxGsoIpId).
+  void refresh_gso_limit();
 
   transport::DatagramTransport* transport_ = nullptr;
   unsigned max_segments_ = 1;  // the transport's GSO limit

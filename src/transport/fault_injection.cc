@@ -140,11 +140,15 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   return burst.size();
 }
 
+int FaultyTransport::timeout_for_held(int timeout_ms) const {
+  // Wake up in time for the next held datagram.
+  return held_.empty() ? timeout_ms : std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+}
+
 void FaultyTransport::wait(int timeout_ms) noexcept {
   {
     std::lock_guard lock(mu_);
-    // Wake up in time for the next held datagram.
-    if (!held_.empty()) timeout_ms = std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+    timeout_ms = timeout_for_held(timeout_ms);
   }
   inner_->wait(timeout_ms);
 }
@@ -156,8 +160,7 @@ size_t FaultyTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) no
       release_due(Clock::now());
     } catch (...) {
     }
-    // Wake up in time for the next held datagram.
-    if (!held_.empty()) timeout_ms = std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+    timeout_ms = timeout_for_held(timeout_ms);
   }
   return inner_->recv_burst(out, timeout_ms);
 }

@@ -70,7 +70,8 @@ class FaultyTransport final : public DatagramTransport {
   };
   double next_uniform();  // caller holds mu_
   Copy copy_of(const TxDatagram& d) const;
-  void release_due(Clock::time_point now);  // caller holds mu_
+  void release_due(Clock::time_point now);     // caller holds mu_
+  int timeout_for_held(int timeout_ms) const;  // caller holds mu_
   void send_copies(std::vector<Copy>& copies);
 
   std::unique_ptr<DatagramTransport> inner_;

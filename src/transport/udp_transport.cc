@@ -294,15 +294,8 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
     rx_more_ = false;
     if (got < 0 && errno != EAGAIN && errno != EINTR) return 0;
     if (timeout_ms == 0) return 0;
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    int r = poll(p, 2, timeout_ms);
-    if (r <= 0) return 0;
-    if (p[1].revents & POLLIN) {
-      uint64_t v;
-      (void)!read(wake_fd_, &v, sizeof v);
-      return 0;
-    }
-    timeout_ms = 0;  // data is ready: one more non-blocking try
+    wait(timeout_ms);
+    timeout_ms = 0;  // data ready, woken or timed out: one more non-blocking try
   }
 }
 
