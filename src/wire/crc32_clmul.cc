@@ -91,18 +91,15 @@ UROCE_VCLMUL inline __m512i fold512(__m512i x, __m512i k, __m512i next) {
 }
 
 // The same folding with 512-bit registers (VPCLMULQDQ): sixteen 128-bit lanes,
-// 256 bytes a step, then merged into the four lanes fold_clmul goes on with.
-// `len` is a multiple of 16, at least 256.
-UROCE_VCLMUL uint32_t fold_vclmul(uint32_t crc, const uint8_t* p, size_t len) {
+// 256 bytes a step, then one register 64 bytes a step, then the four lanes
+// fold_clmul finishes with. The state starts as z0..z3 (the first 256 bytes,
+// the CRC already XORed in); `p`, `len` (a multiple of 16) are what follows.
+UROCE_VCLMUL uint32_t fold_vclmul_from(__m512i z0, __m512i z1, __m512i z2, __m512i z3, const uint8_t* p, size_t len) {
   // x^(2048-32), x^(2048+32) and x^(512-32), x^(512+32) mod P in every lane.
   const __m512i k2048 = _mm512_set_epi64(0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a,
                                          0x1322d1430, 0x11542778a);
   const __m512i k512 = _mm512_set_epi64(0x1c6e41596, 0x154442bd4, 0x1c6e41596, 0x154442bd4, 0x1c6e41596, 0x154442bd4,
                                         0x1c6e41596, 0x154442bd4);
-  __m512i z0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(int(crc))));
-  __m512i z1 = _mm512_loadu_si512(p + 64), z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
-  p += 256;
-  len -= 256;
   for (; len >= 256; p += 256, len -= 256) {
     z0 = fold512(z0, k2048, _mm512_loadu_si512(p));
     z1 = fold512(z1, k2048, _mm512_loadu_si512(p + 64));
@@ -113,10 +110,28 @@ UROCE_VCLMUL uint32_t fold_vclmul(uint32_t crc, const uint8_t* p, size_t len) {
   __m512i z = fold512(z0, k512, z1);
   z = fold512(z, k512, z2);
   z = fold512(z, k512, z3);
+  // The tail of a packet (up to 255 bytes) 64 bytes a step rather than 16.
+  for (; len >= 64; p += 64, len -= 64) z = fold512(z, k512, _mm512_loadu_si512(p));
   alignas(64) __m128i lane[4];
   _mm512_store_si512(lane, z);
   Lanes lanes{lane[0], lane[1], lane[2], lane[3]};
   return fold_clmul(0, p, len, &lanes);
+}
+
+UROCE_VCLMUL inline __m512i load_with_crc(const uint8_t* p, uint32_t crc) {
+  return _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(int(crc))));
+}
+
+// `len`: a multiple of 16, at least 256.
+UROCE_VCLMUL uint32_t fold_vclmul(uint32_t crc, const uint8_t* p, size_t len) {
+  return fold_vclmul_from(load_with_crc(p, crc), _mm512_loadu_si512(p + 64), _mm512_loadu_si512(p + 128),
+                          _mm512_loadu_si512(p + 192), p + 256, len - 256);
+}
+
+// The 64 bytes of `head` followed by `p`: `len` a multiple of 16, at least 192.
+UROCE_VCLMUL uint32_t fold_vclmul_head(uint32_t crc, const uint8_t* head, const uint8_t* p, size_t len) {
+  return fold_vclmul_from(load_with_crc(head, crc), _mm512_loadu_si512(p), _mm512_loadu_si512(p + 64),
+                          _mm512_loadu_si512(p + 128), p + 192, len - 192);
 }
 
 bool have_vclmul() {
@@ -144,6 +159,18 @@ uint32_t crc32(uint32_t crc, const void* data, size_t len) {
   }
 #endif
   return crc32_zlib(crc, data, len);
+}
+
+uint32_t crc32_after_head(uint32_t crc, const uint8_t (&head)[64], const void* data, size_t len) {
+#if defined(__x86_64__)
+  if (len >= 192 && have_vclmul()) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    size_t body = len & ~size_t(15);
+    crc = ~fold_vclmul_head(~crc, head, p, body);
+    return len == body ? crc : crc32_zlib(crc, p + body, len - body);
+  }
+#endif
+  return crc32(crc32(crc, head, sizeof head), data, len);
 }
 
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len) { return crc32_zlib(crc, data, len); }

@@ -51,7 +51,15 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
     }
   }
   if (got > 4) head[kPseudo + 4] = 0xFF;  // BTH byte 4 (FECN, BECN, Resv6a) masked
-  uint32_t crc = crc32(0, head, kPseudo + got);
+  uint32_t crc;
+  if (got == sizeof head - kPseudo && seg < roce.size()) {  // the head and the first piece in one pass
+    crc = crc32_after_head(0, head, static_cast<const uint8_t*>(roce[seg].iov_base) + seg_off,
+                           roce[seg].iov_len - seg_off);
+    ++seg;
+    seg_off = 0;
+  } else {
+    crc = crc32(0, head, kPseudo + got);
+  }
   for (; seg < roce.size(); ++seg, seg_off = 0) {
     const auto* base = static_cast<const uint8_t*>(roce[seg].iov_base);
     crc = crc32(crc, base + seg_off, roce[seg].iov_len - seg_off);

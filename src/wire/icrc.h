@@ -63,6 +63,9 @@ uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor);
 
 // Plain CRC-32 (zlib polynomial), for tests and the CM.
 uint32_t crc32(uint32_t crc, const void* data, size_t len);
+// crc32 of the 64 bytes of `head` followed by `data` (one pass where the
+// wide folder is available: the ICRC's pseudo-header head and a payload).
+uint32_t crc32_after_head(uint32_t crc, const uint8_t (&head)[64], const void* data, size_t len);
 // The same by zlib's tables alone (the reference crc32 is tested against).
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len);
 

@@ -246,9 +246,26 @@ TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
     for (size_t len : {1023u, 1024u, 1025u, 4096u, 4100u, 9000u})
       ASSERT_EQ(crc32(0, buf.data() + off, len), crc32_portable(0, buf.data() + off, len)) << off << " " << len;
   }
+  for (size_t len = 3800; len <= 4200; ++len)  // packet-sized, every tail
+    ASSERT_EQ(crc32(0, buf.data() + 1, len), crc32_portable(0, buf.data() + 1, len)) << len;
   uint32_t seed = crc32_portable(0, buf.data(), 100);
   EXPECT_EQ(crc32(seed, buf.data() + 100, 4000), crc32_portable(seed, buf.data() + 100, 4000));
   EXPECT_EQ(crc32(crc32(0, buf.data(), 100), buf.data() + 100, 4000), crc32_portable(0, buf.data(), 4100));
+}
+
+// The head-first CRC (the ICRC's 64-byte pseudo-header head, then the packet)
+// equals the CRC of the two pieces chained, for every length on both sides of
+// the wide folder's 192-byte threshold.
+TEST(Crc32, AfterHeadEqualsChainedCrc) {
+  std::vector<uint8_t> buf(4400);
+  uint32_t x = 777;
+  for (uint8_t& b : buf) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  uint8_t head[64];
+  for (unsigned i = 0; i < 64; ++i) head[i] = uint8_t(i * 37 + 1);
+  for (size_t len = 0; len <= 4400; len += (len < 600 ? 1 : 97)) {
+    uint32_t want = crc32_portable(crc32_portable(0x1234u, head, 64), buf.data() + 3, std::min(len, buf.size() - 3));
+    ASSERT_EQ(crc32_after_head(0x1234u, head, buf.data() + 3, std::min(len, buf.size() - 3)), want) << len;
+  }
 }
 
 }  // namespace
