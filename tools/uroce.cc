@@ -390,8 +390,9 @@ int cmd_devices() {
   ibv_free_device_list(list);
   if (n > 0) {
     std::puts(
-        "\nThe UDP port is the one this process bound: every process that opens a\n"
-        "device gets its own (4791 when free, another one otherwise).");
+        "\nThe UDP port (the LID) is this process's private port: every process that\n"
+        "opens a device gets its own. Every process also shares the host's RoCE port\n"
+        "4791, where any QP of the host is reachable by GID and QP number (dlid 0).");
   }
   return status;
 }

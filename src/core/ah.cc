@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/config.h"
 #include "core/context.h"
 #include "core/device.h"
 #include "wire/byte_order.h"
@@ -15,8 +16,6 @@ using wire::store_be32;
 
 namespace {
 
-constexpr uint16_t kRoceV2Port = 4791;
-
 // Index of the local GID whose address is `ip`, or -1.
 int gid_index_of(const Context& ctx, uint32_t ip) {
   for (size_t i = 0; i < ctx.gid_count(); ++i) {
@@ -28,12 +27,17 @@ int gid_index_of(const Context& ctx, uint32_t ip) {
 
 }  // namespace
 
+uint16_t roce_udp_port(uint16_t dlid) {
+  constexpr uint16_t kFirstSourcePortHint = 0xC000;
+  return dlid == 0 || dlid >= kFirstSourcePortHint ? config().udp_port : dlid;
+}
+
 int resolve_ah(const Context& ctx, const ibv_ah_attr& attr, Ah* out) {
   if (attr.port_num != 1) return EINVAL;
   if (!attr.is_global) return EINVAL;  // RoCE: the GRH carries the addresses
   if (!ctx.gid_ip(attr.grh.sgid_index, &out->src_ip)) return EINVAL;
   if (!gid_to_ipv4(attr.grh.dgid, &out->dst_ip)) return EINVAL;  // IPv4-mapped GIDs only
-  out->dst_port = attr.dlid ? attr.dlid : kRoceV2Port;
+  out->dst_port = roce_udp_port(attr.dlid);
   out->attr = attr;
   return 0;
 }

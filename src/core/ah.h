@@ -1,6 +1,6 @@
 // Address handle (ibv_create_ah): where a UD send goes. RoCE v2 needs the GRH
 // (is_global): the destination GID is an IPv4-mapped address and the DLID the
-// peer's UDP port (design §3; 0 means the standard RoCEv2 port 4791).
+// peer's UDP port (design §3; see roce_udp_port).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -23,6 +23,12 @@ struct Ah {
 
   static Ah* from(ibv_ah* a) { return UROCE_CONTAINER_OF(a, Ah, ibah); }
 };
+
+// The UDP port a packet for `dlid` goes to (design §3): a LID below 0xC000 is
+// a uroce process's private port; 0, and 0xC000 and up (a source-port hint
+// that mlx5 and UCX put there), mean the host's RoCE port (UROCE_PORT, 4791),
+// where every QP of the host is reachable by its number.
+uint16_t roce_udp_port(uint16_t dlid);
 
 // Checks `attr` against the context's port and GID table (EINVAL as rxe: port,
 // missing GRH, GID index, a destination GID that is not IPv4-mapped) and fills

@@ -11,8 +11,12 @@ namespace {
 constexpr EnvVarDoc kDocs[] = {
     {"UROCE_DEVICE", "uroce0", "Name of the uroce device reported by ibv_get_device_list."},
     {"UROCE_PORT", "4791",
-     "Preferred UDP port of the device; when it is taken another port below 0xC000 is bound. "
-     "The bound port is the port's LID."},
+     "The host's RoCE UDP port, shared by every uroce process of the host (SO_REUSEPORT): a packet sent "
+     "there reaches any QP of the host by its QP number. Each process also binds a private port below "
+     "0xC000, which is the port's LID; dlid 0 and dlid 0xC000 and up address the host's port."},
+    {"UROCE_HOST_REGISTRY", "/dev/shm/uroce-host-<uid>-<netns>",
+     "The host registry file (QP-number slots of the host's uroce processes; docs/architecture.md, one RoCE "
+     "address per host). Processes that should see each other as one host use the same file."},
     {"UROCE_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
     {"UROCE_ICRC_CHECK", "1",
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "

@@ -6,10 +6,13 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "core/config.h"
 #include "core/log.h"
+#include "engine/host_registry.h"
+#include "engine/host_relay.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 #include "transport/fault_injection.h"
@@ -37,7 +40,7 @@ EngineContext::~EngineContext() = default;
 
 EngineContext* EngineContext::open(core::Device* dev) {
   transport::UdpConfig cfg;
-  cfg.preferred_port = core::config().udp_port;
+  cfg.host_port = core::config().udp_port;
   cfg.gso = core::config().gso;
   std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
@@ -51,7 +54,13 @@ EngineContext* EngineContext::open(core::Device* dev) {
     }
     if (spec->any()) t = std::make_unique<transport::FaultyTransport>(std::move(t), *spec);
   }
-  return open_with(dev, std::move(t), true);
+  auto registry = HostRegistry::open(t->local_port());
+  if (!registry.ok()) LOG_WARN("no host registry (%s): QPs are reachable by LID only", std::strerror(registry.err()));
+  EngineContext* e = open_with(dev, std::move(t), false);
+  if (!e) return nullptr;
+  if (registry.ok()) e->attach_host_registry(std::move(*registry));
+  e->thread_ = std::thread([e] { e->progress_loop(); });
+  return e;
 }
 
 EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
@@ -88,8 +97,8 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, tx_path %s, "
-               "rx_path %s\n",
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, host_port %u, "
+               "slot %u, relayed_out %llu, relayed_in %llu, tx_path %s, rx_path %s\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -98,16 +107,21 @@ void EngineContext::print_stats() const {
                (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
                (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
                (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
+               transport_->host_port(), registry_ ? registry_->slot() : 0u,
+               (unsigned long long)stats.tx_host_relayed.load(), (unsigned long long)stats.rx_host_relayed.load(),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
 }
 
-// QP numbers are random (24 bits from the kernel's generator), so that a
-// blind sender cannot guess them; QP0/QP1 are special.
+void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) { registry_ = std::move(r); }
+
+// QP numbers are random, so that a blind sender cannot guess them: the low
+// 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
+// a slot. QP0/QP1 are special.
 uint32_t EngineContext::allocate_qp_num() {
   for (;;) {
     uint32_t n = 0;
     if (getrandom(&n, sizeof n, 0) != sizeof n) n = uint32_t(Clock::now().time_since_epoch().count() * 2654435761u);
-    n &= wire::kPsnMask;
+    n = registry_ ? registry_->slot() << 16 | (n & 0xFFFF) : n & wire::kPsnMask;
     if (n < 2) continue;
     std::shared_lock lock(qps_mu_);
     if (!qps_.count(n)) return n;
@@ -412,10 +426,24 @@ namespace {
 // the packet's place in its GRO batch (a whole GSO message), else any a GSO
 // message can give (wire/icrc.h).
 bool icrc_ok(const transport::RxDatagram& d, const wire::PacketView& pkt, uint16_t local_port) {
-  wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, local_port, d.gso_index};
+  wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, d.dst_port ? d.dst_port : local_port, d.gso_index};
   return wire::icrc_ipv4_matches(flow, d.data, d.len, pkt.icrc_wire());
 }
 }  // namespace
+
+// Host delivery (host_relay.h): a relayed datagram is unwrapped; one for
+// another engine's QP is passed on. True when `d` is ours to dispatch.
+bool EngineContext::route_to_owner(transport::RxDatagram& d) {
+  if (is_host_relay(d)) {
+    if (!unwrap_host_relay(*this, d)) return false;
+    return true;  // relayed once at most: a stale slot ends as no_qp below
+  }
+  int64_t qpn = dest_qpn_of(d);
+  unsigned slot = qpn < 0 ? 0 : qpn_slot(uint32_t(qpn));
+  if (slot < kFirstHostSlot || slot > kLastHostSlot || slot == registry_->slot()) return true;
+  relay_to_slot(*this, d, slot, TxBatch::local());
+  return false;
+}
 
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
   stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
@@ -427,6 +455,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     xrc_relay_receive(*this, d, TxBatch::local());
     return;
   }
+  if (registry_ && !route_to_owner(d)) return;
   wire::PacketView pkt;
   if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);

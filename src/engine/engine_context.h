@@ -36,6 +36,8 @@ struct Stats {
   std::atomic<uint64_t> tx_xrc_relayed{0};      // XRC requests passed to the SRQ's owner
   std::atomic<uint64_t> rx_bad_path{0};         // RC/UC/XRC packets not from the connected path
   std::atomic<uint64_t> rx_ghost{0};            // responses for PSNs not outstanding
+  std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host_relay.h)
+  std::atomic<uint64_t> rx_host_relayed{0};     // packets another engine passed to us
 };
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
@@ -52,6 +54,8 @@ struct Tombstone {
   Clock::time_point last_heard;
 };
 
+class HostRegistry;
+
 class EngineContext : public core::Context {
  public:
   // Opens the transport and starts the progress thread; nullptr + errno on failure.
@@ -62,6 +66,12 @@ class EngineContext : public core::Context {
   void close();  // stops the thread and deletes this
 
   transport::DatagramTransport& transport() { return *transport_; }
+  // This engine's slot in the host registry (host_registry.h), or null when
+  // it has none (tests, or no registry on this host): QP numbers are then
+  // random and nothing is relayed.
+  HostRegistry* host_registry() { return registry_.get(); }
+  // Gives the engine its slot (open(), or tests before any QP exists).
+  void attach_host_registry(std::unique_ptr<HostRegistry> r);
   Stats stats;
 
   // QP numbers and routing.
@@ -118,9 +128,11 @@ class EngineContext : public core::Context {
   bool receive_turn(size_t* received);
   bool any_timer_armed();
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched);
+  bool route_to_owner(transport::RxDatagram& d);
   void print_stats() const;
 
   std::unique_ptr<transport::DatagramTransport> transport_;
+  std::unique_ptr<HostRegistry> registry_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
   // Tombstones by QP number, at most kMaxTombstones, each expiring (see

@@ -1,5 +1,6 @@
 #include "engine/engine_qp.h"
 
+#include "core/ah.h"
 #include "core/cq.h"
 #include "core/device.h"
 #include "core/srq.h"
@@ -28,8 +29,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     uint32_t dst_ip = 0;
     core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
     ctx->gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
-    // LID = UDP port (design §3): dlid 0 means the standard RoCEv2 port.
-    path.dst = transport::Endpoint{dst_ip, attr.ah_attr.dlid ? attr.ah_attr.dlid : uint16_t(4791)};
+    path.dst = transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)};
     path.mtu = core::mtu_bytes(attr.path_mtu);
     path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
   }

@@ -23,7 +23,7 @@ struct RelayHeader {
   uint32_t from_ip;  // the request's datagram: sender and our address
   uint32_t to_ip;
   uint16_t from_port;
-  uint16_t reserved;
+  uint16_t to_port;  // the UDP port the request arrived at (the home port's or the host's)
   uint64_t domain_dev;
   uint64_t domain_ino;
 };
@@ -74,8 +74,16 @@ core::Srq* local_srq(EngineContext& ctx, uint32_t srq_num, const XrcDomain* doma
 void relay(EngineQp& qp, const transport::RxDatagram& d, uint16_t owner_port, TxBatch& tx) {
   const XrcTarget& t = *qp.xrc;
   uint8_t* h = tx.begin_packet(transport::Endpoint{kLoopback, owner_port}, kLoopback, sizeof(RelayHeader));
-  RelayHeader rh{kRelayMarker,       kRelayVersion, qp.engine()->lid(), qp.qp_num(), t.slot_index,
-                 d.src.ip,           d.dst_ip,      d.src.port,         0,           t.domain->key().dev,
+  RelayHeader rh{kRelayMarker,
+                 kRelayVersion,
+                 qp.engine()->lid(),
+                 qp.qp_num(),
+                 t.slot_index,
+                 d.src.ip,
+                 d.dst_ip,
+                 d.src.port,
+                 d.dst_port ? d.dst_port : qp.engine()->lid(),
+                 t.domain->key().dev,
                  t.domain->key().ino};
   std::memcpy(h, &rh, sizeof rh);
   tx.add_payload(d.data, d.len);
@@ -175,7 +183,7 @@ void xrc_relay_receive(EngineContext& ctx, const transport::RxDatagram& d, TxBat
   }
   // The relay hop is a network hop too: the request's own ICRC still holds.
   if (core::config().icrc_check) {
-    wire::Ipv4Flow flow{rh.from_ip, rh.to_ip, rh.from_port, rh.home_port};
+    wire::Ipv4Flow flow{rh.from_ip, rh.to_ip, rh.from_port, rh.to_port};
     if (!wire::icrc_ipv4_matches(flow, inner, inner_len, pkt.icrc_wire())) {
       ctx.stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
       return;

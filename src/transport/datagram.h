@@ -47,6 +47,7 @@ struct RxDatagram {
   uint32_t len = 0;
   Endpoint src;
   uint32_t dst_ip = 0;
+  uint16_t dst_port = 0;  // the UDP port it arrived at (0: the transport's local_port)
   bool truncated = false;
   uint8_t gso_index = 0;
 };
@@ -74,6 +75,9 @@ class DatagramTransport {
   virtual void wait(int timeout_ms) noexcept { (void)timeout_ms; }
 
   virtual uint16_t local_port() const noexcept = 0;
+  // The port shared by every transport of the host (RoCEv2's 4791, joined
+  // with SO_REUSEPORT), whose datagrams it also receives; 0 when none.
+  virtual uint16_t host_port() const noexcept { return 0; }
 
   // Segments a GSO message may have (1: no GSO; send_burst then takes only
   // datagrams with segment_size 0).

@@ -94,12 +94,16 @@ void fill_header(msghdr& h, sockaddr_in& addr, uint8_t* control, const TxDatagra
 
 }  // namespace
 
-std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
+namespace {
+
+// A nonblocking UDP socket with the options both of a transport's sockets
+// need; gso/gro: whether the kernel took UDP_SEGMENT / UDP_GRO.
+int open_socket(const UdpConfig& cfg, bool* gso, bool* gro) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return nullptr;
+  if (fd < 0) return -1;
   int on = 1;
-  bool gso = cfg.gso && probe_gso(fd);
-  bool gro = cfg.gso && enable_gro(fd);
+  *gso = cfg.gso && probe_gso(fd);
+  *gro = cfg.gso && enable_gro(fd);
   // Destination address of received packets (needed for the ICRC) and
   // per-packet source address on send.
   setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
@@ -108,38 +112,59 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
   setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
   set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
   set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
+  return fd;
+}
 
-  uint16_t port = 0;
-  if (cfg.preferred_port != 0 && bind_port(fd, cfg.preferred_port) == 0) {
-    port = cfg.preferred_port;
-  } else {
-    // Let the kernel pick an ephemeral port, retrying until it lies below max_port
-    // (ephemeral ports usually start at 32768, and the range must exclude 0xC000+).
-    for (uint32_t candidate = 20000 + (uint32_t(getpid()) * 7919u) % 10000, tries = 0; tries < 20000;
-         ++tries, candidate = candidate >= cfg.max_port ? 1024 : candidate + 1) {
-      if (bind_port(fd, uint16_t(candidate)) == 0) {
-        port = uint16_t(candidate);
-        break;
-      }
-    }
+// Binds the private port: the preferred one, else the first free one below
+// max_port from a per-process starting point (the kernel's ephemeral ports
+// usually start at 32768, and the range must exclude 0xC000 and up).
+uint16_t bind_private(int fd, const UdpConfig& cfg) {
+  if (cfg.preferred_port != 0 && cfg.preferred_port != cfg.host_port && bind_port(fd, cfg.preferred_port) == 0)
+    return cfg.preferred_port;
+  for (uint32_t candidate = 20000 + (uint32_t(getpid()) * 7919u) % 10000, tries = 0; tries < 20000;
+       ++tries, candidate = candidate >= cfg.max_port ? 1024 : candidate + 1) {
+    if (candidate != cfg.host_port && bind_port(fd, uint16_t(candidate)) == 0) return uint16_t(candidate);
   }
-  if (port == 0) {
-    int e = errno;
+  return 0;
+}
+
+// The host socket: `port` shared with SO_REUSEPORT (the kernel lets only
+// sockets of the same user join, and spreads datagrams among them by flow).
+// -1 when another program holds the port alone.
+int open_host_socket(const UdpConfig& cfg) {
+  if (cfg.host_port == 0) return -1;
+  bool gso, gro;
+  int fd = open_socket(cfg, &gso, &gro);
+  if (fd < 0) return -1;
+  int on = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 || bind_port(fd, cfg.host_port) != 0) {
+    std::fprintf(stderr, "uroce: UDP port %u is held by another program: QPs here are reachable by LID only (%s)\n",
+                 cfg.host_port, std::strerror(errno));
     close(fd);
-    errno = e ? e : EADDRINUSE;
-    return nullptr;
+    return -1;
   }
-  int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
+std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
+  bool gso, gro;
+  int fd = open_socket(cfg, &gso, &gro);
+  if (fd < 0) return nullptr;
+  uint16_t port = bind_private(fd, cfg);
+  int wake_fd = port ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
   if (wake_fd < 0) {
-    int e = errno;
+    int e = port ? errno : (errno ? errno : EADDRINUSE);
     close(fd);
     errno = e;
     return nullptr;
   }
-  return std::unique_ptr<UdpTransport>(new UdpTransport(fd, wake_fd, port, cfg, gso, gro));
+  int host_fd = open_host_socket(cfg);
+  return std::unique_ptr<UdpTransport>(new UdpTransport(fd, host_fd, wake_fd, port, cfg, gso, gro));
 }
 
-UdpTransport::UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro)
+UdpTransport::UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro)
     : fd_(fd),
       wake_fd_(wake_fd),
       port_(port),
@@ -147,11 +172,14 @@ UdpTransport::UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& 
       max_datagram_(cfg.max_datagram),
       gso_(gso),
       gro_(gro),
+      host_fd_(host_fd),
+      host_port_(cfg.host_port),
       rx_buffers_((gro ? kGroMessages : kMaxBurst) * rx_buffer_size_),
       rx_messages_(gro ? kGroMessages : kMaxBurst) {}
 
 UdpTransport::~UdpTransport() {
   close(fd_);
+  if (host_fd_ >= 0) close(host_fd_);
   close(wake_fd_);
 }
 
@@ -231,6 +259,7 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
     d.len = len;
     d.src = m.src;
     d.dst_ip = m.dst_ip;
+    d.dst_port = m.dst_port;
     d.truncated = m.truncated || len > max_datagram_;
     d.gso_index = uint8_t(std::min<uint32_t>(m.offset / m.segment, 255));
     m.offset += len;
@@ -239,60 +268,78 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
   return n;
 }
 
-size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {
-  if (rx_next_ < rx_count_) return take_received(out);
-  size_t want = rx_messages_.size();
+size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want) noexcept {
   mmsghdr msgs[kMaxBurst];
   iovec iovs[kMaxBurst];
   sockaddr_in addrs[kMaxBurst];
   alignas(cmsghdr) uint8_t control[kMaxBurst][kRxControl];
-  for (;;) {
-    for (size_t i = 0; i < want; ++i) {
-      iovs[i].iov_base = rx_buffers_.data() + i * rx_buffer_size_;
-      iovs[i].iov_len = rx_buffer_size_;
-      msghdr& h = msgs[i].msg_hdr;
-      h = msghdr{};
-      h.msg_name = &addrs[i];
-      h.msg_namelen = sizeof(sockaddr_in);
-      h.msg_iov = &iovs[i];
-      h.msg_iovlen = 1;
-      h.msg_control = control[i];
-      h.msg_controllen = kRxControl;
-    }
-    int got = recvmmsg(fd_, msgs, unsigned(want), MSG_DONTWAIT, nullptr);
-    if (got > 0) {
-      for (int i = 0; i < got; ++i) {
-        RxMessage& m = rx_messages_[size_t(i)];
-        const msghdr& h = msgs[i].msg_hdr;
-        m.data = static_cast<uint8_t*>(iovs[i].iov_base);
-        m.len = msgs[i].msg_len;
-        m.segment = 0;
-        m.offset = 0;
-        m.truncated = h.msg_flags & MSG_TRUNC;
-        m.src.ip = ntohl(addrs[i].sin_addr.s_addr);
-        m.src.port = ntohs(addrs[i].sin_port);
-        m.dst_ip = 0;
-        for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
-          if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-            in_pktinfo info;
-            std::memcpy(&info, CMSG_DATA(c), sizeof info);
-            m.dst_ip = ntohl(info.ipi_addr.s_addr);
-          } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
-            int seg;
-            std::memcpy(&seg, CMSG_DATA(c), sizeof seg);
-            if (seg > 0) m.segment = uint32_t(seg);
-          }
-        }
-        // Not coalesced (or empty): the whole datagram is one segment.
-        if (m.segment == 0 || m.segment > m.len) m.segment = std::max<uint32_t>(m.len, 1);
+  for (size_t i = 0; i < want; ++i) {
+    iovs[i].iov_base = rx_buffers_.data() + (first + i) * rx_buffer_size_;
+    iovs[i].iov_len = rx_buffer_size_;
+    msghdr& h = msgs[i].msg_hdr;
+    h = msghdr{};
+    h.msg_name = &addrs[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &iovs[i];
+    h.msg_iovlen = 1;
+    h.msg_control = control[i];
+    h.msg_controllen = kRxControl;
+  }
+  int got = recvmmsg(fd, msgs, unsigned(want), MSG_DONTWAIT, nullptr);
+  for (int i = 0; i < got; ++i) {
+    RxMessage& m = rx_messages_[first + size_t(i)];
+    const msghdr& h = msgs[i].msg_hdr;
+    m.data = static_cast<uint8_t*>(iovs[i].iov_base);
+    m.len = msgs[i].msg_len;
+    m.segment = 0;
+    m.offset = 0;
+    m.truncated = h.msg_flags & MSG_TRUNC;
+    m.src.ip = ntohl(addrs[i].sin_addr.s_addr);
+    m.src.port = ntohs(addrs[i].sin_port);
+    m.dst_ip = 0;
+    m.dst_port = port;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        in_pktinfo info;
+        std::memcpy(&info, CMSG_DATA(c), sizeof info);
+        m.dst_ip = ntohl(info.ipi_addr.s_addr);
+      } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+        int seg;
+        std::memcpy(&seg, CMSG_DATA(c), sizeof seg);
+        if (seg > 0) m.segment = uint32_t(seg);
       }
-      rx_count_ = size_t(got);
+    }
+    // Not coalesced (or empty): the whole datagram is one segment.
+    if (m.segment == 0 || m.segment > m.len) m.segment = std::max<uint32_t>(m.len, 1);
+  }
+  return got > 0 ? size_t(got) : 0;
+}
+
+bool UdpTransport::read_host_socket() noexcept {
+  if (host_fd_ < 0) return false;
+  return host_hot_ > 0 || host_ready_.exchange(false, std::memory_order_acq_rel);
+}
+
+size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {
+  if (rx_next_ < rx_count_) return take_received(out);
+  // How long the host socket is read on every receive after it last delivered.
+  constexpr unsigned kHostHot = 64;
+  size_t want = rx_messages_.size();
+  for (;;) {
+    size_t got = recv_into(fd_, port_, 0, want);
+    if (got < want && read_host_socket()) {
+      size_t host = recv_into(host_fd_, host_port_, got, want - got);
+      host_hot_ = host ? kHostHot : host_hot_ - (host_hot_ > 0);
+      if (host == want - got) host_ready_.store(true, std::memory_order_relaxed);  // may have more
+      got += host;
+    }
+    if (got > 0) {
+      rx_count_ = got;
       rx_next_ = 0;
-      rx_more_ = size_t(got) == want;
+      rx_more_ = got == want;
       return take_received(out);
     }
     rx_more_ = false;
-    if (got < 0 && errno != EAGAIN && errno != EINTR) return 0;
     if (timeout_ms == 0) return 0;
     wait(timeout_ms);
     timeout_ms = 0;  // data ready, woken or timed out: one more non-blocking try
@@ -300,11 +347,13 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
 }
 
 void UdpTransport::wait(int timeout_ms) noexcept {
-  pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  if (poll(p, 2, timeout_ms) > 0 && (p[1].revents & POLLIN)) {
+  pollfd p[3] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {host_fd_, POLLIN, 0}};  // fd -1: ignored
+  if (poll(p, 3, timeout_ms) <= 0) return;
+  if (p[1].revents & POLLIN) {
     uint64_t v;
     (void)!read(wake_fd_, &v, sizeof v);
   }
+  if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
 }
 
 void UdpTransport::wake() noexcept {

@@ -10,8 +10,11 @@
 namespace uroce::transport {
 
 struct UdpConfig {
-  uint16_t preferred_port = 4791;  // LID = UDP port; fall back when taken
-  uint16_t max_port = 0xBFFF;      // ports at or above 0xC000 are RoCE source ports
+  uint16_t preferred_port = 0;  // the private port (LID = UDP port); 0 or taken: another is chosen
+  uint16_t max_port = 0xBFFF;   // ports at or above 0xC000 are RoCE source ports
+  // The host's RoCE port, joined with SO_REUSEPORT by every transport of the
+  // host (of the same user); 0: none. Never the private port.
+  uint16_t host_port = 4791;
   int socket_buffer_bytes = 32 << 20;
   uint32_t max_datagram = 9216;
   bool gso = true;  // use UDP GSO and GRO where the kernel has them (UROCE_GSO=0: not)
@@ -28,6 +31,7 @@ class UdpTransport final : public DatagramTransport {
   void wake() noexcept override;
   void wait(int timeout_ms) noexcept override;
   uint16_t local_port() const noexcept override { return port_; }
+  uint16_t host_port() const noexcept override { return host_fd_ >= 0 ? host_port_ : 0; }
   unsigned max_gso_segments() const noexcept override {
     return gso_.load(std::memory_order_relaxed) ? kMaxGsoSegments : 1;
   }
@@ -35,10 +39,14 @@ class UdpTransport final : public DatagramTransport {
   bool more_ready() const noexcept override { return rx_more_ || rx_next_ < rx_count_; }
 
  private:
-  UdpTransport(int fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro);
+  UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro);
   size_t send_some(std::span<TxDatagram> burst) noexcept;
   void send_split(const TxDatagram& d) noexcept;
   size_t take_received(std::span<RxDatagram> out) noexcept;
+  // One recvmmsg on `fd` (received at `port`) into messages [first, first + want).
+  size_t recv_into(int fd, uint16_t port, size_t first, size_t want) noexcept;
+  // Whether this receive should also read the host socket.
+  bool read_host_socket() noexcept;
 
   // One received (possibly GRO-coalesced) datagram, split by take_received.
   struct RxMessage {
@@ -48,6 +56,7 @@ class UdpTransport final : public DatagramTransport {
     uint32_t offset;   // of the next segment to return
     Endpoint src;
     uint32_t dst_ip;
+    uint16_t dst_port;
     bool truncated;
   };
 
@@ -58,6 +67,14 @@ class UdpTransport final : public DatagramTransport {
   uint32_t max_datagram_;  // longer segments are reported truncated
   std::atomic<bool> gso_;  // cleared when the kernel refuses a GSO send
   bool gro_;
+  // The host socket (-1: none). Read when a wait() saw it readable
+  // (host_ready_, set by any waiting thread) and, while it keeps delivering,
+  // on every receive (host_hot_, receiver only): an idle one costs the
+  // private socket's pollers no system call.
+  int host_fd_;
+  uint16_t host_port_;
+  std::atomic<bool> host_ready_{false};
+  unsigned host_hot_ = 0;
   // Receiver thread only: the buffers, and the messages of the last
   // recvmmsg not yet returned (rx_next_ .. rx_count_).
   std::vector<uint8_t> rx_buffers_;

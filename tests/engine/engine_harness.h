@@ -136,6 +136,7 @@ struct Craft {
   std::optional<uint16_t> src_port;  // default: the peer's port
   uint16_t ip_id = 0;                // the ICRC is computed with this IP identification
   uint8_t gso_index = 0;             // place in a GRO batch, as the transport reports it
+  std::optional<uint16_t> dst_port;  // the UDP port it was sent to (default: our LID)
 };
 
 inline std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
@@ -165,12 +166,15 @@ class EngineTest : public ::testing::Test {
   uint8_t rnr_retry = 3;
   uint8_t max_dest_rd_atomic = 4;
   uint8_t max_rd_atomic = 4;
+  // Runs on the new engine before the QP is created (e.g. to give it a host slot).
+  std::function<void(EngineContext*)> configure_engine;
 
   void SetUp() override {
     auto t = std::make_unique<FakeTransport>(&sent, kLocalPort);
     transport = t.get();
     engine = EngineContext::open_with(core::devices()[0], std::move(t), /*start_thread=*/false);
     ASSERT_NE(engine, nullptr);
+    if (configure_engine) configure_engine(engine);
     ASSERT_EQ(engine->lid(), kLocalPort);
     ASSERT_TRUE(engine->gid_ip(0, &local_ip));
     pd = std::make_unique<core::Pd>();
@@ -317,7 +321,8 @@ class EngineTest : public ::testing::Test {
     if (info.has(wire::Hdr::kAtomicAckEth))
       wire::AtomicAckEth(p.data() + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(c.atomic_orig);
     if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
-    wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort), kLocalPort, c.ip_id};
+    wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort),
+                        c.dst_port.value_or(kLocalPort), c.ip_id};
     uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
     if (c.corrupt_icrc) crc ^= 1;
     std::memcpy(p.data() + p.size() - 4, &crc, 4);
@@ -337,6 +342,7 @@ class EngineTest : public ::testing::Test {
       d.src = transport::Endpoint{burst[i].src_ip.value_or(kPeerIp), burst[i].src_port.value_or(kPeerPort)};
       d.dst_ip = local_ip;
       d.gso_index = burst[i].gso_index;
+      d.dst_port = burst[i].dst_port.value_or(kLocalPort);
       rx.push_back(d);
     }
     engine->process_burst(std::span(rx.data(), rx.size()));

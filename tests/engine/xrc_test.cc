@@ -40,7 +40,7 @@ struct RelayHdr {
   uint32_t from_ip;
   uint32_t to_ip;
   uint16_t from_port;
-  uint16_t reserved;
+  uint16_t to_port;  // the port the request arrived at
   uint64_t domain_dev;
   uint64_t domain_ino;
 };
@@ -190,8 +190,8 @@ class XrcTargetQp : public XrcTest {
 
   RelayHdr relay_hdr() const {
     const XrcDomainKey& k = xrcd->domain->key();
-    return RelayHdr{0xFF,      1, kLocalPort, qp->qp_num(), qp->xrc->slot_index, kPeerIp, local_ip,
-                    kPeerPort, 0, k.dev,      k.ino};
+    return RelayHdr{0xFF,      1,          kLocalPort, qp->qp_num(), qp->xrc->slot_index, kPeerIp, local_ip,
+                    kPeerPort, kLocalPort, k.dev,      k.ino};
   }
 
   // A relay datagram: `h`, then the request as the peer sent it to us.
@@ -473,7 +473,7 @@ TEST_F(XrcTargetQp, RequestForOtherContextsSrqIsRelayed) {
   EXPECT_EQ(h.from_ip, kPeerIp);
   EXPECT_EQ(h.from_port, kPeerPort);
   EXPECT_EQ(h.to_ip, local_ip);
-  EXPECT_EQ(h.reserved, 0);
+  EXPECT_EQ(h.to_port, kLocalPort);
   EXPECT_EQ(h.domain_dev, xrcd->domain->key().dev);
   EXPECT_EQ(h.domain_ino, xrcd->domain->key().ino);
   EXPECT_TRUE(std::equal(packet.begin(), packet.end(), s.bytes.begin() + sizeof(RelayHdr)));

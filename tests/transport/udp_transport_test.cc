@@ -4,6 +4,7 @@
 #include "transport/udp_transport.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@ constexpr uint32_t kLoopback = 0x7F000001;
 std::unique_ptr<UdpTransport> open_transport(bool gso) {
   UdpConfig cfg;
   cfg.preferred_port = 0;  // any free port
+  cfg.host_port = 0;       // no share of the host's port 4791 (other tests' traffic)
   cfg.gso = gso;
   auto t = UdpTransport::open(cfg);
   EXPECT_NE(t, nullptr);
@@ -28,18 +30,20 @@ struct Received {
   uint8_t gso_index;
   bool truncated;
   uint16_t src_port;
+  uint16_t dst_port;
 };
 
-// Receives until `want` datagrams arrived or 5 s passed.
-std::vector<Received> receive(UdpTransport& t, size_t want, size_t burst = 64) {
+// Receives until `want` datagrams arrived or `limit` passed.
+std::vector<Received> receive(UdpTransport& t, size_t want, size_t burst = 64,
+                              std::chrono::milliseconds limit = std::chrono::seconds(5)) {
   std::vector<Received> got;
   std::vector<RxDatagram> rx(burst);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto deadline = std::chrono::steady_clock::now() + limit;
   while (got.size() < want && std::chrono::steady_clock::now() < deadline) {
     size_t n = t.recv_burst(rx, 100);
     for (size_t i = 0; i < n; ++i)
       got.push_back(Received{std::vector<uint8_t>(rx[i].data, rx[i].data + rx[i].len), rx[i].gso_index, rx[i].truncated,
-                             rx[i].src.port});
+                             rx[i].src.port, rx[i].dst_port});
   }
   return got;
 }
@@ -139,6 +143,45 @@ TEST(UdpTransportGso, OversizeDatagramIsTruncated) {
     ASSERT_EQ(got.size(), 1u) << "gro " << gro;
     EXPECT_TRUE(got[0].truncated) << "gro " << gro;
   }
+}
+
+// The host's port (SO_REUSEPORT): two transports share it besides their own
+// private ports; a datagram sent to it reaches exactly one of them, which
+// reports the port it arrived at; the private ports still work.
+TEST(UdpTransportHostPort, SharedPortReachesOneTransport) {
+  UdpConfig cfg;
+  cfg.host_port = uint16_t(50000 + getpid() % 5000);  // a test's own "4791"
+  cfg.gso = false;
+  auto a = UdpTransport::open(cfg);
+  auto b = UdpTransport::open(cfg);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(a->host_port(), cfg.host_port);
+  ASSERT_EQ(b->host_port(), cfg.host_port);
+  EXPECT_NE(a->local_port(), cfg.host_port);
+  EXPECT_NE(a->local_port(), b->local_port());
+
+  Message to_host(cfg.host_port, 0, 100, 100, 7);
+  to_host.d.segment_size = 0;
+  ASSERT_EQ(a->send_burst(std::span(&to_host.d, 1)), 1u);
+  std::vector<Received> got_a, got_b;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got_a.empty() && got_b.empty() && std::chrono::steady_clock::now() < deadline) {
+    got_a = receive(*a, 1, 64, std::chrono::milliseconds(50));
+    got_b = receive(*b, 1, 64, std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(got_a.size() + got_b.size(), 1u);
+  const Received& r = got_a.empty() ? got_b[0] : got_a[0];
+  EXPECT_EQ(r.dst_port, cfg.host_port);
+  EXPECT_EQ(r.src_port, a->local_port());
+  EXPECT_EQ(r.bytes, to_host.segments[0]);
+
+  Message direct(b->local_port(), 0, 60, 60, 9);
+  direct.d.segment_size = 0;
+  ASSERT_EQ(a->send_burst(std::span(&direct.d, 1)), 1u);
+  std::vector<Received> got = receive(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dst_port, b->local_port());
 }
 
 }  // namespace

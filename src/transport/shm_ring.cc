@@ -1,0 +1,152 @@
+#include "transport/shm_ring.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+namespace uroce::transport {
+
+struct ShmRing::Header {
+  uint64_t magic;
+  uint64_t capacity;
+  alignas(64) std::atomic<uint64_t> head;  // producer
+  alignas(64) std::atomic<uint64_t> tail;  // consumer
+  alignas(64) std::atomic<uint32_t> consumer_waiting;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "shared between processes: the atomics must be lock-free");
+
+struct ShmRing::RecordHeader {
+  uint32_t len;  // bytes after this header; kWrap: skip to the start of the data area
+  uint32_t reserved;
+  Meta meta;
+  uint32_t pad;
+};
+
+namespace {
+constexpr uint64_t kMagic = 0x75726f63'6552696eULL;  // "urocReIn"
+constexpr uint32_t kWrap = 0xFFFFFFFF;
+
+constexpr uint64_t align_up(uint64_t n) { return (n + ShmRing::kAlign - 1) & ~uint64_t(ShmRing::kAlign - 1); }
+}  // namespace
+
+ShmRing ShmRing::create(void* mem, size_t bytes) {
+  static_assert(sizeof(Header) <= kHeaderBytes);
+  static_assert(sizeof(RecordHeader) % kAlign == 0);
+  if (!mem || bytes < kHeaderBytes + 4096) return ShmRing();
+  auto* h = new (mem) Header{};
+  uint32_t cap = uint32_t(std::min<size_t>(bytes - kHeaderBytes, 1u << 30) & ~size_t(kAlign - 1));
+  h->capacity = cap;
+  h->head.store(0, std::memory_order_relaxed);
+  h->tail.store(0, std::memory_order_relaxed);
+  h->consumer_waiting.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  return ShmRing(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
+}
+
+ShmRing ShmRing::attach(void* mem, size_t bytes) {
+  if (!mem || bytes < kHeaderBytes + 4096) return ShmRing();
+  auto* h = static_cast<Header*>(mem);
+  uint32_t cap = uint32_t(std::min<size_t>(bytes - kHeaderBytes, 1u << 30) & ~size_t(kAlign - 1));
+  if (h->magic != kMagic || h->capacity != cap) return ShmRing();
+  std::atomic_thread_fence(std::memory_order_acquire);
+  ShmRing r(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
+  r.head_ = h->head.load(std::memory_order_acquire);
+  r.tail_ = h->tail.load(std::memory_order_acquire);
+  if (r.head_ % kAlign || r.tail_ % kAlign || r.head_ - r.tail_ > cap) r.corrupt_ = true;
+  return r;
+}
+
+bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts) {
+  if (!hdr_ || corrupt_) return false;
+  uint64_t len = 0;
+  for (unsigned i = 0; i < nparts; ++i) len += part_lens[i];
+  if (len > max_record()) return false;
+  uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
+  if (tail % kAlign || tail > head_ || head_ - tail > capacity_) {
+    corrupt_ = true;
+    return false;
+  }
+  uint64_t need = sizeof(RecordHeader) + align_up(len);
+  uint64_t to_end = capacity_ - head_ % capacity_;
+  uint64_t wrap = to_end < need ? to_end : 0;  // a record never straddles the end
+  if (capacity_ - (head_ - tail) < wrap + need) return false;
+  if (wrap) {
+    // to_end >= 8 always (positions are 8-aligned): room for the marker's len.
+    uint32_t marker = kWrap;
+    std::memcpy(at(head_), &marker, sizeof marker);
+    head_ += wrap;
+  }
+  RecordHeader rh{uint32_t(len), 0, meta, 0};
+  uint8_t* p = at(head_);
+  std::memcpy(p, &rh, sizeof rh);
+  p += sizeof rh;
+  for (unsigned i = 0; i < nparts; ++i) {
+    std::memcpy(p, parts[i], part_lens[i]);
+    p += part_lens[i];
+  }
+  head_ += need;
+  hdr_->head.store(head_, std::memory_order_release);
+  return true;
+}
+
+bool ShmRing::consumer_waiting() const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the head store before, the flag after
+  return hdr_ && hdr_->consumer_waiting.load(std::memory_order_relaxed) != 0;
+}
+
+bool ShmRing::peek(Record* r) {
+  if (!hdr_ || corrupt_) return false;
+  for (;;) {
+    uint64_t head = hdr_->head.load(std::memory_order_acquire);
+    if (head == tail_) return false;
+    if (head % kAlign || head < tail_ || head - tail_ > capacity_) {
+      corrupt_ = true;
+      return false;
+    }
+    uint64_t to_end = capacity_ - tail_ % capacity_;
+    uint32_t len;
+    std::memcpy(&len, at(tail_), sizeof len);
+    if (len == kWrap || to_end < sizeof(RecordHeader)) {  // skip to the start
+      if (head - tail_ < to_end) {
+        corrupt_ = true;
+        return false;
+      }
+      tail_ += to_end;
+      hdr_->tail.store(tail_, std::memory_order_release);
+      continue;
+    }
+    RecordHeader rh;
+    std::memcpy(&rh, at(tail_), sizeof rh);  // a local copy: checked, then used
+    uint64_t need = sizeof(RecordHeader) + align_up(rh.len);
+    if (rh.len > max_record() || need > to_end || need > head - tail_) {
+      corrupt_ = true;
+      return false;
+    }
+    r->data = at(tail_) + sizeof(RecordHeader);
+    r->len = rh.len;
+    r->meta = rh.meta;
+    peeked_ = uint32_t(need);
+    return true;
+  }
+}
+
+void ShmRing::pop() {
+  if (!peeked_) return;
+  tail_ += peeked_;
+  peeked_ = 0;
+  hdr_->tail.store(tail_, std::memory_order_release);
+}
+
+bool ShmRing::prepare_wait() {
+  if (!hdr_) return true;
+  hdr_->consumer_waiting.store(1, std::memory_order_seq_cst);
+  return hdr_->head.load(std::memory_order_seq_cst) == tail_;
+}
+
+void ShmRing::end_wait() {
+  if (hdr_) hdr_->consumer_waiting.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,100 @@
+// A ring of datagrams in memory shared by two processes: the building block of
+// the same-host path (design §3: traffic between processes of one host does
+// not go through UDP). One producer and one consumer; the ring knows nothing
+// of RDMA and nothing of the segment it lives in.
+//
+// Layout: a 256-byte header, then `capacity` bytes of records. A record is an
+// 8-byte-aligned RecordHeader followed by its bytes; a record that would not
+// fit before the end of the data area is preceded by a wrap marker and starts
+// at offset 0.
+//
+// Lock and memory-order contract (like rdma-core's rxe_queue.h):
+// - head (bytes produced) is written only by the producer, with release
+//   after the record is complete; the consumer reads it with acquire.
+// - tail (bytes consumed) is written only by the consumer, with release after
+//   it is done with the record; the producer reads it with acquire.
+// - Neither side trusts the other's words: a head or tail that is not
+//   8-aligned, moves backwards or claims more than the capacity, and a record
+//   whose length does not fit, mark the ring corrupt on the side that saw it,
+//   which then stops using it. No read or write ever leaves the data area
+//   (every offset is taken modulo the capacity this side was given, never the
+//   one in shared memory).
+// - Record bytes may still be changed by a misbehaving peer while they are
+//   read: a consumer copies what it must check before it checks it.
+// - consumer_waiting: set (seq_cst) by a consumer about to block, which then
+//   looks at the ring once more; a producer that commits and sees it set wakes
+//   the consumer (by whatever means the user of the ring has).
+// Producer and consumer each need their own lock if several threads use one
+// side.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace uroce::transport {
+
+class ShmRing {
+ public:
+  static constexpr size_t kHeaderBytes = 256;
+  static constexpr uint32_t kAlign = 8;
+
+  // What a record carries besides its bytes (the datagram's addressing).
+  struct Meta {
+    uint32_t src_ip = 0;
+    uint32_t dst_ip = 0;
+    uint16_t src_port = 0;
+    uint16_t dst_port = 0;
+  };
+  struct Record {
+    const uint8_t* data = nullptr;  // in shared memory
+    uint32_t len = 0;
+    Meta meta;
+  };
+
+  ShmRing() = default;
+  // Lays out an empty ring over `bytes` bytes at `mem` (the creator; the
+  // memory is zero or the ring's own).
+  static ShmRing create(void* mem, size_t bytes);
+  // Attaches to a ring that `create` laid out over the same `bytes`; an
+  // invalid ring (nullptr mem, bad magic or size) when it is not one.
+  static ShmRing attach(void* mem, size_t bytes);
+  bool valid() const { return hdr_ != nullptr; }
+  bool corrupt() const { return corrupt_; }
+  uint32_t capacity() const { return capacity_; }
+  // The largest record len a ring of this capacity takes.
+  uint32_t max_record() const { return capacity_ / 4; }
+
+  // Producer: copies `len` bytes gathered from `parts` (lengths `part_lens`)
+  // as one record; false when the ring has no room now (or is corrupt, or the
+  // record is larger than max_record).
+  bool push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts);
+  // Whether the consumer said it is about to block (the producer wakes it).
+  bool consumer_waiting() const;
+
+  // Consumer: the oldest record, false when there is none (or the ring is
+  // corrupt). `r.data` stays valid until pop().
+  bool peek(Record* r);
+  void pop();
+  // Consumer about to block: true when it may (nothing arrived meanwhile).
+  bool prepare_wait();
+  void end_wait();
+
+ private:
+  struct Header;
+  struct RecordHeader;
+  ShmRing(Header* h, uint8_t* data, uint32_t capacity) : hdr_(h), data_(data), capacity_(capacity) {}
+  uint8_t* at(uint64_t pos) const { return data_ + (pos % capacity_); }
+
+  Header* hdr_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint32_t capacity_ = 0;
+  bool corrupt_ = false;
+  // The producer's and the consumer's own positions (authoritative for
+  // their side; the shared words only publish them).
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
+  uint32_t peeked_ = 0;  // bytes the record returned by peek() occupies (0: none)
+};
+
+}  // namespace uroce::transport
