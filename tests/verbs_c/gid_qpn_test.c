@@ -200,12 +200,25 @@ static void sfail(struct session* s, const char* fmt, ...) {
   s->failed = 1;
 }
 
-/* Did the peer's TCP connection close (its process gone)? Waits up to 1 s for the FIN, which
- * the kernel of a killed process sends at once, long before RC retries run out. POLLRDHUP
- * sees it even behind unread bytes. */
-static int peer_closed(int fd) {
+/* Did the peer's TCP connection close (its process gone)? Waits up to `wait_ms` for the FIN,
+ * which the kernel of a killed process sends at once. POLLRDHUP sees it even behind unread
+ * bytes. */
+static int peer_closed(int fd, int wait_ms) {
   struct pollfd p = {fd, POLLRDHUP, 0};
-  return poll(&p, 1, 1000) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  return poll(&p, 1, wait_ms) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Polls `cq` for one completion until `deadline`: 1 got one, 0 timed out or the peer's
+ * connection closed, -1 poll error. uroce retries RC forever with retry_cnt 7 (as rxe), so a
+ * dead peer shows as its closed connection, looked at every 200 ms. */
+static int poll_cq_until(struct session* s, struct ibv_cq* cq, struct ibv_wc* wc, double deadline) {
+  for (;;) {
+    int left = (int)(deadline - vp_now_ms());
+    if (left <= 0) return 0;
+    int got = vp_poll(cq, wc, left < 200 ? left : 200);
+    if (got != 0) return got;
+    if (peer_closed(s->fd, 0)) return 0;
+  }
 }
 
 /* A wait ended without what it waited for: LOST if the peer is gone, else FAIL. */
@@ -215,7 +228,7 @@ static int trouble(struct session* s, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (!s->failed && peer_closed(s->fd)) {
+  if (!s->failed && peer_closed(s->fd, 1000)) {
     printf("LOST %s: the peer's connection closed (%s)\n", s->label, msg);
     s->gone = 1;
   } else {
@@ -508,14 +521,12 @@ static int wait_rc(struct session* s, unsigned want, struct ibv_wc* recv_wc, uin
   double deadline = vp_now_ms() + g_opt.timeout_ms;
   while (want) {
     struct ibv_wc wc;
-    int left = (int)(deadline - vp_now_ms());
-    int got = left > 0 ? vp_poll(s->cq, &wc, left) : 0;
+    int got = poll_cq_until(s, s->cq, &wc, deadline);
     if (got < 0) {
       sfail(s, "round %u: ibv_poll_cq failed", r);
       return -1;
     }
-    if (got == 0)
-      return trouble(s, "round %u: timeout after %d ms, RC WRs 0x%x outstanding", r, g_opt.timeout_ms, want);
+    if (got == 0) return trouble(s, "round %u: RC WRs 0x%x still outstanding (limit %d ms)", r, want, g_opt.timeout_ms);
     if (wc.status != IBV_WC_SUCCESS)
       return trouble(s, "round %u: RC wr_id %llu completed with %s", r, (unsigned long long)wc.wr_id,
                      ibv_wc_status_str(wc.status));
@@ -691,13 +702,12 @@ static int ud_receive(struct session* s, uint32_t r) {
   double deadline = vp_now_ms() + g_opt.timeout_ms;
   for (;;) {
     struct ibv_wc wc;
-    int left = (int)(deadline - vp_now_ms());
-    int got = left > 0 ? vp_poll(s->ud_recv_cq, &wc, left) : 0;
+    int got = poll_cq_until(s, s->ud_recv_cq, &wc, deadline);
     if (got < 0) {
       sfail(s, "round %u: UD ibv_poll_cq failed", r);
       return -1;
     }
-    if (got == 0) return trouble(s, "round %u: timeout after %d ms waiting for the UD datagram", r, g_opt.timeout_ms);
+    if (got == 0) return trouble(s, "round %u: no UD datagram (limit %d ms)", r, g_opt.timeout_ms);
     if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || wc.wr_id >= UD_SLOTS) {
       sfail(s, "round %u: UD receive completion: %s opcode %d", r, ibv_wc_status_str(wc.status), wc.opcode);
       return -1;
