@@ -26,7 +26,7 @@
 # times UROCE_TIMEOUT_SCALE). Logs: OUTDIR/gid_qpn.<dlid>[.kill].pI.log.
 set -euo pipefail
 
-launcher= program= dlid=lid subnet=74 iters= kill_restart=0 outdir=. timeout_s=60
+launcher='' program='' dlid=lid subnet=74 iters='' kill_restart=0 outdir=. timeout_s=60
 die() { echo "run_gid_qpn: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -42,7 +42,7 @@ while (($#)); do
   esac
 done
 [[ -x $launcher && -x $program ]] || die "--launcher and --program must name executables"
-[[ $subnet =~ ^[0-9]+$ ]] && ((subnet <= 255)) || die "--subnet must be 0-255"
+{ [[ $subnet =~ ^[0-9]+$ ]] && ((subnet <= 255)); } || die "--subnet must be 0-255"
 [[ ${UROCE_TIMEOUT_SCALE:-1} =~ ^[1-9][0-9]*$ ]] || die "UROCE_TIMEOUT_SCALE must be a positive whole number"
 timeout_s=$((timeout_s * ${UROCE_TIMEOUT_SCALE:-1}))
 
@@ -67,8 +67,8 @@ veth_a=${veth_a:0:15} veth_b=${veth_b:0:15}
 pids=('' '' '' '' '' '')
 cleanup() {
   local pid
-  for pid in "${pids[@]}"; do [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do [[ -n $pid ]] && wait "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do if [[ -n $pid ]]; then kill -KILL "$pid" 2>/dev/null || true; fi; done
+  for pid in "${pids[@]}"; do if [[ -n $pid ]]; then wait "$pid" 2>/dev/null || true; fi; done
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
 }
