@@ -2,6 +2,8 @@
 # Sets up and builds (scripts/setup.sh), then runs the test suite in phases:
 #
 #   normal  the whole suite in build/                       (ctest)
+#   noshm   the conformance tests again with the same-host path off (UROCE_SHM=0: every
+#           packet between the processes of one host goes over UDP)
 #   asan    ASan+UBSan build of the whole suite, build-asan/ (scripts/sanitize.sh asan)
 #   tsan    TSan build of the engine and C tests, build-tsan/ (scripts/sanitize.sh tsan)
 #   fuzz    the fuzzers for their CI budget                  (scripts/fuzz.sh --ci, if present)
@@ -22,12 +24,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if (($#)); then
   phases=${UROCE_TEST_PHASES:-normal}
 else
-  phases=${UROCE_TEST_PHASES:-normal asan tsan fuzz}
+  phases=${UROCE_TEST_PHASES:-normal noshm asan tsan fuzz}
 fi
 for phase in $phases; do
   case $phase in
-    normal | asan | tsan | fuzz) ;;
-    *) echo "test.sh: unknown phase '$phase' in UROCE_TEST_PHASES (normal asan tsan fuzz)" >&2; exit 2 ;;
+    normal | noshm | asan | tsan | fuzz) ;;
+    *) echo "test.sh: unknown phase '$phase' in UROCE_TEST_PHASES (normal noshm asan tsan fuzz)" >&2; exit 2 ;;
   esac
 done
 
@@ -36,6 +38,7 @@ scripts/setup.sh
 run_phase() {
   case $1 in
     normal) ctest --test-dir build --output-on-failure --timeout 300 "${@:2}" ;;
+    noshm) UROCE_SHM=0 ctest --test-dir build --output-on-failure --timeout 300 -L conformance "${@:2}" ;;
     asan | tsan) scripts/sanitize.sh "$1" "${@:2}" ;;
     fuzz)
       if [[ -x scripts/fuzz.sh ]]; then

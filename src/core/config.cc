@@ -29,6 +29,9 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_GSO", "1",
      "1: send bulk traffic as UDP GSO messages and receive with UDP GRO where the kernel has them; 0: one "
      "datagram per packet each way (docs/architecture.md, UDP GSO and GRO)."},
+    {"UROCE_SHM", "1",
+     "1: packets between uroce processes of one host go through shared memory (the same-host path); 0: over "
+     "UDP, so that a capture on the interface sees every packet."},
     {"UROCE_POLL", "block",
      "How the progress thread waits for packets: block, or spin:N to keep polling N microseconds after each "
      "packet (for applications that sleep while traffic flows; costs a core)."},
@@ -60,6 +63,7 @@ Config load() {
   if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_POLL")) {
     if (std::strncmp(v, "spin:", 5) == 0)
       c.progress_spin_us = uint32_t(std::strtoul(v + 5, nullptr, 0));

@@ -25,6 +25,7 @@ struct Config {
   bool icrc_check = true;
   // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).
   bool gso = true;
+  bool shm = true;  // the same-host path (UROCE_SHM)
   // UROCE_POLL=spin:N: the progress thread polls N us after a packet (block: 0).
   uint32_t progress_spin_us = 0;
   // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).

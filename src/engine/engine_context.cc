@@ -11,11 +11,13 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "engine/host_directory.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 #include "transport/fault_injection.h"
+#include "transport/shm_transport.h"
 #include "transport/udp_transport.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
@@ -44,6 +46,10 @@ EngineContext* EngineContext::open(core::Device* dev) {
   cfg.gso = core::config().gso;
   std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
+  auto registry = HostRegistry::open(t->local_port());
+  if (!registry.ok()) LOG_WARN("no host registry (%s): QPs are reachable by LID only", std::strerror(registry.err()));
+  std::unique_ptr<HostDirectory> directory;
+  if (registry.ok() && core::config().shm) t = with_same_host_path(std::move(t), **registry, &directory);
   if (!core::config().fault.empty()) {
     std::string error;
     auto spec = transport::FaultSpec::parse(core::config().fault, &error);
@@ -54,13 +60,28 @@ EngineContext* EngineContext::open(core::Device* dev) {
     }
     if (spec->any()) t = std::make_unique<transport::FaultyTransport>(std::move(t), *spec);
   }
-  auto registry = HostRegistry::open(t->local_port());
-  if (!registry.ok()) LOG_WARN("no host registry (%s): QPs are reachable by LID only", std::strerror(registry.err()));
   EngineContext* e = open_with(dev, std::move(t), false);
   if (!e) return nullptr;
   if (registry.ok()) e->attach_host_registry(std::move(*registry));
+  e->shm_directory_ = std::move(directory);
   e->thread_ = std::thread([e] { e->progress_loop(); });
   return e;
+}
+
+// The same-host path over `t` (transport/shm_transport.h), or `t` itself
+// when its segment cannot be made.
+std::unique_ptr<transport::DatagramTransport> EngineContext::with_same_host_path(
+    std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out) {
+  auto directory = std::make_unique<HostDirectory>(registry);
+  transport::ShmTransport::remove_stale_segments(directory->segment_dir(), directory->segment_prefix());
+  std::unique_ptr<transport::DatagramTransport> back;
+  auto shm = transport::ShmTransport::open(std::move(t), directory->own_segment(), directory.get(), &back);
+  if (!shm) {
+    LOG_WARN("no same-host path (%s): traffic to this host's processes goes over UDP", std::strerror(errno));
+    return back;
+  }
+  *out = std::move(directory);
+  return shm;
 }
 
 EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
@@ -94,11 +115,13 @@ void EngineContext::close() {
 }
 
 void EngineContext::print_stats() const {
+  const auto* shm = dynamic_cast<const transport::ShmTransport*>(transport_.get());
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
                "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, host_port %u, "
-               "slot %u, relayed_out %llu, relayed_in %llu, tx_path %s, rx_path %s\n",
+               "slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, tx_path %s, "
+               "rx_path %s\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -109,6 +132,7 @@ void EngineContext::print_stats() const {
                (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
                transport_->host_port(), registry_ ? registry_->slot() : 0u,
                (unsigned long long)stats.tx_host_relayed.load(), (unsigned long long)stats.rx_host_relayed.load(),
+               (unsigned long long)(shm ? shm->shm_sent() : 0), (unsigned long long)(shm ? shm->shm_received() : 0),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
 }
 

@@ -55,6 +55,7 @@ struct Tombstone {
 };
 
 class HostRegistry;
+class HostDirectory;
 
 class EngineContext : public core::Context {
  public:
@@ -123,6 +124,8 @@ class EngineContext : public core::Context {
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t);
   ~EngineContext();
   void progress_loop();
+  static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
+      std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);
   // One receive turn (caller holds rx_mu_): a burst, then READ responses.
   // True if more is ready to receive or send at once.
   bool receive_turn(size_t* received);
@@ -131,8 +134,10 @@ class EngineContext : public core::Context {
   bool route_to_owner(transport::RxDatagram& d);
   void print_stats() const;
 
-  std::unique_ptr<transport::DatagramTransport> transport_;
+  // Declared before the transport, which uses them until it is destroyed.
   std::unique_ptr<HostRegistry> registry_;
+  std::unique_ptr<HostDirectory> shm_directory_;
+  std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
   // Tombstones by QP number, at most kMaxTombstones, each expiring (see

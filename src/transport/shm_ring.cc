@@ -11,7 +11,6 @@ struct ShmRing::Header {
   uint64_t capacity;
   alignas(64) std::atomic<uint64_t> head;  // producer
   alignas(64) std::atomic<uint64_t> tail;  // consumer
-  alignas(64) std::atomic<uint32_t> consumer_waiting;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shared between processes: the atomics must be lock-free");
@@ -20,7 +19,6 @@ struct ShmRing::RecordHeader {
   uint32_t len;  // bytes after this header; kWrap: skip to the start of the data area
   uint32_t reserved;
   Meta meta;
-  uint32_t pad;
 };
 
 namespace {
@@ -39,7 +37,6 @@ ShmRing ShmRing::create(void* mem, size_t bytes) {
   h->capacity = cap;
   h->head.store(0, std::memory_order_relaxed);
   h->tail.store(0, std::memory_order_relaxed);
-  h->consumer_waiting.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   return ShmRing(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
@@ -78,7 +75,7 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     std::memcpy(at(head_), &marker, sizeof marker);
     head_ += wrap;
   }
-  RecordHeader rh{uint32_t(len), 0, meta, 0};
+  RecordHeader rh{uint32_t(len), 0, meta};
   uint8_t* p = at(head_);
   std::memcpy(p, &rh, sizeof rh);
   p += sizeof rh;
@@ -91,10 +88,6 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
   return true;
 }
 
-bool ShmRing::consumer_waiting() const {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the head store before, the flag after
-  return hdr_ && hdr_->consumer_waiting.load(std::memory_order_relaxed) != 0;
-}
 
 bool ShmRing::peek(Record* r) {
   if (!hdr_ || corrupt_) return false;
@@ -139,14 +132,14 @@ void ShmRing::pop() {
   hdr_->tail.store(tail_, std::memory_order_release);
 }
 
-bool ShmRing::prepare_wait() {
-  if (!hdr_) return true;
-  hdr_->consumer_waiting.store(1, std::memory_order_seq_cst);
-  return hdr_->head.load(std::memory_order_seq_cst) == tail_;
+bool ShmRing::has_records(const void* mem) {
+  const auto* h = static_cast<const Header*>(mem);
+  if (h->magic != kMagic) return false;
+  return h->head.load(std::memory_order_seq_cst) != h->tail.load(std::memory_order_seq_cst);
 }
 
-void ShmRing::end_wait() {
-  if (hdr_) hdr_->consumer_waiting.store(0, std::memory_order_relaxed);
+bool ShmRing::empty_seq_cst() const {
+  return !hdr_ || corrupt_ || hdr_->head.load(std::memory_order_seq_cst) == tail_;
 }
 
 }  // namespace uroce::transport

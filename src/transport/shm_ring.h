@@ -21,9 +21,6 @@
 //   one in shared memory).
 // - Record bytes may still be changed by a misbehaving peer while they are
 //   read: a consumer copies what it must check before it checks it.
-// - consumer_waiting: set (seq_cst) by a consumer about to block, which then
-//   looks at the ring once more; a producer that commits and sees it set wakes
-//   the consumer (by whatever means the user of the ring has).
 // Producer and consumer each need their own lock if several threads use one
 // side.
 #pragma once
@@ -45,6 +42,8 @@ class ShmRing {
     uint32_t dst_ip = 0;
     uint16_t src_port = 0;
     uint16_t dst_port = 0;
+    uint16_t ip_id = 0;  // the IP identification its ICRC was computed with
+    uint16_t reserved = 0;
   };
   struct Record {
     const uint8_t* data = nullptr;  // in shared memory
@@ -69,16 +68,17 @@ class ShmRing {
   // as one record; false when the ring has no room now (or is corrupt, or the
   // record is larger than max_record).
   bool push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts);
-  // Whether the consumer said it is about to block (the producer wakes it).
-  bool consumer_waiting() const;
 
   // Consumer: the oldest record, false when there is none (or the ring is
   // corrupt). `r.data` stays valid until pop().
   bool peek(Record* r);
   void pop();
-  // Consumer about to block: true when it may (nothing arrived meanwhile).
-  bool prepare_wait();
-  void end_wait();
+  // Consumer: whether a record is there (seq_cst: for a consumer that has
+  // just announced it is about to block, see ShmTransport::wait).
+  bool empty_seq_cst() const;
+  // Whether the ring laid out at `mem` holds records, from its shared words
+  // alone (any thread; a hint: a corrupt ring may say yes).
+  static bool has_records(const void* mem);
 
  private:
   struct Header;

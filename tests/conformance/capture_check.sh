@@ -19,6 +19,9 @@
 # Needs root to capture (CI runs as root); otherwise exits 77, which CTest reports as
 # skipped. Keeps cap.pcap and the logs in DIR (default: ./capture_check).
 set -euo pipefail
+# The pairs are processes of one host: without this their packets would take the
+# same-host path (shared memory), which no capture on an interface sees.
+export UROCE_SHM=0
 
 if [[ -z ${CAPTURE_CHECK_NETNS:-} ]]; then
   ((EUID == 0)) || { echo "SKIP: capturing needs root (CI runs as root)"; exit 77; }

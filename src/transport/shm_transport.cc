@@ -1,0 +1,342 @@
+#include "transport/shm_transport.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace uroce::transport {
+
+// The inbound segment: this header, then kRings rings of kRingBytes.
+// `senders` bits are set (seq_cst) by a sender before its first push;
+// `waiting` is set (seq_cst) by the receiver about to block and taken by the
+// first sender that then pushes (which rings the doorbell). Both are only
+// hints: a wrong bit costs a look at an empty ring or a spurious wake-up.
+struct ShmTransport::Segment {
+  uint64_t magic;
+  uint32_t owner_pid;
+  uint32_t reserved;
+  alignas(64) std::atomic<uint64_t> senders[kRings / 64];
+  alignas(64) std::atomic<uint32_t> waiting;
+};
+
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x75726f63'65536567ULL;  // "urocSeg"
+constexpr size_t kSegmentHeader = 4096;
+constexpr size_t kSegmentBytes = kSegmentHeader + ShmTransport::kRings * ShmTransport::kRingBytes;
+constexpr uint8_t kDoorbell = 0xFD;  // a one-byte datagram: wake up, nothing to parse
+constexpr uint32_t kLoopback = 0x7F000001;
+constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plus headers
+constexpr unsigned kInnerEvery = 8;         // while shared memory delivers: ask the socket this often
+constexpr int kFullRingWaitUs = 50;         // then the datagram is dropped (RC retransmits it)
+constexpr auto kRecheck = std::chrono::milliseconds(100);
+constexpr auto kStalled = std::chrono::microseconds(500);
+
+size_t ring_offset(unsigned index) { return kSegmentHeader + size_t(index) * ShmTransport::kRingBytes; }
+
+// Allocates the pages of [offset, offset + len) of the segment file.
+bool reserve_pages(int fd, size_t offset, size_t len) {
+  int e = posix_fallocate(fd, off_t(offset), off_t(len));
+  if (e != 0) errno = e;
+  return e == 0;
+}
+
+std::vector<uint32_t> local_addresses() {
+  std::vector<uint32_t> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next)
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
+      out.push_back(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
+  freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmTransport> ShmTransport::open(std::unique_ptr<DatagramTransport> inner, std::string segment,
+                                                 ShmDirectory* directory,
+                                                 std::unique_ptr<DatagramTransport>* inner_back) {
+  int fd = ::open(segment.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  void* map = MAP_FAILED;
+  // A sparse file: only the pages written here (header, ring headers) are
+  // allocated now, each sender allocates its ring's (reserve_pages). Pages
+  // are allocated before they are touched, so that a full /dev/shm is an
+  // error here rather than a SIGBUS later.
+  if (fd >= 0 && ftruncate(fd, off_t(kSegmentBytes)) == 0 && reserve_pages(fd, 0, kSegmentHeader)) {
+    bool ok = true;
+    for (unsigned i = 0; i < kRings && ok; ++i) ok = reserve_pages(fd, ring_offset(i), ShmRing::kHeaderBytes);
+    if (ok) map = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (map == MAP_FAILED) {
+    if (fd >= 0) ::unlink(segment.c_str());
+    *inner_back = std::move(inner);
+    errno = err ? err : EIO;
+    return nullptr;
+  }
+  auto* seg = new (map) Segment{};
+  seg->owner_pid = uint32_t(getpid());
+  for (unsigned i = 0; i < kRings; ++i) (void)ShmRing::create(static_cast<uint8_t*>(map) + ring_offset(i), kRingBytes);
+  std::atomic_thread_fence(std::memory_order_release);
+  seg->magic = kSegmentMagic;
+  return std::unique_ptr<ShmTransport>(new ShmTransport(std::move(inner), std::move(segment), map, directory));
+}
+
+ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, void* map,
+                           ShmDirectory* directory)
+    : inner_(std::move(inner)),
+      path_(std::move(path)),
+      map_(map),
+      segment_(static_cast<Segment*>(map)),
+      directory_(directory),
+      local_ips_(local_addresses()),
+      in_(kRings),
+      rx_copy_(size_t(64) * kMaxRecord) {}
+
+ShmTransport::~ShmTransport() {
+  ::unlink(path_.c_str());
+  munmap(map_, kSegmentBytes);
+  std::lock_guard lock(out_mu_);
+  for (auto& [port, o] : out_)
+    if (o->map) munmap(o->map, o->map_bytes);
+}
+
+void ShmTransport::remove_stale_segments(const std::string& dir, const std::string& prefix) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    long pid = std::strtol(e->d_name + prefix.size(), nullptr, 10);
+    if (pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + e->d_name).c_str());
+  }
+  closedir(d);
+}
+
+bool ShmTransport::is_local(uint32_t ip) const noexcept {
+  if ((ip >> 24) == 127) return true;
+  return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
+}
+
+// The ring into the receiver at `port` (null: not a local transport).
+// Looked up again every kRecheck, so that a port a new process took over is
+// not fed into its dead predecessor's segment.
+ShmTransport::Outbound* ShmTransport::outbound_for(uint16_t port) noexcept {
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(out_mu_);
+  try {
+    std::unique_ptr<Outbound>& slot = out_[port];
+    if (!slot) slot = std::make_unique<Outbound>();
+    Outbound& o = *slot;
+    if (now < o.checked + kRecheck) return o.ring.valid() ? &o : nullptr;
+    o.checked = now;
+    std::string name;
+    unsigned index = 0;
+    bool found = directory_->lookup(port, &name, &index) && index < kRings;
+    if (found && name == o.segment && o.ring.valid()) return &o;
+    std::lock_guard ring_lock(o.mu);
+    if (o.map) munmap(o.map, o.map_bytes);
+    o.map = nullptr;
+    o.ring = ShmRing();
+    o.segment = found ? name : std::string();
+    if (!found) return nullptr;
+    int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        size_t(st.st_size) != kSegmentBytes) {
+      if (fd >= 0) ::close(fd);
+      return nullptr;
+    }
+    // Only our ring (and the header before it, for the flags), its pages
+    // allocated first (a full /dev/shm: this peer is reached over UDP).
+    void* m = reserve_pages(fd, ring_offset(index), kRingBytes)
+                  ? mmap(nullptr, ring_offset(index) + kRingBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    ::close(fd);
+    if (m == MAP_FAILED) return nullptr;
+    auto* seg = static_cast<Segment*>(m);
+    ShmRing ring = seg->magic == kSegmentMagic
+                       ? ShmRing::attach(static_cast<uint8_t*>(m) + ring_offset(index), kRingBytes)
+                       : ShmRing();
+    if (!ring.valid()) {
+      munmap(m, ring_offset(index) + kRingBytes);
+      return nullptr;
+    }
+    o.map = m;
+    o.map_bytes = ring_offset(index) + kRingBytes;
+    o.ring = ring;
+    o.port = port;
+    o.index = index;
+    seg->senders[index / 64].fetch_or(uint64_t(1) << (index % 64), std::memory_order_seq_cst);
+    return &o;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// Pushes every segment of `d` (one record each); false if the ring stayed
+// full (the rest is dropped).
+bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
+  constexpr unsigned kMaxParts = 16;
+  uint32_t total = 0;
+  for (unsigned i = 0; i < d.iovcnt; ++i) total += uint32_t(d.iov[i].iov_len);
+  uint32_t seg = d.segment_size ? d.segment_size : total;
+  uint32_t src_ip = d.src_ip ? d.src_ip : ((d.dst.ip >> 24) == 127 ? d.dst.ip : kLoopback);
+  unsigned iov = 0;
+  size_t iov_off = 0;
+  std::lock_guard lock(o.mu);
+  if (!o.map || !o.ring.valid()) return false;  // remapped meanwhile: the peer is gone
+  for (uint32_t done = 0, k = 0; done < total || (total == 0 && k == 0); ++k) {
+    uint32_t len = std::min(seg, total - done);
+    const uint8_t* parts[kMaxParts];
+    uint32_t lens[kMaxParts];
+    unsigned n = 0;
+    for (uint32_t left = len; left > 0 && iov < d.iovcnt && n < kMaxParts;) {
+      uint32_t take = uint32_t(std::min<size_t>(left, d.iov[iov].iov_len - iov_off));
+      parts[n] = static_cast<const uint8_t*>(d.iov[iov].iov_base) + iov_off;
+      lens[n++] = take;
+      left -= take;
+      iov_off += take;
+      if (iov_off == d.iov[iov].iov_len) ++iov, iov_off = 0;
+    }
+    ShmRing::Meta meta{src_ip, d.dst.ip, inner_->local_port(), d.dst.port, uint16_t(k), 0};
+    if (!o.ring.push(meta, parts, lens, n) && !push_waiting(o, meta, parts, lens, n)) return false;
+    shm_sent_.fetch_add(1, std::memory_order_relaxed);
+    done += len;
+    if (total == 0) break;
+  }
+  // The receiver may be about to block: the pushed heads before its flag.
+  auto* receiver = static_cast<Segment*>(o.map);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (receiver->waiting.load(std::memory_order_relaxed) && receiver->waiting.exchange(0)) ring_doorbell(o.port);
+  return true;
+}
+
+// The ring is full: wakes the receiver and retries for a short while; then
+// the datagram is lost, as on a congested network (RC retransmits it). Never
+// longer: the sending thread may hold its own engine's receive turn, and the
+// receiver may be waiting for room in a ring this thread would drain.
+bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts,
+                                const uint32_t* lens, unsigned n) noexcept {
+  auto now = std::chrono::steady_clock::now();
+  if (now < o.stalled_until || o.ring.corrupt()) return false;
+  ring_doorbell(o.port);  // the receiver may be asleep with a full ring
+  auto deadline = now + std::chrono::microseconds(kFullRingWaitUs);
+  do {
+    if (o.ring.push(meta, parts, lens, n)) return true;
+  } while (!o.ring.corrupt() && std::chrono::steady_clock::now() < deadline);
+  o.stalled_until = std::chrono::steady_clock::now() + kStalled;
+  full_drops_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void ShmTransport::ring_doorbell(uint16_t port) noexcept {
+  static const uint8_t kBell = kDoorbell;
+  iovec v{const_cast<uint8_t*>(&kBell), 1};
+  TxDatagram bell{Endpoint{kLoopback, port}, kLoopback, 0, 1, &v};
+  inner_->send_burst(std::span(&bell, 1));
+}
+
+size_t ShmTransport::send_burst(std::span<TxDatagram> burst) noexcept {
+  size_t i = 0;
+  while (i < burst.size()) {
+    TxDatagram& d = burst[i];
+    Outbound* o = is_local(d.dst.ip) ? outbound_for(d.dst.port) : nullptr;
+    if (!o) {  // a run of datagrams for the socket
+      size_t j = i + 1;
+      while (j < burst.size() && !(is_local(burst[j].dst.ip) && outbound_for(burst[j].dst.port))) ++j;
+      auto run = burst.subspan(i, j - i);
+      while (!run.empty()) run = run.subspan(std::max<size_t>(inner_->send_burst(run), 1));
+      i = j;
+      continue;
+    }
+    (void)push_datagram(*o, d);
+    ++i;
+  }
+  return burst.size();
+}
+
+size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
+  // Senders that announced themselves since the last look.
+  for (unsigned w = 0; w < kRings / 64; ++w) {
+    uint64_t bits = segment_->senders[w].load(std::memory_order_acquire);
+    for (; bits; bits &= bits - 1) {
+      unsigned index = w * 64 + unsigned(__builtin_ctzll(bits));
+      if (in_[index].valid()) continue;
+      in_[index] = ShmRing::attach(static_cast<uint8_t*>(map_) + ring_offset(index), kRingBytes);
+      if (in_[index].valid()) active_.push_back(index);
+    }
+  }
+  size_t n = 0;
+  size_t cap = std::min(out.size(), rx_copy_.size() / kMaxRecord);
+  bool more = false;
+  for (size_t a = 0; a < active_.size() && n < cap; ++a) {
+    ShmRing& ring = in_[active_[(rotate_ + a) % active_.size()]];
+    ShmRing::Record rec;
+    while (n < cap && ring.peek(&rec)) {
+      RxDatagram& d = out[n];
+      uint8_t* copy = rx_copy_.data() + n * kMaxRecord;
+      d.len = std::min(rec.len, kMaxRecord);
+      std::memcpy(copy, rec.data, d.len);  // ours from here on: the peer cannot change what we check
+      d.data = copy;
+      d.truncated = rec.len > kMaxRecord;
+      d.src = Endpoint{rec.meta.src_ip, rec.meta.src_port};
+      d.dst_ip = rec.meta.dst_ip;
+      d.dst_port = rec.meta.dst_port;
+      d.gso_index = uint8_t(std::min<uint16_t>(rec.meta.ip_id, 255));
+      ring.pop();
+      ++n;
+    }
+    if (n == cap && !ring.empty_seq_cst()) more = true;
+  }
+  rings_ready_.store(more, std::memory_order_relaxed);
+  if (!active_.empty()) ++rotate_;
+  shm_received_ += n;
+  return n;
+}
+
+size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {
+  for (int attempt = 0;; ++attempt) {
+    size_t n = take_from_rings(out);
+    if (n < out.size() && (n == 0 || ++inner_skip_ >= kInnerEvery)) {
+      inner_skip_ = 0;
+      size_t base = n;
+      size_t got = inner_->recv_burst(out.subspan(base), 0);
+      for (size_t i = 0; i < got; ++i) {  // doorbells are not datagrams for the engine
+        const RxDatagram d = out[base + i];
+        if (d.len == 1 && d.data[0] == kDoorbell && d.src.ip == kLoopback) continue;
+        out[n++] = d;
+      }
+    }
+    if (n > 0 || timeout_ms == 0 || attempt > 0) return n;
+    wait(timeout_ms);
+  }
+}
+
+// Any thread: only the segment's shared words are read here (the receiving
+// side's state belongs to the thread with the receive turn).
+void ShmTransport::wait(int timeout_ms) noexcept {
+  segment_->waiting.store(1, std::memory_order_seq_cst);
+  bool ready = rings_ready_.load(std::memory_order_relaxed);
+  for (unsigned w = 0; w < kRings / 64 && !ready; ++w) {
+    uint64_t bits = segment_->senders[w].load(std::memory_order_seq_cst);
+    for (; bits && !ready; bits &= bits - 1) {
+      unsigned index = w * 64 + unsigned(__builtin_ctzll(bits));
+      ready = ShmRing::has_records(static_cast<uint8_t*>(map_) + ring_offset(index));
+    }
+  }
+  if (!ready) inner_->wait(timeout_ms);
+  segment_->waiting.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace uroce::transport

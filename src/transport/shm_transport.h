@@ -1,0 +1,128 @@
+// The same-host path (design §3): datagrams between two transports of one
+// host go through shared memory instead of the kernel's UDP stack.
+//
+// ShmTransport decorates the UDP transport. Each one owns an inbound segment
+// (a /dev/shm file) holding one ShmRing per possible sender; a sender that
+// sends to a local address and to the private port of a live transport of
+// the host (asked of a ShmDirectory, which the engine answers from the host
+// registry) pushes the datagram into its own ring of the receiver's segment.
+// Everything else — other hosts, the host port 4791, a peer without a
+// segment — goes to the inner transport. The datagrams are the same RoCE
+// packets, ICRC included, so the engine above does not know which way a
+// packet came (captures on an interface do not see this path: UROCE_SHM=0).
+//
+// Receiving copies each record out of shared memory before the engine sees
+// it, so a peer that rewrites a record while it is being parsed cannot make
+// a checked header differ from the one used. A full ring is waited on
+// briefly (50 us), then the datagram is dropped, as on a congested network.
+//
+// Waking: a receiver about to block marks its rings (ShmRing::prepare_wait);
+// a sender that pushes into a marked ring sends a one-byte doorbell datagram
+// to the receiver's private port, which the receiver swallows.
+//
+// Threads: send_burst is thread-safe (one mutex per outbound ring); one
+// thread at a time receives (the engine's receive turn).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/datagram.h"
+#include "transport/shm_ring.h"
+
+namespace uroce::transport {
+
+// Who the transports of this host are (implemented above the transport).
+class ShmDirectory {
+ public:
+  virtual ~ShmDirectory() = default;
+  // The segment of the live transport whose private port is `port` and the
+  // ring index this transport sends into, or false when there is none.
+  virtual bool lookup(uint16_t port, std::string* segment, unsigned* ring) noexcept = 0;
+};
+
+class ShmTransport final : public DatagramTransport {
+ public:
+  static constexpr unsigned kRings = 256;         // ring i: from the sender with index i
+  static constexpr size_t kRingBytes = 4u << 20;  // per sender, allocated when it first sends
+
+  // Creates the inbound segment `segment` (a path under /dev/shm) and wraps
+  // `inner`; nullptr + errno when the segment cannot be made (the caller
+  // then keeps `inner`, which is given back through *inner_back).
+  static std::unique_ptr<ShmTransport> open(std::unique_ptr<DatagramTransport> inner, std::string segment,
+                                            ShmDirectory* directory, std::unique_ptr<DatagramTransport>* inner_back);
+  ~ShmTransport() override;  // unlinks the segment
+
+  size_t send_burst(std::span<TxDatagram> burst) noexcept override;
+  size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
+  void wake() noexcept override { inner_->wake(); }
+  void wait(int timeout_ms) noexcept override;
+  uint16_t local_port() const noexcept override { return inner_->local_port(); }
+  uint16_t host_port() const noexcept override { return inner_->host_port(); }
+  unsigned max_gso_segments() const noexcept override { return inner_->max_gso_segments(); }
+  bool gro() const noexcept override { return inner_->gro(); }
+  bool more_ready() const noexcept override {
+    return rings_ready_.load(std::memory_order_relaxed) || inner_->more_ready();
+  }
+
+  uint64_t shm_sent() const { return shm_sent_.load(std::memory_order_relaxed); }
+  uint64_t shm_received() const { return shm_received_; }
+  uint64_t full_drops() const { return full_drops_.load(std::memory_order_relaxed); }
+
+  // Removes inbound segments in `dir` named `prefix`<pid>-… whose process is
+  // gone (left behind by killed processes).
+  static void remove_stale_segments(const std::string& dir, const std::string& prefix);
+
+ private:
+  struct Outbound {
+    std::mutex mu;        // guards the ring's producer side and the mapping
+    void* map = nullptr;  // the receiver's segment, up to the end of our ring
+    size_t map_bytes = 0;
+    ShmRing ring;
+    uint16_t port = 0;
+    unsigned index = 0;
+    std::string segment;  // its path; re-looked-up every kRecheck
+    std::chrono::steady_clock::time_point checked{};
+    // After a push timed out (a receiver that stopped reading, e.g. died),
+    // pushes to a full ring fail at once until then.
+    std::chrono::steady_clock::time_point stalled_until{};
+  };
+  struct Segment;
+
+  ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, void* map, ShmDirectory* directory);
+  bool is_local(uint32_t ip) const noexcept;
+  Outbound* outbound_for(uint16_t port) noexcept;
+  bool push_datagram(Outbound& o, const TxDatagram& d) noexcept;
+  bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,
+                    unsigned n) noexcept;
+  void ring_doorbell(uint16_t port) noexcept;
+  size_t take_from_rings(std::span<RxDatagram> out) noexcept;
+
+  std::unique_ptr<DatagramTransport> inner_;
+  std::string path_;
+  void* map_;  // our inbound segment
+  Segment* segment_;
+  ShmDirectory* directory_;
+  std::vector<uint32_t> local_ips_;
+  // Outbound rings by destination port; the map's lock guards lookups and
+  // insertions, each ring its own pushes.
+  std::mutex out_mu_;
+  std::unordered_map<uint16_t, std::unique_ptr<Outbound>> out_;
+  std::atomic<uint64_t> shm_sent_{0};
+  std::atomic<uint64_t> full_drops_{0};  // datagrams lost to a full ring
+  // Receiver only.
+  std::vector<ShmRing> in_;               // attached inbound rings, by sender index (invalid: not yet)
+  std::vector<uint8_t> rx_copy_;          // records copied out, one slot each
+  std::vector<unsigned> active_;          // sender indexes seen in the segment's bitmap
+  std::atomic<bool> rings_ready_{false};  // a ring had more than the last receive took
+  unsigned rotate_ = 0;                   // which active ring is read first
+  unsigned inner_skip_ = 0;               // receives since the inner transport was last asked
+  uint64_t shm_received_ = 0;
+};
+
+}  // namespace uroce::transport
