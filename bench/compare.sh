@@ -4,7 +4,9 @@
 #
 #   bench/compare.sh            (builds build/ through scripts/setup.sh when it is missing)
 #
-# Where: on loopback (127.0.0.1), then across two network-namespace "hosts" joined by a veth
+# Where: on loopback (127.0.0.1) over UDP (UROCE_SHM=0), on loopback through uroce's same-host
+# path (shared memory, the default between processes of one host), then across two
+# network-namespace "hosts" joined by a veth
 # pair with MTU 9000 (needs root; skipped with a message otherwise). Servers run on CPU 1,
 # clients on CPU 0 (taskset).
 # What:
@@ -36,7 +38,8 @@
 #   OUT              output directory (default bench/out/)
 #   UROCE_GSO        passed through to uroce (UROCE_GSO=0: the sendmmsg/recvmmsg fallback);
 #                    the table's header says which send/receive path uroce reported
-#   NETNS=0          skip the namespace half;  PEERS=0 skip UCX/libfabric;  SWEEP=0 no sweeps
+#   NETNS=0          skip the namespace half;  PEERS=0 skip UCX/libfabric;  SWEEP=0 no sweeps;
+#                    SHM=0 skip the same-host half (the loopback half runs with UROCE_SHM=0)
 #   UDP_SECONDS (2)  UDP_LAT_ITERS (20000)  BW_ITERS_4K (50000)  BW_ITERS_64K (10000)
 #   BW_ITERS_1M (1000)  LAT_ITERS (10000)  PEER_BW_ITERS (UCX, 2000)  PEER_LAT_ITERS (UCX,
 #   20000)  FABRIC_BW_ITERS (500)  FABRIC_LAT_ITERS (10000)  SWEEP_SIZES ("4 16 ... 8388608")
@@ -618,7 +621,7 @@ at_loopback() {
   loc=lo loc_title="loopback: 127.0.0.1, server on CPU 1, client on CPU 0"
   srv_ns='' cli_ns='' srv_addr=127.0.0.1
   S=(taskset -c 1) C=(taskset -c 0)
-  uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
+  uroce_env=(UROCE_MTU=4096 UROCE_SHM=0) mtu_note="UROCE_MTU=4096, UROCE_SHM=0: over UDP"
   ucx_env_s=(UCX_NET_DEVICES=lo) ucx_env_c=(UCX_NET_DEVICES=lo)
   probe_uroce 127.0.0.1
   active_lo_mtu=$active_mtu lo_gid=$gid
@@ -627,6 +630,48 @@ at_loopback() {
   measure_uroce
   measure_peers
   print_location
+}
+
+# The same two processes on loopback with uroce's same-host path (shared memory, the
+# default): beside the UDP path's figures of the loopback half (issue 12).
+at_same_host() {
+  loc=shm loc_title="same host: 127.0.0.1 through shared memory (uroce's default), server on CPU 1, client on CPU 0"
+  srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
+  S=(taskset -c 1) C=(taskset -c 0)
+  uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
+  measure_uroce
+  emit ""
+  emit "== $loc_title =="
+  emit "uroce: GID index $gid, $(paths_used), packets through shared memory: $(same_host_packets)"
+  emit "$(printf '  %-40s %9s %4s | %-51s | %s' "" measured "" reference ratio)"
+  local prog s label
+  for prog in ib_write_bw ib_send_bw ib_read_bw; do
+    for s in 4096 65536 1048576; do
+      case $s in 4096) label="4 KiB" ;; 65536) label="64 KiB" ;; *) label="1 MiB" ;; esac
+      row "$prog $label" "$(get "shm:$prog:$s")" GB/s "the same over UDP (loopback)" "$(get "lo:$prog:$s")" \
+        "$(rexmit_note "shm:$prog:$s")"
+    done
+  done
+  row "ib_write_bw 1 MiB -q 8 (aggregate)" "$(get "shm:ib_write_bw:1048576:-q8")" GB/s "the same over UDP (loopback)" \
+    "$(get "lo:ib_write_bw:1048576:-q8")"
+  for prog in ib_send_lat ib_write_lat ib_read_lat; do
+    label="$prog 64 B t_typical"
+    [[ $prog != ib_read_lat ]] || label+=" (RTT)"
+    row "$label" "$(get "shm:$prog:64")" µs "the same over UDP (loopback)" "$(get "lo:$prog:64")" \
+      "99 %: $(fmt "$(get "shm:$prog:64:p99")" 2) µs"
+  done
+  emit ""
+  emit "Acceptance criteria of issue 11 on this host (the same-host path carries loopback traffic)"
+  target "ib_send_lat 64 B / UDP busy-poll one-way floor" "$(get "shm:ib_send_lat:64")" "$(get "lo:udp_poll:64")" "<=" 1.25
+  target "ib_write_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_write_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
+  target "ib_read_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_read_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
+  emit "Acceptance criteria of issue 12 (absolute)"
+  target "ib_write_bw 1 MiB / 20 GB/s" "$(get "shm:ib_write_bw:1048576")" 20 ">=" 1
+  target "ib_send_lat 64 B / 2 µs" "$(get "shm:ib_send_lat:64")" 2 "<=" 1
+}
+
+same_host_packets() { # packets uroce sent through shared memory (UROCE_STATS) in this location's logs
+  cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'same_host_out [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
 }
 
 at_namespaces() {
@@ -682,6 +727,7 @@ main() {
   emit "uroce: $build ($(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'))"
   emit "GB/s = 1e9 B/s; latencies in µs, one way (RTT/2) except ib_read_lat (a READ's round trip, as perftest reports)"
   at_loopback
+  ((${SHM:-1})) && at_same_host
   if ((${NETNS:-1})); then
     at_namespaces
   else
@@ -690,7 +736,7 @@ main() {
   fi
   # The sweeps run on loopback, like its half of the table.
   loc=sweep S=(taskset -c 1) C=(taskset -c 0) srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
-  uroce_env=(UROCE_MTU=4096) ucx_env_s=(UCX_NET_DEVICES=lo) ucx_env_c=(UCX_NET_DEVICES=lo)
+  uroce_env=(UROCE_MTU=4096 UROCE_SHM=0) ucx_env_s=(UCX_NET_DEVICES=lo) ucx_env_c=(UCX_NET_DEVICES=lo)
   sweep
   emit ""
   emit "Took $((SECONDS - start)) s. Results: $out/ (table.txt, results.csv, sweep_*.csv, *.png, logs/)"
