@@ -32,13 +32,15 @@ ShmRing ShmRing::create(void* mem, size_t bytes) {
   static_assert(sizeof(Header) <= kHeaderBytes);
   static_assert(sizeof(RecordHeader) % kAlign == 0);
   if (!mem || bytes < kHeaderBytes + 4096) return ShmRing();
-  auto* h = new (mem) Header{};
+  // Not constructed over (a placement new would also write `magic` plainly,
+  // which a peer may be reading): the memory is zero or this ring's own.
+  auto* h = static_cast<Header*>(mem);
+  __atomic_store_n(&h->magic, uint64_t(0), __ATOMIC_RELAXED);
   uint32_t cap = uint32_t(std::min<size_t>(bytes - kHeaderBytes, 1u << 30) & ~size_t(kAlign - 1));
   h->capacity = cap;
   h->head.store(0, std::memory_order_relaxed);
   h->tail.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  h->magic = kMagic;
+  __atomic_store_n(&h->magic, kMagic, __ATOMIC_RELEASE);  // last: the ring is laid out
   return ShmRing(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
 }
 
@@ -46,8 +48,7 @@ ShmRing ShmRing::attach(void* mem, size_t bytes) {
   if (!mem || bytes < kHeaderBytes + 4096) return ShmRing();
   auto* h = static_cast<Header*>(mem);
   uint32_t cap = uint32_t(std::min<size_t>(bytes - kHeaderBytes, 1u << 30) & ~size_t(kAlign - 1));
-  if (h->magic != kMagic || h->capacity != cap) return ShmRing();
-  std::atomic_thread_fence(std::memory_order_acquire);
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != kMagic || h->capacity != cap) return ShmRing();
   ShmRing r(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
   r.head_ = h->head.load(std::memory_order_acquire);
   r.tail_ = h->tail.load(std::memory_order_acquire);
@@ -80,6 +81,7 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
   std::memcpy(p, &rh, sizeof rh);
   p += sizeof rh;
   for (unsigned i = 0; i < nparts; ++i) {
+    if (part_lens[i] == 0) continue;  // an empty part may have no address
     std::memcpy(p, parts[i], part_lens[i]);
     p += part_lens[i];
   }
@@ -134,7 +136,7 @@ void ShmRing::pop() {
 
 bool ShmRing::has_records(const void* mem) {
   const auto* h = static_cast<const Header*>(mem);
-  if (h->magic != kMagic) return false;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != kMagic) return false;
   return h->head.load(std::memory_order_seq_cst) != h->tail.load(std::memory_order_seq_cst);
 }
 

@@ -122,6 +122,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> rings_ready_{false};  // a ring had more than the last receive took
   unsigned rotate_ = 0;                   // which active ring is read first
   unsigned inner_skip_ = 0;               // receives since the inner transport was last asked
+  std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
   uint64_t shm_received_ = 0;
 };
 
