@@ -86,7 +86,10 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     p += part_lens[i];
   }
   head_ += need;
-  hdr_->head.store(head_, std::memory_order_release);
+  // seq_cst (not only release): a consumer about to block announces it, then
+  // looks at the head; a producer stores the head, then looks for that
+  // announcement (ShmTransport) — one of the two sees the other.
+  hdr_->head.store(head_, std::memory_order_seq_cst);
   return true;
 }
 

@@ -9,8 +9,10 @@
 // at offset 0.
 //
 // Lock and memory-order contract (like rdma-core's rxe_queue.h):
-// - head (bytes produced) is written only by the producer, with release
-//   after the record is complete; the consumer reads it with acquire.
+// - head (bytes produced) is written only by the producer, with seq_cst
+//   (a release, and ordered before the producer's look at whether the
+//   consumer waits) after the record is complete; the consumer reads it with
+//   acquire.
 // - tail (bytes consumed) is written only by the consumer, with release after
 //   it is done with the record; the producer reads it with acquire.
 // - Neither side trusts the other's words: a head or tail that is not

@@ -64,6 +64,36 @@ std::vector<uint32_t> local_addresses() {
 
 }  // namespace
 
+// A mapping of a segment, unmapped when its last user lets go.
+struct ShmTransport::Mapping {
+  void* addr = nullptr;
+  size_t bytes = 0;
+  Mapping(void* a, size_t b) : addr(a), bytes(b) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { munmap(addr, bytes); }
+};
+
+namespace {
+
+// The inbound segments of this process's own transports: a sender in the same
+// process uses the receiver's mapping rather than a second one, so that both
+// sides' atomics are at one address (which is what a thread sanitizer can
+// see) and no address space is spent twice.
+std::mutex g_own_mu;
+std::unordered_map<std::string, std::weak_ptr<ShmTransport::Mapping>>& own_segments() {
+  static auto* m = new std::unordered_map<std::string, std::weak_ptr<ShmTransport::Mapping>>;
+  return *m;
+}
+
+std::shared_ptr<ShmTransport::Mapping> own_segment(const std::string& path) {
+  std::lock_guard lock(g_own_mu);
+  auto it = own_segments().find(path);
+  return it == own_segments().end() ? nullptr : it->second.lock();
+}
+
+}  // namespace
+
 std::unique_ptr<ShmTransport> ShmTransport::open(std::unique_ptr<DatagramTransport> inner, std::string segment,
                                                  ShmDirectory* directory,
                                                  std::unique_ptr<DatagramTransport>* inner_back) {
@@ -90,15 +120,30 @@ std::unique_ptr<ShmTransport> ShmTransport::open(std::unique_ptr<DatagramTranspo
   seg->owner_pid = uint32_t(getpid());
   for (unsigned i = 0; i < kRings; ++i) (void)ShmRing::create(static_cast<uint8_t*>(map) + ring_offset(i), kRingBytes);
   __atomic_store_n(&seg->magic, kSegmentMagic, __ATOMIC_RELEASE);  // last: the rings are laid out
-  return std::unique_ptr<ShmTransport>(new ShmTransport(std::move(inner), std::move(segment), map, directory));
+  try {
+    auto mapping = std::make_shared<Mapping>(map, kSegmentBytes);
+    {
+      std::lock_guard lock(g_own_mu);
+      own_segments()[segment] = mapping;
+    }
+    return std::unique_ptr<ShmTransport>(
+        new ShmTransport(std::move(inner), std::move(segment), std::move(mapping), directory));
+  } catch (...) {
+    ::unlink(segment.c_str());
+    munmap(map, kSegmentBytes);
+    *inner_back = std::move(inner);
+    errno = ENOMEM;
+    return nullptr;
+  }
 }
 
-ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, void* map,
+ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, std::shared_ptr<Mapping> own,
                            ShmDirectory* directory)
     : inner_(std::move(inner)),
       path_(std::move(path)),
-      map_(map),
-      segment_(static_cast<Segment*>(map)),
+      own_(std::move(own)),
+      map_(own_->addr),
+      segment_(static_cast<Segment*>(map_)),
       directory_(directory),
       local_ips_(local_addresses()),
       in_(kRings),
@@ -106,10 +151,8 @@ ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string
 
 ShmTransport::~ShmTransport() {
   ::unlink(path_.c_str());
-  munmap(map_, kSegmentBytes);
-  std::lock_guard lock(out_mu_);
-  for (auto& [port, o] : out_)
-    if (o->map) munmap(o->map, o->map_bytes);
+  std::lock_guard lock(g_own_mu);
+  own_segments().erase(path_);  // senders of this process that hold it keep it mapped
 }
 
 void ShmTransport::remove_stale_segments(const std::string& dir, const std::string& prefix) {
@@ -145,7 +188,7 @@ ShmTransport::Outbound* ShmTransport::outbound_for(uint16_t port) noexcept {
     bool found = directory_->lookup(port, &name, &index) && index < kRings;
     if (found && name == o.segment && o.ring.valid()) return &o;
     std::lock_guard ring_lock(o.mu);
-    if (o.map) munmap(o.map, o.map_bytes);
+    o.mapping.reset();
     o.map = nullptr;
     o.ring = ShmRing();
     o.segment = found ? name : std::string();
@@ -157,23 +200,25 @@ ShmTransport::Outbound* ShmTransport::outbound_for(uint16_t port) noexcept {
       if (fd >= 0) ::close(fd);
       return nullptr;
     }
-    // Only our ring (and the header before it, for the flags), its pages
-    // allocated first (a full /dev/shm: this peer is reached over UDP).
-    void* m = reserve_pages(fd, ring_offset(index), kRingBytes)
-                  ? mmap(nullptr, ring_offset(index) + kRingBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
-    ::close(fd);
-    if (m == MAP_FAILED) return nullptr;
-    auto* seg = static_cast<Segment*>(m);
-    ShmRing ring = __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == kSegmentMagic
-                       ? ShmRing::attach(static_cast<uint8_t*>(m) + ring_offset(index), kRingBytes)
-                       : ShmRing();
-    if (!ring.valid()) {
-      munmap(m, ring_offset(index) + kRingBytes);
-      return nullptr;
+    // Our ring's pages are allocated first (a full /dev/shm: this peer is
+    // reached over UDP). Then the receiver's own mapping if it is in this
+    // process, else our ring (and the header before it, for the flags).
+    std::shared_ptr<Mapping> mapping;
+    if (reserve_pages(fd, ring_offset(index), kRingBytes)) {
+      mapping = own_segment(name);
+      void* m = mapping ? MAP_FAILED
+                        : mmap(nullptr, ring_offset(index) + kRingBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) mapping = std::make_shared<Mapping>(m, ring_offset(index) + kRingBytes);
     }
-    o.map = m;
-    o.map_bytes = ring_offset(index) + kRingBytes;
+    ::close(fd);
+    if (!mapping) return nullptr;
+    auto* seg = static_cast<Segment*>(mapping->addr);
+    ShmRing ring = __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) == kSegmentMagic
+                       ? ShmRing::attach(static_cast<uint8_t*>(mapping->addr) + ring_offset(index), kRingBytes)
+                       : ShmRing();
+    if (!ring.valid()) return nullptr;
+    o.map = mapping->addr;
+    o.mapping = std::move(mapping);
     o.ring = ring;
     o.port = port;
     o.index = index;
@@ -217,8 +262,9 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
   }
   // The receiver may be about to block: the pushed heads before its flag.
   auto* receiver = static_cast<Segment*>(o.map);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (receiver->waiting.load(std::memory_order_relaxed) && receiver->waiting.exchange(0)) ring_doorbell(o.port);
+  // (ShmRing::push stores the head seq_cst: with this seq_cst load, either
+  // the receiver sees the record or this sees its flag.)
+  if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(o.port);
   return true;
 }
 

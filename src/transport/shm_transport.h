@@ -78,11 +78,13 @@ class ShmTransport final : public DatagramTransport {
   // gone (left behind by killed processes).
   static void remove_stale_segments(const std::string& dir, const std::string& prefix);
 
+  struct Mapping;  // a mapped segment (shm_transport.cc)
+
  private:
   struct Outbound {
-    std::mutex mu;        // guards the ring's producer side and the mapping
-    void* map = nullptr;  // the receiver's segment, up to the end of our ring
-    size_t map_bytes = 0;
+    std::mutex mu;                     // guards the ring's producer side and the mapping
+    std::shared_ptr<Mapping> mapping;  // the receiver's segment, at least up to our ring's end
+    void* map = nullptr;               // mapping's address
     ShmRing ring;
     uint16_t port = 0;
     unsigned index = 0;
@@ -94,7 +96,8 @@ class ShmTransport final : public DatagramTransport {
   };
   struct Segment;
 
-  ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, void* map, ShmDirectory* directory);
+  ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, std::shared_ptr<Mapping> own,
+               ShmDirectory* directory);
   bool is_local(uint32_t ip) const noexcept;
   Outbound* outbound_for(uint16_t port) noexcept;
   bool push_datagram(Outbound& o, const TxDatagram& d) noexcept;
@@ -105,7 +108,8 @@ class ShmTransport final : public DatagramTransport {
 
   std::unique_ptr<DatagramTransport> inner_;
   std::string path_;
-  void* map_;  // our inbound segment
+  std::shared_ptr<Mapping> own_;  // our inbound segment
+  void* map_;
   Segment* segment_;
   ShmDirectory* directory_;
   std::vector<uint32_t> local_ips_;
