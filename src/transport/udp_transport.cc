@@ -317,6 +317,14 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
 
 bool UdpTransport::read_host_socket() noexcept {
   if (host_fd_ < 0) return false;
+  // Also every kHostEvery-th receive whatever the flag says: a receiver that
+  // never waits here (always busy, or a transport above that waits on other
+  // things first) must not leave the host socket unread.
+  constexpr unsigned kHostEvery = 16;
+  if (++host_countdown_ >= kHostEvery) {
+    host_countdown_ = 0;
+    return true;
+  }
   return host_hot_ > 0 || host_ready_.exchange(false, std::memory_order_acq_rel);
 }
 

@@ -69,12 +69,14 @@ class UdpTransport final : public DatagramTransport {
   bool gro_;
   // The host socket (-1: none). Read when a wait() saw it readable
   // (host_ready_, set by any waiting thread) and, while it keeps delivering,
-  // on every receive (host_hot_, receiver only): an idle one costs the
-  // private socket's pollers no system call.
+  // on every receive (host_hot_, receiver only), and every 16th receive in
+  // any case (host_countdown_): an idle one costs a poller one extra system
+  // call in 16 receives, and a receiver that never waits here still reads it.
   int host_fd_;
   uint16_t host_port_;
   std::atomic<bool> host_ready_{false};
   unsigned host_hot_ = 0;
+  unsigned host_countdown_ = 0;  // receives since the host socket was last read regardless (receiver only)
   // Receiver thread only: the buffers, and the messages of the last
   // recvmmsg not yet returned (rx_next_ .. rx_count_).
   std::vector<uint8_t> rx_buffers_;
