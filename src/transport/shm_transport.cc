@@ -38,7 +38,8 @@ constexpr uint32_t kLoopback = 0x7F000001;
 constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plus headers
 constexpr unsigned kInnerEvery = 8;         // while shared memory delivers: ask the socket this often
 constexpr auto kRingsActive = std::chrono::milliseconds(1);
-constexpr int kFullRingWaitUs = 50;  // then the datagram is dropped (RC retransmits it)
+constexpr auto kInnerMaxGap = std::chrono::microseconds(200);  // ... and at least this often
+constexpr int kFullRingWaitUs = 50;                            // then the datagram is dropped (RC retransmits it)
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 constexpr auto kStalled = std::chrono::microseconds(500);
 
@@ -275,7 +276,10 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
 bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts,
                                 const uint32_t* lens, unsigned n) noexcept {
   auto now = std::chrono::steady_clock::now();
-  if (now < o.stalled_until || o.ring.corrupt()) return false;
+  if (now < o.stalled_until || o.ring.corrupt()) {
+    full_drops_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   ring_doorbell(o.port);  // the receiver may be asleep with a full ring
   auto deadline = now + std::chrono::microseconds(kFullRingWaitUs);
   do {
@@ -355,21 +359,37 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
   for (int attempt = 0;; ++attempt) {
     size_t n = take_from_rings(out);
     // While the rings deliver (within the last kRingsActive), the socket is
-    // asked only every kInnerEvery-th time, also when the rings are empty:
-    // a poller then looks at its rings every ~0.1 us instead of once per
-    // system call. Otherwise it is asked whenever the rings had nothing.
+    // asked only every kInnerEvery-th time (and at least every kInnerMaxGap:
+    // under load one receive can take milliseconds), also when the rings are
+    // empty: a poller then looks at its rings every ~0.1 us instead of once
+    // per system call. Otherwise it is asked whenever the rings had nothing,
+    // and always after a wait (which ends early when the socket has
+    // something: skipping it then would only make the next wait end at once
+    // again).
     auto now = std::chrono::steady_clock::now();
     if (n > 0) rings_delivered_ = now;
     bool rings_active = now - rings_delivered_ < kRingsActive;
-    if (n < out.size() && ((n == 0 && !rings_active) || ++inner_skip_ >= kInnerEvery)) {
+    bool waited = inner_due_.exchange(false, std::memory_order_relaxed);
+    bool overdue = now - inner_asked_ >= kInnerMaxGap;
+    if (n < out.size() && (waited || overdue || (n == 0 && !rings_active) || ++inner_skip_ >= kInnerEvery)) {
       inner_skip_ = 0;
+      inner_asked_ = now;
       size_t base = n;
       size_t got = inner_->recv_burst(out.subspan(base), 0);
+      bool doorbell = false;
       for (size_t i = 0; i < got; ++i) {  // doorbells are not datagrams for the engine
         const RxDatagram d = out[base + i];
-        if (d.len == 1 && d.data[0] == kDoorbell && d.src.ip == kLoopback) continue;
+        if (d.len == 1 && d.data[0] == kDoorbell && d.src.ip == kLoopback) {
+          doorbell = true;
+          continue;
+        }
         out[n++] = d;
       }
+      // A doorbell rung for a thread now blocked in wait() (which took the
+      // segment's waiting word) and swallowed here, by the thread with the
+      // receive turn, would leave that thread asleep while records pile up:
+      // no sender rings again until it waits anew. Pass the wake-up on.
+      if (doorbell && waiter_blocked_.load(std::memory_order_seq_cst)) inner_->wake();
     }
     if (n > 0 || timeout_ms == 0 || attempt > 0) return n;
     wait(timeout_ms);
@@ -379,6 +399,7 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
 // Any thread: only the segment's shared words are read here (the receiving
 // side's state belongs to the thread with the receive turn).
 void ShmTransport::wait(int timeout_ms) noexcept {
+  waiter_blocked_.store(true, std::memory_order_seq_cst);
   segment_->waiting.store(1, std::memory_order_seq_cst);
   bool ready = rings_ready_.load(std::memory_order_relaxed);
   for (unsigned w = 0; w < kRings / 64 && !ready; ++w) {
@@ -390,6 +411,8 @@ void ShmTransport::wait(int timeout_ms) noexcept {
   }
   if (!ready) inner_->wait(timeout_ms);
   segment_->waiting.store(0, std::memory_order_relaxed);
+  waiter_blocked_.store(false, std::memory_order_relaxed);
+  inner_due_.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace uroce::transport

@@ -16,12 +16,16 @@
 // a checked header differ from the one used. A full ring is waited on
 // briefly (50 us), then the datagram is dropped, as on a congested network.
 //
-// Waking: a receiver about to block marks its rings (ShmRing::prepare_wait);
-// a sender that pushes into a marked ring sends a one-byte doorbell datagram
-// to the receiver's private port, which the receiver swallows.
+// Waking: a receiver about to block sets its segment's waiting word; a
+// sender that pushed and takes that word sends a one-byte doorbell datagram
+// to the receiver's private port, which the receiver swallows. The thread
+// that swallows it may be another one than the sleeper (the engine's progress
+// thread waits without the receive turn, a CQ poller receives meanwhile):
+// that one passes the wake-up on (wake()).
 //
 // Threads: send_burst is thread-safe (one mutex per outbound ring); one
-// thread at a time receives (the engine's receive turn).
+// thread at a time receives (the engine's receive turn); one thread at a time
+// waits (the progress thread), also while another receives.
 #pragma once
 
 #include <atomic>
@@ -120,12 +124,15 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<uint64_t> shm_sent_{0};
   std::atomic<uint64_t> full_drops_{0};  // datagrams lost to a full ring
   // Receiver only.
-  std::vector<ShmRing> in_;               // attached inbound rings, by sender index (invalid: not yet)
-  std::vector<uint8_t> rx_copy_;          // records copied out, one slot each
-  std::vector<unsigned> active_;          // sender indexes seen in the segment's bitmap
-  std::atomic<bool> rings_ready_{false};  // a ring had more than the last receive took
-  unsigned rotate_ = 0;                   // which active ring is read first
-  unsigned inner_skip_ = 0;               // receives since the inner transport was last asked
+  std::vector<ShmRing> in_;                              // attached inbound rings, by sender index (invalid: not yet)
+  std::vector<uint8_t> rx_copy_;                         // records copied out, one slot each
+  std::vector<unsigned> active_;                         // sender indexes seen in the segment's bitmap
+  std::atomic<bool> rings_ready_{false};                 // a ring had more than the last receive took
+  std::atomic<bool> waiter_blocked_{false};              // a thread is in wait()
+  std::atomic<bool> inner_due_{false};                   // a wait ended since the socket was last asked
+  unsigned rotate_ = 0;                                  // which active ring is read first
+  unsigned inner_skip_ = 0;                              // receives since the inner transport was last asked
+  std::chrono::steady_clock::time_point inner_asked_{};  // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
   uint64_t shm_received_ = 0;
 };

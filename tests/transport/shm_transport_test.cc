@@ -1,15 +1,19 @@
 // ShmTransport: datagrams to a local transport of the host go through its
 // shared-memory segment (whole, with their addressing; GSO messages as one
 // record per segment, each with its place), others through the socket; a
-// receiver asleep in recv_burst is woken by the doorbell; a scribbled ring
+// receiver asleep in recv_burst is woken by the doorbell, also when another
+// thread swallowed it; a scribbled ring
 // loses datagrams, never the process.
 #include "transport/shm_transport.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -146,6 +150,93 @@ TEST_F(ShmTransportTest, SleepingReceiverIsWokenByTheDoorbell) {
   EXPECT_EQ(rx[0].len, 20u);
   // Woken by the doorbell, not by the 5 s timeout (a generous bound: no timing claim).
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+// A UDP transport whose wait() first stops at a gate the test opens: the
+// moment between a waiter taking the segment's waiting word and its poll.
+class GatedUdp : public DatagramTransport {
+ public:
+  GatedUdp() : inner_(udp()) {}
+  size_t send_burst(std::span<TxDatagram> burst) noexcept override { return inner_->send_burst(burst); }
+  size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override {
+    size_t n = inner_->recv_burst(out, timeout_ms);
+    for (size_t i = 0; i < n; ++i) doorbells += out[i].len == 1;
+    return n;
+  }
+  void wake() noexcept override { inner_->wake(); }
+  void wait(int timeout_ms) noexcept override {
+    in_gate = true;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    lock.unlock();
+    inner_->wait(timeout_ms);
+  }
+  void open_gate() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  uint16_t local_port() const noexcept override { return inner_->local_port(); }
+  std::atomic<bool> in_gate{false};
+  std::atomic<unsigned> doorbells{0};  // one-byte datagrams the socket delivered
+
+ private:
+  std::unique_ptr<DatagramTransport> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Spins (bounded: 5 s) until `done`.
+template <typename F>
+bool eventually(F done) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// The engine's progress thread waits without the receive turn, and a CQ
+// poller receives meanwhile. Receive: a datagram pushed while the waiter is
+// on its way to its poll; the poller takes it and swallows its doorbell.
+// Expect: the waiter's poll still ends at once (woken, not by its 5 s
+// timeout): no later sender rings again until it has waited anew.
+TEST_F(ShmTransportTest, DoorbellSwallowedByAnotherThreadStillWakesTheWaiter) {
+  auto gated = std::make_unique<GatedUdp>();
+  GatedUdp* gate = gated.get();
+  Directory dir;
+  std::string segment = "/dev/shm/uroce-shm-transport-test-" + std::to_string(getpid()) + "-gated";
+  std::unique_ptr<DatagramTransport> back;
+  auto r = ShmTransport::open(std::move(gated), segment, &dir, &back);
+  ASSERT_NE(r, nullptr);
+  nodes[0].dir.peers.push_back({r->local_port(), segment});
+
+  std::chrono::steady_clock::time_point opened, woke;
+  std::thread waiter([&] {
+    r->wait(5000);
+    woke = std::chrono::steady_clock::now();
+  });
+  ASSERT_TRUE(eventually([&] { return gate->in_gate.load(); }));
+  std::vector<uint8_t> a(20, 0x44);
+  iovec v{a.data(), a.size()};
+  TxDatagram d{Endpoint{kLoopback, r->local_port()}, kLoopback, 0, 1, &v};
+  ASSERT_EQ(nodes[0].t->send_burst(std::span(&d, 1)), 1u);
+  ASSERT_EQ(nodes[0].t->shm_sent(), 1u);
+  // The poller: receives the datagram and, asking the socket too, the doorbell.
+  std::vector<RxDatagram> rx(4);
+  size_t got = 0;
+  EXPECT_TRUE(eventually([&] {
+    got += r->recv_burst(rx, 0);
+    return got >= 1 && gate->doorbells.load() >= 1;
+  }));
+  EXPECT_EQ(got, 1u);  // the datagram; the doorbell was swallowed
+  opened = std::chrono::steady_clock::now();
+  gate->open_gate();
+  waiter.join();
+  // Woken, not timed out (a generous bound: no timing claim).
+  EXPECT_LT(woke - opened, std::chrono::seconds(4));
 }
 
 // A peer scribbles over the ring it shares with us: the datagrams in it are
