@@ -317,15 +317,21 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
 
 bool UdpTransport::read_host_socket() noexcept {
   if (host_fd_ < 0) return false;
-  // Also every kHostEvery-th receive whatever the flag says: a receiver that
-  // never waits here (always busy, or a transport above that waits on other
-  // things first) must not leave the host socket unread.
+  // Also every kHostEvery-th receive and after kHostMaxGap whatever the flag
+  // says: a receiver that never waits here (always busy, or a transport above
+  // that waits on other things first) must not leave the host socket unread.
+  // (Counting alone is not enough: under load one receive can take
+  // milliseconds, and 4791 datagrams then waited seconds.)
   constexpr unsigned kHostEvery = 16;
-  if (++host_countdown_ >= kHostEvery) {
+  constexpr auto kHostMaxGap = std::chrono::microseconds(200);
+  auto now = std::chrono::steady_clock::now();
+  bool due = ++host_countdown_ >= kHostEvery || now - host_read_at_ >= kHostMaxGap;
+  if (due || host_hot_ > 0 || host_ready_.exchange(false, std::memory_order_acq_rel)) {
     host_countdown_ = 0;
+    host_read_at_ = now;
     return true;
   }
-  return host_hot_ > 0 || host_ready_.exchange(false, std::memory_order_acq_rel);
+  return false;
 }
 
 size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -69,14 +70,18 @@ class UdpTransport final : public DatagramTransport {
   bool gro_;
   // The host socket (-1: none). Read when a wait() saw it readable
   // (host_ready_, set by any waiting thread) and, while it keeps delivering,
-  // on every receive (host_hot_, receiver only), and every 16th receive in
-  // any case (host_countdown_): an idle one costs a poller one extra system
-  // call in 16 receives, and a receiver that never waits here still reads it.
+  // on every receive (host_hot_, receiver only), and in any case every 16th
+  // receive (host_countdown_) and once kHostMaxGap has passed since it was
+  // last read (host_read_at_): an idle one costs a poller one extra system
+  // call in 16 receives, and a receiver that never waits here (always busy,
+  // or a transport above that waits on other things first) still reads it
+  // within a bounded time, however long its receives take.
   int host_fd_;
   uint16_t host_port_;
   std::atomic<bool> host_ready_{false};
   unsigned host_hot_ = 0;
   unsigned host_countdown_ = 0;  // receives since the host socket was last read regardless (receiver only)
+  std::chrono::steady_clock::time_point host_read_at_{};  // receiver only
   // Receiver thread only: the buffers, and the messages of the last
   // recvmmsg not yet returned (rx_next_ .. rx_count_).
   std::vector<uint8_t> rx_buffers_;
