@@ -119,9 +119,9 @@ void EngineContext::print_stats() const {
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, host_port %u, "
-               "slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, tx_path %s, "
-               "rx_path %s\n",
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
+               "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
+               "same_host_full_drops %llu, tx_path %s, rx_path %s\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -130,9 +130,10 @@ void EngineContext::print_stats() const {
                (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
                (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
                (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
-               transport_->host_port(), registry_ ? registry_->slot() : 0u,
-               (unsigned long long)stats.tx_host_relayed.load(), (unsigned long long)stats.rx_host_relayed.load(),
-               (unsigned long long)(shm ? shm->shm_sent() : 0), (unsigned long long)(shm ? shm->shm_received() : 0),
+               (unsigned long long)stats.rx_no_recv_wqe.load(), transport_->host_port(),
+               registry_ ? registry_->slot() : 0u, (unsigned long long)stats.tx_host_relayed.load(),
+               (unsigned long long)stats.rx_host_relayed.load(), (unsigned long long)(shm ? shm->shm_sent() : 0),
+               (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
 }
 

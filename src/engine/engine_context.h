@@ -36,6 +36,7 @@ struct Stats {
   std::atomic<uint64_t> tx_xrc_relayed{0};      // XRC requests passed to the SRQ's owner
   std::atomic<uint64_t> rx_bad_path{0};         // RC/UC/XRC packets not from the connected path
   std::atomic<uint64_t> rx_ghost{0};            // responses for PSNs not outstanding
+  std::atomic<uint64_t> rx_no_recv_wqe{0};      // UD/UC messages dropped: no receive WQE posted
   std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host_relay.h)
   std::atomic<uint64_t> rx_host_relayed{0};     // packets another engine passed to us
 };

@@ -317,7 +317,11 @@ bool take_from_srq(EngineQp& qp) {
 RespState check_resource(Request& r) {
   if ((r.flags & wire::kOpRwqe) && !r.qp.resp.have_rwqe) {
     bool got = r.qp.srq ? take_from_srq(r.qp) : !r.qp.rq.empty();
-    if (!got) return is_rc(r.qp) ? RespState::kErrRnr : RespState::kDrop;
+    if (!got && is_rc(r.qp)) return RespState::kErrRnr;
+    if (!got) {  // UD, UC: the message is lost (only RC answers RNR)
+      r.qp.engine()->stats.rx_no_recv_wqe.fetch_add(1, std::memory_order_relaxed);
+      return RespState::kDrop;
+    }
     r.qp.resp.have_rwqe = true;
     r.qp.resp.recv_offset = 0;
   }

@@ -23,7 +23,8 @@
 #
 # Needs root and iproute2 (CI runs as root); exits 77 (skipped) otherwise. Every process
 # started is killed when the script exits; every wait is bounded by --timeout (default 60,
-# times UROCE_TIMEOUT_SCALE). Logs: OUTDIR/gid_qpn.<dlid>[.kill].pI.log.
+# times UROCE_TIMEOUT_SCALE), and each process's waits by 5 s times UROCE_TIMEOUT_SCALE.
+# Logs: OUTDIR/gid_qpn.<dlid>[.kill].pI.log.
 set -euo pipefail
 
 launcher='' program='' dlid=lid subnet=74 iters='' kill_restart=0 outdir=. timeout_s=60
@@ -45,6 +46,7 @@ done
 { [[ $subnet =~ ^[0-9]+$ ]] && ((subnet <= 255)); } || die "--subnet must be 0-255"
 [[ ${UROCE_TIMEOUT_SCALE:-1} =~ ^[1-9][0-9]*$ ]] || die "UROCE_TIMEOUT_SCALE must be a positive whole number"
 timeout_s=$((timeout_s * ${UROCE_TIMEOUT_SCALE:-1}))
+wait_ms=$((5000 * ${UROCE_TIMEOUT_SCALE:-1})) # each process's limit of one wait (--timeout-ms)
 
 if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
   echo "run_gid_qpn: needs root and iproute2: skipped"; exit 77
@@ -111,7 +113,7 @@ fail() {
 # both exec, so $! is the program's own pid.
 start() {
   local i=$1 j args
-  args=(--name "p$i" --dlid "$dlid" --iters "$iters" --deadline-s "$timeout_s" "${pace[@]}")
+  args=(--name "p$i" --dlid "$dlid" --iters "$iters" --deadline-s "$timeout_s" --timeout-ms "$wait_ms" "${pace[@]}")
   ((i > 0)) && args+=(--server --port $((18780 + i)) --peers "$i" "${max_lost[@]}")
   for ((j = i + 1; j < 6; j++)); do args+=(--connect "$(ip_of "$j"):$((18780 + j))"); done
   ip netns exec "$(ns_of "$i")" "$launcher" run -- "$program" "${args[@]}" >"$(log_of "$i" "${2:-}")" 2>&1 &
