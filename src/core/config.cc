@@ -32,6 +32,10 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_SHM", "1",
      "1: packets between uroce processes of one host go through shared memory (the same-host path); 0: over "
      "UDP, so that a capture on the interface sees every packet."},
+    {"UROCE_SHM_DIRECT", "1",
+     "1: RDMA WRITE and READ between RC/UC QPs of one host are copied directly between the two processes' "
+     "registered memory (process_vm_writev/readv) when the kernel allows it; 0: they go as packets through "
+     "the same-host path (docs/architecture.md, direct placement). Off when UROCE_SHM=0 or UROCE_FAULT is set."},
     {"UROCE_POLL", "block",
      "How the progress thread waits for packets: block, or spin:N to keep polling N microseconds after each "
      "packet (for applications that sleep while traffic flows; costs a core)."},
@@ -64,6 +68,7 @@ Config load() {
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_SHM_DIRECT")) c.shm_direct = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_POLL")) {
     if (std::strncmp(v, "spin:", 5) == 0)
       c.progress_spin_us = uint32_t(std::strtoul(v + 5, nullptr, 0));

@@ -25,7 +25,8 @@ struct Config {
   bool icrc_check = true;
   // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).
   bool gso = true;
-  bool shm = true;  // the same-host path (UROCE_SHM)
+  bool shm = true;         // the same-host path (UROCE_SHM)
+  bool shm_direct = true;  // same-host direct placement of WRITE/READ (UROCE_SHM_DIRECT)
   // UROCE_POLL=spin:N: the progress thread polls N us after a packet (block: 0).
   uint32_t progress_spin_us = 0;
   // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).

@@ -104,7 +104,16 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   mr->ibmr.rkey = key;
   slots_[index] = mr;
   pd->users.fetch_add(1);
+  if (observer_) observer_->mr_added(*mr);
   return mr;
+}
+
+void MrTable::set_observer(MrObserver* observer) {
+  std::unique_lock lock(mu_);
+  observer_ = observer;
+  if (!observer_) return;
+  for (const Mr* mr : slots_)
+    if (mr && !mr->is_window) observer_->mr_added(*mr);
 }
 
 Result<Mr*> MrTable::add_window(Pd* pd, ibv_mw_type type) {
@@ -186,6 +195,7 @@ int MrTable::remove(Mr* mr) {
     if (index >= slots_.size() || slots_[index] != mr) return EINVAL;
     if (mr->windows > 0) return EBUSY;  // windows are bound to it
     if (mr->is_window) unbind_locked(mr);
+    if (observer_ && !mr->is_window) observer_->mr_removing(*mr);
     slots_[index] = nullptr;
     variants_[index] = uint8_t(mr->ibmr.lkey);  // a window's bind may have changed it
     --(mr->is_window ? windows_ : mrs_);

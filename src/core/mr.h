@@ -59,6 +59,19 @@ enum class KeyCheck : uint8_t {
   kNoPermission,  // access flag missing
 };
 
+// Told of every MR (not window) that becomes valid or is about to stop
+// being valid, under the table's exclusive lock: the same-host placement
+// window (engine/direct_placement.h) publishes MRs to other processes, and
+// mr_removing returns only once none of them can still write through it.
+class MrObserver {
+ public:
+  virtual void mr_added(const Mr& mr) noexcept = 0;
+  virtual void mr_removing(const Mr& mr) noexcept = 0;
+
+ protected:
+  ~MrObserver() = default;
+};
+
 // Access flags uroce accepts on registration.
 inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                              IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
@@ -143,6 +156,9 @@ class MrTable {
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
   KeyCheck check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
                         const Mr** out) const;
+  // Sets (or, with null, clears) the observer; told of the MRs already
+  // registered at once.
+  void set_observer(MrObserver* observer);
 
  private:
   // A free slot and a fresh key for it (ENOMEM at the MR or window limit).
@@ -151,6 +167,7 @@ class MrTable {
   void unbind_locked(Mr* mw);
 
   mutable std::shared_mutex mu_;
+  MrObserver* observer_ = nullptr;
   std::vector<Mr*> slots_{nullptr};   // slot 0 unused: key 0 is never valid
   std::vector<uint8_t> variants_{0};  // last key variant of each slot
   std::vector<uint32_t> free_;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "core/container_of.h"
 
@@ -14,10 +15,17 @@ class Context;
 
 struct Pd {
   ibv_pd ibpd{};  // ABI object
+  // Unique in the process (a PD's identity in the same-host placement
+  // window, engine/direct_placement.h, where pointers mean nothing).
+  uint32_t id = next_id();
   Context* ctx = nullptr;
   std::atomic<int> users{0};  // MRs, QPs, AHs, SRQs using this PD
 
   static Pd* from(ibv_pd* p) { return UROCE_CONTAINER_OF(p, Pd, ibpd); }
+  static uint32_t next_id() {
+    static std::atomic<uint32_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 };
 
 }  // namespace uroce::core

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "engine/host_directory.h"
+#include "engine/direct_placement.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
 #include "engine/roles.h"
@@ -64,6 +65,8 @@ EngineContext* EngineContext::open(core::Device* dev) {
   if (!e) return nullptr;
   if (registry.ok()) e->attach_host_registry(std::move(*registry));
   e->shm_directory_ = std::move(directory);
+  if (e->shm_directory_ && core::config().shm_direct && core::config().fault.empty() && !e->start_placement())
+    LOG_INFO("no same-host direct placement (%s): WRITE and READ go as packets", std::strerror(errno));
   e->thread_ = std::thread([e] { e->progress_loop(); });
   return e;
 }
@@ -101,6 +104,7 @@ void EngineContext::close() {
   stop_.store(true);
   transport_->wake();
   if (thread_.joinable()) thread_.join();
+  if (placement_) mrs.set_observer(nullptr);
   if (core::config().stats_at_exit) print_stats();
   if (auto* f = dynamic_cast<transport::FaultyTransport*>(transport_.get())) {
     const auto& c = f->counters();
@@ -135,9 +139,26 @@ void EngineContext::print_stats() const {
                (unsigned long long)stats.rx_host_relayed.load(), (unsigned long long)(shm ? shm->shm_sent() : 0),
                (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
+  if (placement_)
+    std::fprintf(stderr, "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
+                 "placement_declined %llu\n",
+                 device->ibdev.name, lid(), (unsigned long long)placement_->placed_writes(),
+                 (unsigned long long)placement_->placed_reads(), (unsigned long long)placement_->placed_bytes(),
+                 (unsigned long long)placement_->declined());
 }
 
 void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) { registry_ = std::move(r); }
+
+bool EngineContext::start_placement() {
+  if (!registry_) {
+    errno = ENOENT;
+    return false;
+  }
+  placement_ = DirectPlacement::open(*registry_);
+  if (!placement_) return false;
+  mrs.set_observer(placement_.get());
+  return true;
+}
 
 // QP numbers are random, so that a blind sender cannot guess them: the low
 // 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
@@ -159,6 +180,7 @@ void EngineContext::register_qp(EngineQp* qp) {
 }
 
 void EngineContext::unregister_qp(EngineQp* qp) {
+  if (placement_) placement_->withdraw_qp(qp->qp_num());
   // The progress thread holds qps_mu_ shared for a whole burst, so taking it
   // exclusively also waits for any use of `qp` to finish.
   std::unique_lock lock(qps_mu_);

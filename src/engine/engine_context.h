@@ -57,6 +57,7 @@ struct Tombstone {
 
 class HostRegistry;
 class HostDirectory;
+class DirectPlacement;
 
 class EngineContext : public core::Context {
  public:
@@ -74,6 +75,10 @@ class EngineContext : public core::Context {
   HostRegistry* host_registry() { return registry_.get(); }
   // Gives the engine its slot (open(), or tests before any QP exists).
   void attach_host_registry(std::unique_ptr<HostRegistry> r);
+  // Same-host direct placement (direct_placement.h), or null when off.
+  DirectPlacement* placement() { return placement_.get(); }
+  // Starts it (open(), or tests with a registry attached and no MR yet); false + errno if it cannot.
+  bool start_placement();
   Stats stats;
 
   // QP numbers and routing.
@@ -138,6 +143,7 @@ class EngineContext : public core::Context {
   // Declared before the transport, which uses them until it is destroyed.
   std::unique_ptr<HostRegistry> registry_;
   std::unique_ptr<HostDirectory> shm_directory_;
+  std::unique_ptr<DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;

@@ -4,6 +4,7 @@
 #include "core/cq.h"
 #include "core/device.h"
 #include "core/srq.h"
+#include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
@@ -35,6 +36,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   }
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
+  if (DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this);
   if (after == before) {
     if (xrc) xrc_target_publish(*this, false);
     return 0;
@@ -87,6 +89,7 @@ void EngineQp::enter_error() {
   attr.qp_state = IBV_QPS_ERR;
   attr.cur_qp_state = IBV_QPS_ERR;
   ibqp.qp_base.state = IBV_QPS_ERR;
+  if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   timers.retransmit_armed = false;
   flush_send_queue();
   flush_recv_queue();

@@ -6,9 +6,13 @@
 // earlier READs, or while an RNR NAK's timer runs. The completer moves it
 // back (requester_rewind) for go-back-N retransmission.
 #include <endian.h>
+#include <sys/uio.h>
+
+#include <array>
 
 #include "core/context.h"
 #include "core/cq.h"
+#include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/psn.h"
@@ -194,6 +198,37 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
   qp.enter_error();
 }
 
+// Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
+// whose predecessors have all completed and with nothing in flight: copied
+// now, completed now, occupying no PSN. False: send it as packets.
+bool try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+  DirectPlacement* dp = qp.engine()->placement();
+  if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return false;
+  bool read = w.opcode == IBV_WR_RDMA_READ;
+  if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0 || index != qp.sq.retired) return false;
+  if (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn) return false;
+  std::array<iovec, core::kMaxSge> local;
+  unsigned n = 0;
+  if (w.is_inline) {
+    local[n++] = iovec{qp.sq.inline_buf(index), w.length};
+  } else {
+    const core::Sge* sge = qp.sq.sges(index);
+    for (uint16_t i = 0; i < w.num_sge && n < local.size(); ++i)
+      if (sge[i].length) local[n++] = iovec{reinterpret_cast<void*>(sge[i].addr), sge[i].length};
+  }
+  if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
+  DirectPlacement::Op op{qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr,
+                         w.length, local.data(), n, read};
+  if (!dp->place(op)) return false;
+  w.started = true;
+  w.first_psn = w.last_psn = wire::psn_add(qp.req.psn, wire::kPsnMask);  // occupies no PSN
+  ++qp.req.index;
+  qp.req.offset = 0;
+  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+  retire_send_wqes(qp);
+  return true;
+}
+
 bool is_local_op(const core::SendWqe& w) { return w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV; }
 
 // Memory-window bind and local invalidate execute in send-queue order and
@@ -284,6 +319,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
         fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
         break;
       }
+      if (try_place(qp, index, w, tx)) continue;
       w.started = true;
       w.first_psn = qp.req.psn;
       w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);

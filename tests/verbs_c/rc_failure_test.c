@@ -177,12 +177,15 @@ static void case_peer_death(void) {
   struct ibv_mr* mr = ibv_reg_mr(a.pd, src, DEATH_MSG, IBV_ACCESS_LOCAL_WRITE);
   if (!src || !mr) exit(1);
 
-  /* Keep DEATH_DEPTH WRITEs in flight; kill B after 64 have completed. */
-  uint64_t posted = 0, succeeded = 0, flushed = 0, retry_exc = 0, other = 0;
+  /* Keep DEATH_DEPTH WRITEs in flight; kill B after 64 have completed, then post DEATH_DEPTH
+   * more (same-host direct placement completes a WRITE as it is posted, so none may be in
+   * flight at the kill: these are, since placement into a dead process is declined). */
+  uint64_t posted = 0, succeeded = 0, flushed = 0, retry_exc = 0, other = 0, posted_at_kill = 0;
   double killed_at = 0, failed_at = 0;
   int alive = 1;
   while (posted < 100000) {
-    while (posted - succeeded - flushed - retry_exc - other < DEATH_DEPTH && !retry_exc && alive) {
+    while (posted - succeeded - flushed - retry_exc - other < DEATH_DEPTH && !retry_exc &&
+           (alive || posted - posted_at_kill < DEATH_DEPTH)) {
       struct ibv_sge sge = {(uintptr_t)src, DEATH_MSG, mr->lkey};
       struct ibv_send_wr wr, *bad = NULL;
       memset(&wr, 0, sizeof wr);
@@ -201,6 +204,8 @@ static void case_peer_death(void) {
       waitpid(child, NULL, 0);
       killed_at = vp_now_ms();
       alive = 0;
+      posted_at_kill = posted;
+      continue; /* post the WRITEs that meet the dead peer */
     }
     if (posted == succeeded + flushed + retry_exc + other && !alive) break;
     struct ibv_wc wc;

@@ -1,0 +1,119 @@
+// Same-host direct placement (issue 12, "the same-host path"): an RDMA WRITE
+// or READ between two RC/UC QPs of one host is carried out by the
+// requester's thread with one process_vm_writev/readv between the two
+// processes' registered memory — no packets, no target thread, one copy.
+//
+// Each engine publishes a placement window: a file next to the host registry
+// (<registry>.place.<pid>.<slot>, mode 0600) holding its valid MRs (key, PD,
+// iova, address, length, access) and its QPs that accept requests (RTR/RTS:
+// QPN, connected QPN, PD, access flags). A requester looks the target up in
+// that window and applies the responder's checks (C9-88 ff.: QP state and
+// access flags, R_Key, PD, bounds, MR access) before it copies; anything it
+// cannot place for sure (a window, an unknown key, a failed check, a partial
+// copy, a target it may not ptrace) goes as packets instead, so every error is
+// still reported by the target's responder with the IBA status.
+//
+// Ordering: a WQE is placed only when every earlier WQE of its QP has
+// completed (acknowledged, so executed by the responder) and nothing is in
+// flight; a placed WQE occupies no PSN. So placement never overtakes a
+// message the responder has not executed, and later messages follow it.
+//
+// Revocation (the MR lifetime rule across processes). Every engine that
+// places into a window counts itself busy in the window's word for its slot
+// (seq_cst) before it reads an entry, and idle after the copy; the window's
+// owner clears an entry (seq_cst) and then waits until every live slot's
+// word is zero before it deregisters, destroys or changes the state of a QP.
+// One of the two sees the other. A placing process that dies leaves its
+// word set: the owner skips slots whose owner is gone (host registry), and a
+// slot's next owner resets its word when it first maps the window. The wait
+// is bounded (kRevokeWait): a process of the same user that stops inside a
+// copy could also ptrace us.
+//
+// Needs: the peer process may be ptraced by us (same user and dumpable, or
+// CAP_SYS_PTRACE; Yama's ptrace_scope 0, or root). Where the kernel refuses
+// (EPERM), that peer is reached by packets. UROCE_SHM=0 and fault injection
+// turn placement off.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/mr.h"
+#include "engine/host_registry.h"
+
+namespace uroce::engine {
+
+class EngineQp;
+
+class DirectPlacement final : public core::MrObserver {
+ public:
+  static constexpr auto kRevokeWait = std::chrono::milliseconds(100);
+
+  // Creates this engine's window next to `registry`'s file; nullptr + errno
+  // when it cannot (the engine then sends packets to every peer).
+  static std::unique_ptr<DirectPlacement> open(HostRegistry& registry);
+  ~DirectPlacement();  // unlinks the window
+  DirectPlacement(const DirectPlacement&) = delete;
+  DirectPlacement& operator=(const DirectPlacement&) = delete;
+
+  // Target side. MrObserver: called under the MR table's exclusive lock.
+  void mr_added(const core::Mr& mr) noexcept override;
+  void mr_removing(const core::Mr& mr) noexcept override;
+  // Publishes the QP as its state, type and attributes say, withdrawing what
+  // was published before if it differs (caller holds qp.mu).
+  void sync_qp(const EngineQp& qp) noexcept;
+  void withdraw_qp(uint32_t qpn) noexcept;
+
+  // Requester side: one RDMA WRITE (or READ) of `len` bytes between the local
+  // ranges and [va, va+len) under `rkey` at the QP `dest_qpn` of this host
+  // (dst_ip one of its addresses), for the requester QP `src_qpn` of type
+  // `type`. The caller holds its MR table's shared lock and has checked the
+  // local keys. True when placed in full; false: send packets.
+  struct Op {
+    ibv_qp_type type;
+    uint32_t src_qpn;
+    uint32_t dest_qpn;
+    uint32_t dst_ip;
+    uint32_t rkey;
+    uint64_t va;
+    uint64_t len;
+    const iovec* local;
+    unsigned nlocal;
+    bool read;
+  };
+  bool place(const Op& op) noexcept;
+
+  uint64_t placed_writes() const { return writes_.load(std::memory_order_relaxed); }
+  uint64_t placed_reads() const { return reads_.load(std::memory_order_relaxed); }
+  uint64_t placed_bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  uint64_t declined() const { return declined_.load(std::memory_order_relaxed); }
+
+  struct Window;  // the shared layout (direct_placement.cc)
+
+ private:
+  struct Peer;
+  DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own);
+  std::shared_ptr<Peer> peer_for(unsigned slot) noexcept;
+  std::shared_ptr<Peer> attach(unsigned slot, uint32_t pid) noexcept;
+  bool is_local(uint32_t ip) const noexcept;
+  void wait_for_placers() noexcept;
+  std::string window_path(uint32_t pid, unsigned slot) const;
+
+  HostRegistry& registry_;
+  std::string path_;
+  int fd_;
+  Window* own_;
+  std::vector<uint32_t> local_ips_;
+  std::mutex peers_mu_;  // guards peers_ (attach and lookup; the copy runs outside)
+  std::vector<std::shared_ptr<Peer>> peers_;
+  std::atomic<uint64_t> writes_{0}, reads_{0}, bytes_{0}, declined_{0};
+};
+
+}  // namespace uroce::engine
