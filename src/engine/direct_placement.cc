@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -23,8 +24,8 @@ namespace uroce::engine {
 
 namespace {
 
-constexpr uint64_t kWindowMagic = 0x75726f63'506c6163ULL;  // "urocPlac"
-constexpr unsigned kQpEntries = 1u << 16;                   // by QPN & 0xFFFF (the slot is the rest)
+constexpr uint64_t kWindowMagic = 0x75726f63'506c6163ULL;         // "urocPlac"
+constexpr unsigned kQpEntries = 1u << 16;                         // by QPN & 0xFFFF (the slot is the rest)
 constexpr unsigned kMrEntries = core::kMaxMr + core::kMaxMw + 1;  // by key >> 8
 constexpr auto kAttachRetry = std::chrono::seconds(1);
 
@@ -66,12 +67,16 @@ struct DirectPlacement::Window {
   MrEntry mrs[kMrEntries];
 };
 
+// Tests map the busy words by this layout.
+static_assert(sizeof(DirectPlacement::Window::Busy) == 64);
+static_assert(offsetof(DirectPlacement::Window, busy) == 64);
+
 // A mapped window of another engine (or this one's own).
 struct DirectPlacement::Peer {
   uint32_t pid = 0;
-  Window* window = nullptr;  // null: not attached (retry after retry_at)
-  bool mapped = false;       // ours to unmap
-  int pidfd = -1;            // tells whether `pid` is still that process
+  Window* window = nullptr;          // null: not attached (retry after retry_at)
+  bool mapped = false;               // ours to unmap
+  int pidfd = -1;                    // tells whether `pid` is still that process
   std::atomic<bool> refused{false};  // the kernel refused a copy (EPERM): packets only
   std::chrono::steady_clock::time_point retry_at{};
 
@@ -209,7 +214,8 @@ void DirectPlacement::sync_qp(const EngineQp& qp) noexcept {
     flags = (qp.attr.qp_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) |
             (qp.type == IBV_QPT_UC ? kFlagUc : 0) | (qp.attr.max_dest_rd_atomic > 0 ? kFlagReadCredit : 0);
     pd = qp.pd->id;
-    if (e.qpn.load(std::memory_order_relaxed) == qpn && e.dest_qpn.load(std::memory_order_relaxed) == qp.attr.dest_qp_num &&
+    if (e.qpn.load(std::memory_order_relaxed) == qpn &&
+        e.dest_qpn.load(std::memory_order_relaxed) == qp.attr.dest_qp_num &&
         e.pd.load(std::memory_order_relaxed) == pd && e.flags.load(std::memory_order_relaxed) == flags)
       return;  // unchanged
   }
@@ -249,7 +255,7 @@ std::shared_ptr<DirectPlacement::Peer> DirectPlacement::attach(unsigned slot, ui
   }
   int fd = ::open(window_path(pid, slot).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return p;
-  struct stat st{};
+  struct stat st {};
   void* map = MAP_FAILED;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && size_t(st.st_size) == sizeof(Window))
     map = mmap(nullptr, sizeof(Window), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -310,8 +316,8 @@ bool DirectPlacement::place(const Op& op) noexcept {
                q.dest_qpn.load(std::memory_order_relaxed) == op.src_qpn &&
                bool(flags & kFlagUc) == (op.type == IBV_QPT_UC) && (flags & need) &&
                (!op.read || (flags & kFlagReadCredit));
-  if (qp_ok && m.key.load(std::memory_order_seq_cst) == op.rkey && m.pd.load(std::memory_order_relaxed) ==
-                                                                         q.pd.load(std::memory_order_relaxed)) {
+  if (qp_ok && m.key.load(std::memory_order_seq_cst) == op.rkey &&
+      m.pd.load(std::memory_order_relaxed) == q.pd.load(std::memory_order_relaxed)) {
     uint64_t iova = m.iova.load(std::memory_order_relaxed);
     uint64_t length = m.length.load(std::memory_order_relaxed);
     bool in_bounds = op.va >= iova && op.len <= length && op.va - iova <= length - op.len;

@@ -11,8 +11,8 @@
 
 #include "core/config.h"
 #include "core/log.h"
-#include "engine/host_directory.h"
 #include "engine/direct_placement.h"
+#include "engine/host_directory.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
 #include "engine/roles.h"
@@ -140,7 +140,8 @@ void EngineContext::print_stats() const {
                (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
-    std::fprintf(stderr, "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
+    std::fprintf(stderr,
+                 "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
                  "placement_declined %llu\n",
                  device->ibdev.name, lid(), (unsigned long long)placement_->placed_writes(),
                  (unsigned long long)placement_->placed_reads(), (unsigned long long)placement_->placed_bytes(),

@@ -217,8 +217,9 @@ bool try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
       if (sge[i].length) local[n++] = iovec{reinterpret_cast<void*>(sge[i].addr), sge[i].length};
   }
   if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
-  DirectPlacement::Op op{qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr,
-                         w.length, local.data(), n, read};
+  DirectPlacement::Op op{
+      qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
+      n,       read};
   if (!dp->place(op)) return false;
   w.started = true;
   w.first_psn = w.last_psn = wire::psn_add(qp.req.psn, wire::kPsnMask);  // occupies no PSN

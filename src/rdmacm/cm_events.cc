@@ -74,6 +74,13 @@ int CmService::get_event(EventChannel* channel, CmEvent** out) {
     // if the application made channel->fd non-blocking, and then as a plain
     // read() (event_channel.h), which a signal interrupts with EINTR unless
     // its handler has SA_RESTART.
+    if (channel->closed()) {
+      // Destroyed by another thread (event_channel.h): as a read blocked on
+      // the channel's fd when it was closed, this waits until a signal.
+      lock.unlock();
+      pause();
+      return EINTR;
+    }
     const int flags = fcntl(channel->abi.fd, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
     const int doorbell = channel->begin_wait();

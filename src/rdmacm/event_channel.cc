@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <new>
+#include <vector>
 
 namespace uroce::rdmacm {
 
@@ -35,11 +36,21 @@ void EventChannel::destroy() {
   abi.fd = -1;
   doorbell_ = -1;
   closed_ = true;
-  if (users_ == 0) delete this;
+  retire();
 }
 
-void EventChannel::remove_user() {
-  if (--users_ == 0 && closed_) delete this;
+void EventChannel::remove_user() { --users_; }
+
+// A destroyed channel is kept (about 100 bytes): a thread of the application
+// may still be on its way into rdma_get_cm_event on it — Debian's rping
+// destroys the channel while its event thread loops back from acknowledging
+// the last event — and must find it closed, not freed memory.
+void EventChannel::retire() {
+  static std::vector<EventChannel*> retired;  // under the CmService mutex
+  try {
+    retired.push_back(this);
+  } catch (...) {  // out of memory: leak it unreferenced rather than free it
+  }
 }
 
 void EventChannel::push(CmEvent* e) {

@@ -48,10 +48,12 @@ class EventChannel {
   static EventChannel* create();
   static EventChannel* from(rdma_event_channel* c) { return UROCE_CONTAINER_OF(c, EventChannel, abi); }
   // Closes the fd and frees every undelivered event. The object itself lives
-  // on while ids still name it (an application that destroys a channel
-  // before its ids): their later events are dropped instead of landing in
-  // freed memory.
+  // on (retire()): ids that still name it (an application that destroys a
+  // channel before its ids) drop their later events instead of landing in
+  // freed memory, and rdma_get_cm_event on it waits like a read of a
+  // channel closed under it (until a signal).
   void destroy();
+  bool closed() const { return closed_; }
   // Ids whose channel this is (under the CmService mutex).
   void add_user() { ++users_; }
   void remove_user();
@@ -78,6 +80,7 @@ class EventChannel {
  private:
   EventChannel() = default;
   void set_readable(bool readable);
+  void retire();
   std::deque<CmEvent*> queue_;
   int doorbell_ = -1;
   int waiters_ = 0;  // threads between begin_wait and end_wait
