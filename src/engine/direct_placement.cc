@@ -323,8 +323,7 @@ bool DirectPlacement::place(const Op& op) noexcept {
     bool in_bounds = op.va >= iova && op.len <= length && op.va - iova <= length - op.len;
     if (in_bounds && (m.access.load(std::memory_order_relaxed) & need) == need) {
       iovec remote{reinterpret_cast<void*>(m.host.load(std::memory_order_relaxed) + (op.va - iova)), op.len};
-      ssize_t n = op.read ? process_vm_readv(pid_t(peer->pid), op.local, op.nlocal, &remote, 1, 0)
-                          : process_vm_writev(pid_t(peer->pid), op.local, op.nlocal, &remote, 1, 0);
+      ssize_t n = copier_.copy(pid_t(peer->pid), op.read, op.local, op.nlocal, remote);
       done = n == ssize_t(op.len);
       if (n < 0 && errno == EPERM) {
         LOG_INFO("same-host placement into pid %u refused (EPERM): packets instead", peer->pid);

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "core/mr.h"
+#include "engine/copy_helper.h"
 #include "engine/host_registry.h"
 
 namespace uroce::engine {
@@ -94,6 +95,7 @@ class DirectPlacement final : public core::MrObserver {
   uint64_t placed_reads() const { return reads_.load(std::memory_order_relaxed); }
   uint64_t placed_bytes() const { return bytes_.load(std::memory_order_relaxed); }
   uint64_t declined() const { return declined_.load(std::memory_order_relaxed); }
+  const CopyHelper& copier() const { return copier_; }
 
   struct Window;  // the shared layout (direct_placement.cc)
 
@@ -114,6 +116,7 @@ class DirectPlacement final : public core::MrObserver {
   std::mutex peers_mu_;  // guards peers_ (attach and lookup; the copy runs outside)
   std::vector<std::shared_ptr<Peer>> peers_;
   std::atomic<uint64_t> writes_{0}, reads_{0}, bytes_{0}, declined_{0};
+  CopyHelper copier_;  // large copies on two CPUs
 };
 
 }  // namespace uroce::engine

@@ -142,10 +142,11 @@ void EngineContext::print_stats() const {
   if (placement_)
     std::fprintf(stderr,
                  "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
-                 "placement_declined %llu\n",
+                 "placement_declined %llu, split_copies %llu, taken_back %llu\n",
                  device->ibdev.name, lid(), (unsigned long long)placement_->placed_writes(),
                  (unsigned long long)placement_->placed_reads(), (unsigned long long)placement_->placed_bytes(),
-                 (unsigned long long)placement_->declined());
+                 (unsigned long long)placement_->declined(), (unsigned long long)placement_->copier().split_copies(),
+                 (unsigned long long)placement_->copier().taken_back());
 }
 
 void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) { registry_ = std::move(r); }

@@ -46,9 +46,11 @@ void EventChannel::remove_user() { --users_; }
 // destroys the channel while its event thread loops back from acknowledging
 // the last event — and must find it closed, not freed memory.
 void EventChannel::retire() {
-  static std::vector<EventChannel*> retired;  // under the CmService mutex
+  // Never destroyed, so that the retired channels stay reachable (no leak
+  // report at exit). Under the CmService mutex.
+  static auto* retired = new std::vector<EventChannel*>;
   try {
-    retired.push_back(this);
+    retired->push_back(this);
   } catch (...) {  // out of memory: leak it unreferenced rather than free it
   }
 }

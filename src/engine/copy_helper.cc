@@ -1,0 +1,161 @@
+#include "engine/copy_helper.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+namespace uroce::engine {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+// The local ranges of bytes [from, from + len) of `in` into `out` (capacity
+// `cap`); the number of ranges, or 0 if they do not fit.
+unsigned slice(const iovec* in, unsigned n, size_t from, size_t len, iovec* out, unsigned cap) {
+  unsigned k = 0;
+  for (unsigned i = 0; i < n && len > 0; ++i) {
+    if (from >= in[i].iov_len) {
+      from -= in[i].iov_len;
+      continue;
+    }
+    if (k == cap) return 0;
+    size_t take = std::min(in[i].iov_len - from, len);
+    out[k++] = iovec{static_cast<char*>(in[i].iov_base) + from, take};
+    len -= take;
+    from = 0;
+  }
+  return len == 0 ? k : 0;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+CopyHelper::~CopyHelper() {
+  if (!running_) return;
+  state_.store(kStop, std::memory_order_release);
+  state_.notify_one();
+  thread_.join();
+}
+
+ssize_t CopyHelper::copy_one(const Job& j) noexcept {
+  return j.read ? process_vm_readv(j.pid, j.local, j.nlocal, &j.remote, 1, 0)
+                : process_vm_writev(j.pid, j.local, j.nlocal, &j.remote, 1, 0);
+}
+
+bool CopyHelper::start() noexcept {
+  std::call_once(started_, [this] {
+    // A helper confined to the caller's only CPU (taskset) would take turns
+    // with it, not copy beside it.
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) return;
+    // The helper takes no signal of the application's (it inherits the mask).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    try {
+      thread_ = std::thread([this] { run(); });
+      running_ = true;
+    } catch (...) {
+      running_ = false;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  });
+  return running_;
+}
+
+void CopyHelper::run() noexcept {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last = Clock::now();
+  for (;;) {
+    uint32_t s = state_.load(std::memory_order_acquire);
+    if (s == kStop) return;
+    if (s == kPosted && state_.compare_exchange_strong(s, kRunning, std::memory_order_acq_rel)) {
+      ssize_t n = copy_one(job_);
+      job_.error = n < 0 ? errno : 0;
+      job_.result = n;
+      state_.store(kDone, std::memory_order_release);
+      last = Clock::now();
+      continue;
+    }
+    if (Clock::now() - last < std::chrono::microseconds(kLingerUs)) {
+      cpu_relax();
+      continue;
+    }
+    state_.wait(s, std::memory_order_acquire);
+    last = Clock::now();
+  }
+}
+
+ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nlocal, iovec remote) noexcept {
+  Job own;
+  own.pid = pid;
+  own.read = read;
+  own.remote = remote;
+  const size_t len = remote.iov_len;
+  const uint64_t base = reinterpret_cast<uint64_t>(remote.iov_base);
+  // The cut: the page boundary nearest the middle of the remote range.
+  const size_t cut = len >= kSplitBytes ? size_t(((base + len / 2) & ~(kPage - 1)) - base) : 0;
+  uint32_t idle = kIdle;
+  bool split =
+      cut > 0 && cut < len && start() && state_.compare_exchange_strong(idle, kClaimed, std::memory_order_acquire);
+  if (split) {
+    // Ours while claimed: fill the helper's part, then post it.
+    job_.pid = pid;
+    job_.read = read;
+    job_.remote = iovec{reinterpret_cast<void*>(base + cut), len - cut};
+    job_.nlocal = slice(local, nlocal, cut, len - cut, job_.local, kMaxIov);
+    own.nlocal = slice(local, nlocal, 0, cut, own.local, kMaxIov);
+    if (job_.nlocal == 0 || own.nlocal == 0) {
+      state_.store(kIdle, std::memory_order_release);
+      split = false;
+    }
+  }
+  if (!split)
+    return read ? process_vm_readv(pid, local, nlocal, &remote, 1, 0)
+                : process_vm_writev(pid, local, nlocal, &remote, 1, 0);
+  splits_.fetch_add(1, std::memory_order_relaxed);
+  state_.store(kPosted, std::memory_order_release);
+  state_.notify_one();
+
+  own.remote.iov_len = cut;
+  ssize_t first = copy_one(own);
+  int first_error = first < 0 ? errno : 0;
+
+  // The helper's part: take it back if it has not started, else wait for it.
+  uint32_t posted = kPosted;
+  ssize_t second;
+  int second_error = 0;
+  if (state_.compare_exchange_strong(posted, kClaimed, std::memory_order_acquire)) {
+    taken_back_.fetch_add(1, std::memory_order_relaxed);
+    second = copy_one(job_);
+    second_error = second < 0 ? errno : 0;
+  } else {
+    while (state_.load(std::memory_order_acquire) != kDone) cpu_relax();
+    second = job_.result;
+    second_error = job_.error;
+  }
+  state_.store(kIdle, std::memory_order_release);
+
+  if (first < 0) {
+    errno = first_error;
+    return -1;
+  }
+  if (size_t(first) != cut) return first;
+  if (second < 0) {
+    errno = second_error;
+    return -1;
+  }
+  return ssize_t(cut) + second;
+}
+
+}  // namespace uroce::engine
