@@ -103,8 +103,13 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
   own.remote = remote;
   const size_t len = remote.iov_len;
   const uint64_t base = reinterpret_cast<uint64_t>(remote.iov_base);
-  // The cut: the page boundary nearest the middle of the remote range.
+  // The cut: the page boundary nearest the middle of the remote range. A
+  // write's last kTailBytes are held back and copied once both parts are in,
+  // so that they land last, as in one ascending copy (an application polling
+  // the last byte of a WRITE, like ib_write_lat, then finds the rest there).
   const size_t cut = len >= kSplitBytes ? size_t(((base + len / 2) & ~(kPage - 1)) - base) : 0;
+  const size_t tail = read ? 0 : kTailBytes;
+  const size_t second_len = len - cut - tail;
   uint32_t idle = kIdle;
   bool split =
       cut > 0 && cut < len && start() && state_.compare_exchange_strong(idle, kClaimed, std::memory_order_acquire);
@@ -112,8 +117,8 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
     // Ours while claimed: fill the helper's part, then post it.
     job_.pid = pid;
     job_.read = read;
-    job_.remote = iovec{reinterpret_cast<void*>(base + cut), len - cut};
-    job_.nlocal = slice(local, nlocal, cut, len - cut, job_.local, kMaxIov);
+    job_.remote = iovec{reinterpret_cast<void*>(base + cut), second_len};
+    job_.nlocal = slice(local, nlocal, cut, second_len, job_.local, kMaxIov);
     own.nlocal = slice(local, nlocal, 0, cut, own.local, kMaxIov);
     if (job_.nlocal == 0 || own.nlocal == 0) {
       state_.store(kIdle, std::memory_order_release);
@@ -155,7 +160,19 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
     errno = second_error;
     return -1;
   }
-  return ssize_t(cut) + second;
+  if (size_t(second) != second_len || tail == 0) return ssize_t(cut) + second;
+  Job last;
+  last.pid = pid;
+  last.read = read;
+  last.remote = iovec{reinterpret_cast<void*>(base + len - tail), tail};
+  last.nlocal = slice(local, nlocal, len - tail, tail, last.local, kMaxIov);
+  if (last.nlocal == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  ssize_t third = copy_one(last);
+  if (third < 0) return -1;
+  return ssize_t(cut + second_len) + third;
 }
 
 }  // namespace uroce::engine

@@ -9,7 +9,8 @@
 // stream of large WRITEs finds it awake) and then sleeps. If it has not
 // started on its part when the caller has finished its own, the caller takes
 // the part back and copies it itself, so a sleeping or descheduled helper
-// costs one wake-up, never a wait.
+// costs one wake-up, never a wait. The last kTailBytes of a split write are
+// copied after both parts, so that they land last as in a single copy.
 //
 // Threads: any thread may call copy(); one split copy at a time (a caller
 // that finds the helper busy copies alone). The helper starts with the first
@@ -33,6 +34,7 @@ class CopyHelper {
   static constexpr size_t kSplitBytes = 64 * 1024;
   static constexpr unsigned kLingerUs = 50;
   static constexpr unsigned kMaxIov = 64;
+  static constexpr size_t kTailBytes = 64;  // a split write's last bytes, copied last
 
   CopyHelper() = default;
   ~CopyHelper();
