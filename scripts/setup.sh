@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev    # unit tests, micro-benchmarks
   zlib1g-dev                                    # CRC-32 for the ICRC
   libibverbs-dev librdmacm-dev                  # the ABI contract: rdma-core's headers
-  ibverbs-utils rdmacm-utils perftest           # unmodified programs for the tests/demo
+  ibverbs-utils rdmacm-utils perftest qperf     # unmodified programs for the tests/demo
   tshark                                        # decodes captures as RoCEv2
   python3 iproute2                              # test tools, network namespaces
 )
