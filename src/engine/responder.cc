@@ -470,6 +470,8 @@ RespState execute(Request& r) {
   return (r.flags & wire::kOpEnd) ? RespState::kComplete : RespState::kAcknowledge;
 }
 
+inline constexpr uint8_t kWcSlRoceV2Ipv4 = 0x8 | 0x2;
+
 // `ud`: the UD request being completed (its sender and the GRH flag), else null.
 // `flags`: IBV_WC_WITH_IMM (value = imm_data, network order) or IBV_WC_WITH_INV
 // (value = the invalidated R_Key), else 0.
@@ -487,6 +489,10 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
     wc.src_qp = ud->pkt.deth().src_qp();
     wc.slid = ud->from.port;
     wc.wc_flags |= IBV_WC_GRH;
+    // RoCE has no SL; a RoCE NIC's UD receive reports the packet type there
+    // (mlx5: bit 3 = UDP header, bits 2:0 = L3 type, 2 = IPv4), and UCX reads
+    // it to find the destination address in the GRH area.
+    wc.sl = kWcSlRoceV2Ipv4;
   }
   if (flags) {
     wc.wc_flags |= flags;

@@ -36,7 +36,9 @@ class Ud : public EngineTest {
 // Receive UD SEND_ONLY with the QP's Q_Key / Expect the 40-byte GRH area (20
 // zero bytes, then the IPv4 header: version 4, UDP, addresses of the datagram),
 // the payload after it, byte_len 40 + payload, src_qp from DETH, slid = the
-// sender's UDP port, IBV_WC_GRH, and nothing transmitted.
+// sender's UDP port, IBV_WC_GRH, sl = the RoCE packet type as mlx5 reports it
+// (0x8 UDP | 0x2 IPv4: UCX reads it to find the GID in the GRH area), and nothing
+// transmitted.
 TEST_F(Ud, SendDeliversGrhAndPayload) {
   auto data = pattern(100, 4);
   deliver(send(kQkey, data));
@@ -49,6 +51,7 @@ TEST_F(Ud, SendDeliversGrhAndPayload) {
   EXPECT_EQ(wc[0].src_qp, kSenderQpn);
   EXPECT_EQ(wc[0].slid, kPeerPort);
   EXPECT_TRUE(wc[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(wc[0].sl, 0xA);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(buf[size_t(i)], 0) << i;
   const uint8_t* ip = buf.data() + 20;
   EXPECT_EQ(ip[0], 0x45);
