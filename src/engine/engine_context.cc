@@ -226,7 +226,8 @@ namespace {
 // A tombstone answers while its peer keeps retransmitting: it expires once the
 // peer has been quiet for kTombstoneQuiet, and in any case kTombstoneMaxAge
 // after the QP was destroyed; at most kMaxTombstones exist (the oldest gives
-// way). ibv_close_device waits up to kLingerMax for the quiet period.
+// way). ibv_close_device waits up to kLingerMax for the quiet period (longer
+// than kTombstoneQuiet once the peer was heard resending: Tombstone::quiet).
 constexpr auto kTombstoneQuiet = std::chrono::milliseconds(30);
 constexpr auto kTombstoneIdle = std::chrono::seconds(1);
 constexpr auto kTombstoneMaxAge = std::chrono::seconds(10);
@@ -246,7 +247,16 @@ void EngineContext::add_tombstone(const EngineQp& qp) {
     tombstones_.erase(oldest);
   }
   auto now = Clock::now();
-  tombstones_[qp.qp_num()] = Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, now, now};
+  Clock::duration gap = std::min<Clock::duration>(2 * qp.local_ack_timeout(), kLingerMax);
+  tombstones_[qp.qp_num()] = Tombstone{qp.qp_num(),
+                                       qp.attr.dest_qp_num,
+                                       qp.resp.epsn,
+                                       qp.resp.msn,
+                                       qp.path,
+                                       now,
+                                       now,
+                                       kTombstoneQuiet,
+                                       std::max<Clock::duration>(gap, kTombstoneQuiet)};
   have_tombstones_.store(true, std::memory_order_relaxed);
 }
 
@@ -274,6 +284,7 @@ bool EngineContext::answer_tombstone(const transport::RxDatagram& d, const wire:
     return true;
   }
   t.last_heard = Clock::now();
+  t.quiet = t.resend_gap;  // the peer resends: its next resend may be a local ACK timeout away
   // Only duplicates of what this QP already received are acknowledged.
   if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
       wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
@@ -297,7 +308,7 @@ void EngineContext::linger() {
       std::lock_guard lock(tombstone_mu_);
       auto now = Clock::now();
       bool quiet = true;
-      for (const auto& [num, t] : tombstones_) quiet = quiet && now - t.last_heard >= kTombstoneQuiet;
+      for (const auto& [num, t] : tombstones_) quiet = quiet && now - t.last_heard >= t.quiet;
       if (quiet || now - start >= kLingerMax) return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

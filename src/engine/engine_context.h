@@ -53,6 +53,12 @@ struct Tombstone {
   Path path;
   Clock::time_point created;
   Clock::time_point last_heard;
+  // How long the peer must be silent before a closing device stops waiting:
+  // kTombstoneQuiet, and once the peer has been heard retransmitting, the
+  // QP's own local ACK timeout twice over (the peer's longest gap between
+  // resends, if it uses the same timeout: its probes double up to it).
+  Clock::duration quiet{};
+  Clock::duration resend_gap{};
 };
 
 class HostRegistry;
