@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
 
 #include "core/comp_channel.h"
 #include "core/completion_clock.h"
@@ -9,7 +10,16 @@
 
 namespace uroce::core {
 
-Cq::Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_context) : channel_(channel), ring_(entries) {
+std::unique_ptr<CqEntry[], Cq::FreeRing> Cq::allocate_ring(uint32_t entries) {
+  // CqEntry is an aggregate (an implicit-lifetime type), so calloc's zeroed
+  // storage holds an array of value-initialized entries (C++20 [intro.object]).
+  auto* p = static_cast<CqEntry*>(std::calloc(entries, sizeof(CqEntry)));
+  if (!p) throw std::bad_alloc();  // ENOMEM at the ABI boundary
+  return std::unique_ptr<CqEntry[], FreeRing>(p);
+}
+
+Cq::Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_context)
+    : channel_(channel), ring_(allocate_ring(entries)), capacity_(entries) {
   ibcq.context = ctx;
   ibcq.channel = channel ? &channel->ibch : nullptr;
   ibcq.cq_context = cq_context;
@@ -23,7 +33,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   {
     std::lock_guard lock(mu_);
     uint32_t n = count_.load(std::memory_order_relaxed);
-    if (n == ring_.size()) {
+    if (n == capacity_) {
       // An overrun is the IBA "CQ Error" affiliated asynchronous error, reported
       // once as an async event (IBV_EVENT_CQ_ERR).
       if (overruns_.fetch_add(1, std::memory_order_relaxed) == 0 && ibcq.context) {
@@ -34,7 +44,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
       }
       return false;
     }
-    CqEntry& e = ring_[(head_ + n) % ring_.size()];
+    CqEntry& e = ring_[(head_ + n) % capacity_];
     e.wc = wc;
     // Sampled under the lock, so timestamps never decrease in CQ order.
     e.timestamp_ns = record_completion_ts_ ? completion_clock_ns() : 0;
@@ -54,9 +64,10 @@ int Cq::resize(uint32_t entries) {
   std::lock_guard lock(mu_);
   uint32_t n = count_.load(std::memory_order_relaxed);
   if (entries == 0 || entries < n) return EINVAL;
-  std::vector<CqEntry> ring(entries);
-  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
-  ring_.swap(ring);
+  auto ring = allocate_ring(entries);
+  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[(head_ + i) % capacity_];
+  ring_ = std::move(ring);
+  capacity_ = entries;
   head_ = 0;
   ibcq.cqe = int(entries);
   return 0;
@@ -68,9 +79,11 @@ int Cq::poll(int max, ibv_wc* out) {
   uint32_t n = std::min<uint32_t>(uint32_t(max), count_.load(std::memory_order_relaxed));
   for (uint32_t i = 0; i < n; ++i) {
     out[i] = ring_[head_].wc;
-    head_ = (head_ + 1) % ring_.size();
+    head_ = (head_ + 1) % capacity_;
   }
-  count_.store(count_.load(std::memory_order_relaxed) - n, std::memory_order_release);
+  uint32_t left = count_.load(std::memory_order_relaxed) - n;
+  if (left == 0) head_ = 0;  // see allocate_ring: the ring stays in its first pages
+  count_.store(left, std::memory_order_release);
   return int(n);
 }
 
@@ -80,7 +93,7 @@ bool Cq::pop(CqEntry* out) {
   uint32_t n = count_.load(std::memory_order_relaxed);
   if (n == 0) return false;
   *out = ring_[head_];
-  head_ = (head_ + 1) % ring_.size();
+  head_ = n == 1 ? 0 : (head_ + 1) % capacity_;
   count_.store(n - 1, std::memory_order_release);
   return true;
 }
@@ -100,8 +113,8 @@ void Cq::purge_qp(uint32_t qp_num) {
   uint32_t n = count_.load(std::memory_order_relaxed);
   uint32_t kept = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const CqEntry& e = ring_[(head_ + i) % ring_.size()];
-    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % ring_.size()] = e;
+    const CqEntry& e = ring_[(head_ + i) % capacity_];
+    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % capacity_] = e;
   }
   count_.store(kept, std::memory_order_release);
 }

@@ -18,8 +18,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
-#include <vector>
 
 #include "core/container_of.h"
 #include "core/result.h"
@@ -61,7 +62,7 @@ class Cq {
   [[nodiscard]] int resize(uint32_t entries);
   // Removes every completion of a QP (the QP is being destroyed).
   void purge_qp(uint32_t qp_num);
-  uint32_t capacity() const { return uint32_t(ring_.size()); }
+  uint32_t capacity() const { return capacity_; }
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
   CompChannel* channel() const { return channel_; }
 
@@ -76,8 +77,17 @@ class Cq {
  private:
   enum class Arm : uint8_t { kNone, kNext, kSolicited };
   CompChannel* channel_;
+  struct FreeRing {
+    void operator()(CqEntry* p) const { std::free(p); }
+  };
+  // calloc'ed: a large ring is zero pages the kernel commits only when they are
+  // first written, and head_ returns to 0 whenever the ring empties, so a CQ
+  // costs the memory of the most completions it has held at once, not of its
+  // size (applications such as libfabric's rxm ask for hundreds of thousands).
+  static std::unique_ptr<CqEntry[], FreeRing> allocate_ring(uint32_t entries);
   std::mutex mu_;
-  std::vector<CqEntry> ring_;
+  std::unique_ptr<CqEntry[], FreeRing> ring_;
+  uint32_t capacity_;
   uint32_t head_ = 0;  // next to poll
   std::atomic<uint32_t> count_{0};
   Arm arm_ = Arm::kNone;

@@ -136,7 +136,12 @@ int CmService::bind(CmId* id, const sockaddr* addr) {
   if (id->state != CmState::kIdle || id->bound) return EINVAL;
   Ipv4Endpoint ep;
   if (int err = parse_sockaddr(addr, &ep)) return err;
-  if (ep.ip != 0) {
+  // As the kernel's rdma_bind_addr (cma_any_addr: zero *or loopback*), a loopback
+  // address attaches no device: the id's verbs stays NULL until a connection
+  // request or rdma_resolve_addr picks one. libfabric's verbs provider relies on
+  // it: it binds "localhost" and, finding no device, offers the device's own
+  // addresses instead, which the peers of other hosts can reach.
+  if (ep.ip != 0 && (ep.ip >> 24) != IN_LOOPBACKNET) {
     if (int err = attach_device(id, ep.ip)) return err;
   }
   if (int err = open_bound_socket(id, ep.ip, ep.port)) return err;

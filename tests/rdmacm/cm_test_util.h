@@ -210,8 +210,14 @@ static inline void server_listen(struct server* s) {
   struct sockaddr_in a = loopback(atoi(g_port));
   CHECK(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
   CHECK(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
-  s->pd = ibv_alloc_pd(s->listen_id->verbs);
-  s->cq = ibv_create_cq(s->listen_id->verbs, 64, NULL, NULL, 0);
+  // A listener bound to 127.0.0.1 has no device yet (as in the kernel, a loopback
+  // address is "any address"); its new ids get rdma_cm's device context, the
+  // first (and only) one rdma_get_devices lists.
+  struct ibv_context** devs = rdma_get_devices(NULL);
+  CHECK(devs && devs[0], "rdma_get_devices");
+  s->pd = ibv_alloc_pd(devs[0]);
+  s->cq = ibv_create_cq(devs[0], 64, NULL, NULL, 0);
+  rdma_free_devices(devs);
   CHECK(s->pd && s->cq, "server pd/cq");
 }
 
