@@ -12,7 +12,8 @@ packages=(
   zlib1g-dev                                    # CRC-32 for the ICRC
   libibverbs-dev librdmacm-dev                  # the ABI contract: rdma-core's headers
   ibverbs-utils rdmacm-utils perftest qperf     # unmodified programs for the tests/demo
-  ucx-utils                                     # UCX's ucx_info / ucx_perftest (middleware)
+  ucx-utils libfabric-bin                       # middleware: ucx_info/ucx_perftest, fi_pingpong
+  openmpi-bin libopenmpi-dev                    # middleware: mpirun, mpicc (tests/middleware)
   tshark                                        # decodes captures as RoCEv2
   python3 iproute2                              # test tools, network namespaces
 )

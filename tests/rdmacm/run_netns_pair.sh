@@ -33,31 +33,11 @@ done
 [[ -x $launcher && -n $subnet && ${#server[@]} -gt 0 && ${#client[@]} -gt 0 ]] || {
   echo "run_netns_pair: --launcher, --subnet, --server and --client are required" >&2; exit 2; }
 
-if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
-  echo "run_netns_pair: needs root and iproute2: skipped"; exit 77
-fi
-server_ip=10.231.$subnet.1 client_ip=10.231.$subnet.2
-ns_s=uroce-$name-s-$$ ns_c=uroce-$name-c-$$
-veth_s=urs$$x$subnet veth_c=urc$$x$subnet  # interface names: at most 15 characters
-veth_s=${veth_s:0:15} veth_c=${veth_c:0:15}
-
-cleanup() {
-  ip netns del "$ns_s" 2>/dev/null || true
-  ip netns del "$ns_c" 2>/dev/null || true
-}
-trap cleanup EXIT
-if ! ip netns add "$ns_s" 2>/dev/null; then
-  echo "run_netns_pair: cannot create network namespaces here: skipped"; exit 77
-fi
-ip netns add "$ns_c"
-ip link add "$veth_s" type veth peer name "$veth_c"
-ip link set "$veth_s" netns "$ns_s"
-ip link set "$veth_c" netns "$ns_c"
-ip -n "$ns_s" addr add "$server_ip/24" dev "$veth_s"
-ip -n "$ns_c" addr add "$client_ip/24" dev "$veth_c"
-for ns in "$ns_s" "$ns_c"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_s" link set "$veth_s" up
-ip -n "$ns_c" link set "$veth_c" up
+# shellcheck source=../netns/netns_pair.sh
+source "$here/../netns/netns_pair.sh"
+trap netns_pair_down EXIT
+netns_pair_up "$name" "$subnet"
+server_ip=$netns_ip_a client_ip=$netns_ip_b ns_s=$netns_a ns_c=$netns_b
 
 subst() { local a; for a in "$@"; do printf '%s\n' "${a//@SERVER@/$server_ip}"; done; }
 mapfile -t server < <(subst "${server[@]}")
