@@ -235,6 +235,8 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
     // Inline data is copied now; no lkey is checked (IBA: inline needs none).
     uint8_t* dst = sq.inline_buf(index);
     for (int i = 0; i < wr.num_sge; ++i) {
+      // An empty entry may have a null address (UCX's inline sends do): no copy, no UB.
+      if (wr.sg_list[i].length == 0) continue;
       std::memcpy(dst, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
       dst += wr.sg_list[i].length;
     }
