@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,7 @@ constexpr uint32_t kVersion = 1;
 constexpr int kResolveTimeoutMs = 2000;
 constexpr int kConnectTimeoutMs = 30000;
 constexpr uint32_t kSqDepth = kSendSlots + kCtrlRecvs + 1;
-constexpr uint32_t kRqDepth = kRecvBufs + kCtrlRecvs;
+constexpr uint32_t kRqDepth = kRecvBufs + kCtrlRecvs + kMaxIoMaps;
 // Send wr_ids have bit 32 set (receives: the buffer's slot), so that a flushed
 // completion, whose opcode is undefined, still says which queue it is from.
 constexpr uint64_t kSendWrId = uint64_t(1) << 32;
@@ -53,6 +54,7 @@ int RSocket::init_channel() {
 
 RSocket::~RSocket() {
   if (id_ && id_->qp) rdma_destroy_qp(id_);
+  for (IoRegion& r : local_maps_) ibv_dereg_mr(r.mr);
   if (recv_mr_) ibv_dereg_mr(recv_mr_);
   if (send_mr_) ibv_dereg_mr(send_mr_);
   if (cq_) {
@@ -248,7 +250,7 @@ int RSocket::post_send(SendKind kind, const uint8_t* data, uint32_t len) {
   ibv_sge sge{};
   wr.wr_id = kCtrlWrId;
   wr.opcode = IBV_WR_SEND_WITH_IMM;
-  if (kind == SendKind::kData) {
+  if (kind == SendKind::kData || kind == SendKind::kIomap) {
     uint32_t slot = send_posted_ % kSendSlots;
     uint8_t* dst = send_area_.data() + size_t(slot) * kBufBytes;
     std::memcpy(dst, data, len);
@@ -256,19 +258,16 @@ int RSocket::post_send(SendKind kind, const uint8_t* data, uint32_t len) {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr_id = kSendWrId | slot;
-  } else if (kind == SendKind::kFin) {
-    wr.opcode = IBV_WR_SEND;
   }
+  if (kind == SendKind::kFin || kind == SendKind::kIomap) wr.opcode = IBV_WR_SEND;
   if (wr.opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(consumed_);
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   if (int err = ibv_post_send(id_->qp, &wr, &bad)) return err;
   if (wr.opcode == IBV_WR_SEND_WITH_IMM) consumed_told_ = consumed_;
   ++sq_busy_;
-  if (kind == SendKind::kData) {
-    ++send_posted_;
-    ++sent_data_;
-  }
+  if (kind == SendKind::kData || kind == SendKind::kIomap) ++send_posted_;
+  if (kind == SendKind::kData) ++sent_data_;
   return 0;
 }
 
@@ -309,7 +308,17 @@ bool RSocket::progress() {
       }
       if (c.wc_flags & IBV_WC_WITH_IMM) peer_consumed_ = ntohl(c.imm_data);
       uint32_t slot = uint32_t(c.wr_id);
-      if (c.byte_len == 0) {
+      if (c.byte_len > 0 && !(c.wc_flags & IBV_WC_WITH_IMM)) {  // a riomap announcement
+        IomapMsg m{};
+        std::memcpy(&m, recv_area_.data() + size_t(slot) * kBufBytes, std::min<size_t>(sizeof m, c.byte_len));
+        if (c.byte_len == sizeof m && m.magic == kIomapMagic) {
+          // A new region replaces every older one it overlaps (their owner unmapped them).
+          std::erase_if(remote_maps_,
+                        [&](const IoRegion& r) { return r.offset < m.offset + m.len && m.offset < r.offset + r.len; });
+          if (remote_maps_.size() < kMaxIoMaps) remote_maps_.push_back({m.offset, m.addr, m.len, m.rkey, nullptr});
+        }
+        if (int err = post_recv(slot)) error_ = err;
+      } else if (c.byte_len == 0) {
         if (!(c.wc_flags & IBV_WC_WITH_IMM)) fin_received_ = true;
         if (int err = post_recv(slot)) error_ = err;  // a credit update or FIN: its buffer goes back at once
       } else {
@@ -482,6 +491,101 @@ short RSocket::ready_events(short events) {
   if (!peer_closed_ && !local_closed_ && !fin_sent_ && credits() > 0 && send_posted_ - send_done_ < kSendSlots)
     r |= POLLOUT;
   return short(r & (events | POLLERR | POLLHUP));
+}
+
+}  // namespace uroce::rsockets
+
+namespace uroce::rsockets {
+
+int RSocket::iomap(void* buf, size_t len, int prot, int64_t offset, int64_t* out) {
+  if (state_ != RsState::kConnected || !pd_) return ENOTCONN;
+  if (prot & ~(PROT_WRITE | PROT_NONE)) return EINVAL;
+  if (offset == -1) offset = int64_t(reinterpret_cast<uintptr_t>(buf));  // as librdmacm
+  *out = offset;
+  if (!(prot & PROT_WRITE)) return 0;  // a local source for riowrite: uroce copies anyway
+  if (local_maps_.size() >= kMaxIoMaps) return ENOMEM;
+  ibv_mr* mr = ibv_reg_mr(pd_, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!mr) return errno;
+  std::unique_lock lock(mu_, std::adopt_lock);
+  int err = 0;
+  while (!(send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth)) {
+    if (error_ || peer_closed_ || local_closed_) break;
+    if ((err = block(&lock, 100)) && err != EINTR) break;
+    err = 0;
+  }
+  lock.release();
+  IomapMsg m{kIomapMagic, mr->rkey, uint64_t(offset), reinterpret_cast<uintptr_t>(buf), len};
+  if (!err) err = error_ ? error_ : (peer_closed_ || local_closed_) ? EPIPE : 0;
+  if (!err) err = post_send(SendKind::kIomap, reinterpret_cast<const uint8_t*>(&m), sizeof m);
+  if (err) {
+    ibv_dereg_mr(mr);
+    return err;
+  }
+  local_maps_.push_back({uint64_t(offset), m.addr, len, mr->rkey, mr});
+  return 0;
+}
+
+int RSocket::iounmap(void* buf, size_t len) {
+  auto it = std::find_if(local_maps_.begin(), local_maps_.end(),
+                         [&](const IoRegion& r) { return r.addr == reinterpret_cast<uintptr_t>(buf) && r.len == len; });
+  if (it == local_maps_.end()) return EINVAL;
+  ibv_dereg_mr(it->mr);
+  local_maps_.erase(it);
+  return 0;
+}
+
+ssize_t RSocket::iowrite(const uint8_t* buf, size_t count, uint64_t offset, bool nb) {
+  std::unique_lock lock(mu_, std::adopt_lock);
+  size_t done = 0;
+  int err = 0;
+  while (done < count) {
+    progress();
+    if (error_) {
+      err = error_;
+      break;
+    }
+    if (fin_sent_ || local_closed_ || peer_closed_ || state_ != RsState::kConnected) {
+      err = state_ == RsState::kConnected ? EPIPE : ENOTCONN;
+      break;
+    }
+    uint64_t pos = offset + done;
+    auto region = std::find_if(remote_maps_.begin(), remote_maps_.end(),
+                               [&](const IoRegion& r) { return pos >= r.offset && pos - r.offset < r.len; });
+    if (region == remote_maps_.end()) {
+      err = EINVAL;  // the peer mapped nothing there
+      break;
+    }
+    if (send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth) {
+      uint32_t chunk = uint32_t(std::min<uint64_t>({count - done, kBufBytes, region->len - (pos - region->offset)}));
+      uint32_t slot = send_posted_ % kSendSlots;
+      uint8_t* src = send_area_.data() + size_t(slot) * kBufBytes;
+      std::memcpy(src, buf + done, chunk);
+      ibv_sge sge{reinterpret_cast<uintptr_t>(src), chunk, send_mr_->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = kSendWrId | slot;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = region->addr + (pos - region->offset);
+      wr.wr.rdma.rkey = region->rkey;
+      ibv_send_wr* bad = nullptr;
+      if ((err = ibv_post_send(id_->qp, &wr, &bad))) break;
+      ++sq_busy_;
+      ++send_posted_;
+      done += chunk;
+      continue;
+    }
+    if (nb) {
+      err = EAGAIN;
+      break;
+    }
+    if ((err = block(&lock, -1)) && err != EINTR) break;
+    err = 0;
+  }
+  lock.release();
+  if (done > 0) return ssize_t(done);
+  return -err;
 }
 
 }  // namespace uroce::rsockets

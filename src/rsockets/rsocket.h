@@ -19,8 +19,15 @@
 // it is polled, so they never starve the data ones. Wire format (not
 // librdmacm's): the private data of the CM REQ/REP is an RsHello.
 //
-// Not implemented (ENOSYS with a message): datagram rsockets (SOCK_DGRAM),
-// riomap/riounmap/riowrite. Non-blocking rconnect completes before it returns.
+// riomap(PROT_WRITE) registers a region for the peer to write and announces
+// it with a SEND without imm carrying an IomapMsg (it lands in one of
+// kMaxIoMaps more receive buffers); riowrite RDMA-WRITEs (through a send
+// buffer) into a region the peer announced, ordered with the sends.
+//
+// Not implemented (ENOSYS with a message): datagram rsockets (SOCK_DGRAM).
+// Non-blocking rconnect completes before it returns. riounmap does not tell
+// the peer: a riowrite to the region before the peer hears of a new one
+// replacing it fails the connection (as a write to a deregistered MR does).
 //
 // Locking: each RSocket has one mutex, held by every operation on it except
 // while it waits in poll(2); the table of rsockets has its own (rsocket_api.cc).
@@ -43,6 +50,7 @@ inline constexpr uint32_t kBufBytes = 64 * 1024;  // one message at most
 inline constexpr uint32_t kRecvBufs = 16;         // data receive buffers = credits
 inline constexpr uint32_t kCtrlRecvs = 5;         // extra receive buffers: credit updates, FIN
 inline constexpr uint32_t kSendSlots = 16;
+inline constexpr uint32_t kMaxIoMaps = 4;  // riomap'ed regions a socket may have at once
 inline constexpr uint32_t kCreditBatch = kRecvBufs / (kCtrlRecvs - 1);
 
 // The CM REQ/REP private data (at most 56 bytes in a REQ).
@@ -53,6 +61,16 @@ struct RsHello {
   uint32_t buf_bytes;
 };
 inline constexpr uint32_t kHelloMagic = 0x75527353;  // "uRsS"
+
+// The announcement of a riomap'ed region.
+struct IomapMsg {
+  uint32_t magic;  // kIomapMagic
+  uint32_t rkey;
+  uint64_t offset;  // the riowrite offset of the region's first byte
+  uint64_t addr;
+  uint64_t len;
+};
+inline constexpr uint32_t kIomapMagic = 0x49326d4d;
 
 enum class RsState : uint8_t { kIdle, kListening, kConnected, kClosed, kError };
 
@@ -81,6 +99,11 @@ class RSocket {
   ssize_t send(const uint8_t* buf, size_t len, bool nonblocking);
   ssize_t recv(uint8_t* buf, size_t len, bool nonblocking, bool peek, bool wait_all);
 
+  // riomap / riounmap / riowrite: 0 or an errno value; iowrite >= 0 bytes or -errno.
+  int iomap(void* buf, size_t len, int prot, int64_t offset, int64_t* out);
+  int iounmap(void* buf, size_t len);
+  ssize_t iowrite(const uint8_t* buf, size_t count, uint64_t offset, bool nonblocking);
+
   // Readiness for rpoll: the POLLIN/POLLOUT/POLLHUP/POLLERR bits now (after progress).
   short ready_events(short events);
   // The descriptors to poll(2) for a change of ready_events, arming the CQ
@@ -107,7 +130,7 @@ class RSocket {
   // Waits (mutex released) until progress may change something, at most timeout_ms.
   int block(std::unique_lock<std::mutex>* lock, int timeout_ms);
   uint32_t credits() const { return kRecvBufs - (sent_data_ - peer_consumed_); }
-  enum class SendKind { kData, kCredits, kFin };
+  enum class SendKind { kData, kCredits, kFin, kIomap };
   int post_send(SendKind kind, const uint8_t* data, uint32_t len);
   void maybe_send_credits();
 
@@ -140,6 +163,13 @@ class RSocket {
   bool fin_sent_ = false;                     // SHUT_WR: no more sends
   bool fin_received_ = false;                 // the peer's SHUT_WR: end of stream after ready_
   int error_ = 0;                             // a fatal error of the connection (ECONNRESET, ...)
+
+  struct IoRegion {
+    uint64_t offset, addr, len;
+    uint32_t rkey;
+    ibv_mr* mr;  // local regions only
+  };
+  std::vector<IoRegion> local_maps_, remote_maps_;
 };
 
 }  // namespace uroce::rsockets

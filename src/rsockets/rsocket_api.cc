@@ -439,3 +439,29 @@ UROCE_API int rfcntl(int s, int cmd, ...) {
     }
   });
 }
+
+UROCE_API off_t riomap(int s, void* buf, size_t len, int prot, int flags, off_t offset) {
+  return with_socket<off_t>(s, [&](RSocket& rs) -> off_t {
+    if (!buf || !len || flags) return fail(EINVAL);
+    int64_t out = 0;
+    int err = rs.iomap(buf, len, prot, offset, &out);
+    return err ? fail(err) : off_t(out);
+  });
+}
+
+UROCE_API int riounmap(int s, void* buf, size_t len) {
+  return with_socket<int>(s, [&](RSocket& rs) {
+    int err = rs.iounmap(buf, len);
+    return err ? fail(err) : 0;
+  });
+}
+
+UROCE_API size_t riowrite(int s, const void* buf, size_t count, off_t offset, int flags) {
+  return with_socket<size_t>(s, [&](RSocket& rs) -> size_t {
+    ssize_t n =
+        rs.iowrite(static_cast<const uint8_t*>(buf), count, uint64_t(offset), rs.nonblocking || (flags & MSG_DONTWAIT));
+    if (n >= 0) return size_t(n);
+    errno = int(-n);
+    return size_t(-1);
+  });
+}
