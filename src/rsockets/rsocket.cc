@@ -486,7 +486,9 @@ short RSocket::ready_events(short events) {
   }
   if (state_ != RsState::kConnected) return 0;
   if (!ready_.empty() || peer_closed_ || fin_received_) r |= POLLIN;
-  if (peer_closed_ || local_closed_) r |= POLLHUP;
+  // Hung up once nothing is left to read: a peer that sent its last bytes and
+  // closed must not make a poller give up on bytes it has not read yet.
+  if ((peer_closed_ || local_closed_) && ready_.empty()) r |= POLLHUP;
   if (error_) r |= POLLERR;
   if (!peer_closed_ && !local_closed_ && !fin_sent_ && credits() > 0 && send_posted_ - send_done_ < kSendSlots)
     r |= POLLOUT;
