@@ -2,6 +2,9 @@
 // (errno as librdmacm), a stream with half-close and rpoll over a mix of
 // descriptors, and riomap/riowrite. The server is a forked child; every wait
 // is bounded. Usage: rsocket_test CASE PORT.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // before any system header (cm_test_util.h needs it)
+#endif
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
