@@ -108,15 +108,4 @@ int Cq::arm(bool solicited_only) {
   return 0;
 }
 
-void Cq::purge_qp(uint32_t qp_num) {
-  std::lock_guard lock(mu_);
-  uint32_t n = count_.load(std::memory_order_relaxed);
-  uint32_t kept = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const CqEntry& e = ring_[(head_ + i) % capacity_];
-    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % capacity_] = e;
-  }
-  count_.store(kept, std::memory_order_release);
-}
-
 }  // namespace uroce::core

@@ -60,8 +60,6 @@ class Cq {
   int arm(bool solicited_only);
   // ibv_resize_cq: keeps every queued completion; EINVAL if they would not fit.
   [[nodiscard]] int resize(uint32_t entries);
-  // Removes every completion of a QP (the QP is being destroyed).
-  void purge_qp(uint32_t qp_num);
   uint32_t capacity() const { return capacity_; }
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
   CompChannel* channel() const { return channel_; }

@@ -1,6 +1,10 @@
 // Queue pairs: create/modify/query/destroy and the posting data path.
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "core/cq.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
@@ -109,17 +113,48 @@ UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_q
   return 0;
 }
 
+namespace {
+
+// A connected QP destroyed with sends not yet acknowledged (or not yet sent)
+// first lets them finish, as an adapter would already have put them on the
+// wire: programs post unsignaled or inline sends and tear down at once
+// (libfabric's rxm and UCX complete an inject before it is acknowledged), and
+// a datagram lost just then would otherwise never be retransmitted, leaving
+// the peer waiting for it forever. Bounded by the QP's own retry budget
+// (timeout x (retry_cnt + 1)) and by kDrainMax; only while the QP can send.
+constexpr auto kDrainMax = std::chrono::milliseconds(500);
+
+void drain_sends(EngineQp& qp) {
+  if (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC && qp.type != IBV_QPT_XRC_SEND) return;
+  auto budget = std::min<std::chrono::steady_clock::duration>(kDrainMax, qp.local_ack_timeout() * 8);
+  auto deadline = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    {
+      std::lock_guard lock(qp.mu);
+      ibv_qp_state st = qp.state();
+      if ((st != IBV_QPS_RTS && st != IBV_QPS_SQD) || qp.sq.empty()) return;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
 UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   if (!ibqp) return EINVAL;
   EngineQp* qp = engine_qp(ibqp);
   EngineContext* ctx = qp->engine();
+  drain_sends(*qp);
   ctx->unregister_qp(qp);  // after this the progress thread never sees it again
   ctx->add_tombstone(*qp);
   // XRC initiators have no receive CQ; targets have neither CQs nor a PD.
+  // Completions the QP already produced stay in its CQs, as rxe keeps them:
+  // libfabric's verbs provider destroys a connection's QP and then polls its
+  // CQ for what is left (a message that arrived just before the peer
+  // disconnected, or an SRQ buffer it must get back).
   for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
-    if (!cq) continue;
-    cq->purge_qp(qp->qp_num());
-    cq->qp_users.fetch_sub(1);
+    if (cq) cq->qp_users.fetch_sub(1);
   }
   if (qp->pd) qp->pd->users.fetch_sub(1);
   if (qp->srq) qp->srq->qp_users.fetch_sub(1);

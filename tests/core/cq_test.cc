@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/comp_channel.h"
+#include "core/limits.h"
 
 namespace uroce::core {
 namespace {
@@ -84,18 +85,34 @@ TEST(Cq, OverflowReturnsFalseAndCounts) {
   EXPECT_TRUE(cq.push(wc(5), false));
 }
 
-// Expect purge_qp to drop one QP's completions and keep the others in order.
-TEST(Cq, PurgeQp) {
-  Cq cq(nullptr, 8, nullptr, nullptr);
-  cq.push(wc(1, IBV_WC_SUCCESS, 7), false);
-  cq.push(wc(2, IBV_WC_SUCCESS, 9), false);
-  cq.push(wc(3, IBV_WC_SUCCESS, 7), false);
-  cq.push(wc(4, IBV_WC_SUCCESS, 9), false);
-  cq.purge_qp(7);
-  ibv_wc out[8];
-  ASSERT_EQ(cq.poll(8, out), 2);
+// Expect completions in order across the ring's wrap, and a ring that empties
+// to start again at its first entry (it commits only what it held at once).
+TEST(Cq, WrapsInOrderAndRestartsWhenEmpty) {
+  Cq cq(nullptr, 3, nullptr, nullptr);
+  ibv_wc out[4];
+  ASSERT_TRUE(cq.push(wc(1), false) && cq.push(wc(2), false));
+  ASSERT_EQ(cq.poll(1, out), 1);
+  ASSERT_TRUE(cq.push(wc(3), false) && cq.push(wc(4), false));  // 4 goes to entry 0
+  EXPECT_FALSE(cq.push(wc(5), false));                          // full: 2, 3, 4
+  ASSERT_EQ(cq.poll(4, out), 3);
   EXPECT_EQ(out[0].wr_id, 2u);
-  EXPECT_EQ(out[1].wr_id, 4u);
+  EXPECT_EQ(out[1].wr_id, 3u);
+  EXPECT_EQ(out[2].wr_id, 4u);
+  ASSERT_TRUE(cq.push(wc(6), false) && cq.push(wc(7), false) && cq.push(wc(8), false));
+  ASSERT_EQ(cq.poll(4, out), 3);
+  EXPECT_EQ(out[0].wr_id, 6u);
+  EXPECT_EQ(out[2].wr_id, 8u);
+}
+
+// Expect a CQ of max_cqe entries (mlx5's 4194303: 256 MiB of entries) to be
+// created at once and to work: its ring is committed only as it fills.
+TEST(Cq, MaxSizeRing) {
+  Cq cq(nullptr, kMaxCqe, nullptr, nullptr);
+  EXPECT_EQ(cq.capacity(), kMaxCqe);
+  ASSERT_TRUE(cq.push(wc(9), false));
+  ibv_wc out[1];
+  ASSERT_EQ(cq.poll(1, out), 1);
+  EXPECT_EQ(out[0].wr_id, 9u);
 }
 
 class CqChannel : public ::testing::Test {

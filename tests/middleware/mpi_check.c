@@ -122,6 +122,7 @@ static void one_sided(void) {
 
 int main(int argc, char** argv) {
   int rounds = 20;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they happen, also through mpirun into a file */
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
+  printf("mpi_check: rank %d of %d: running\n", rank, nranks);
   ping_pong(rounds);
   allreduce();
   one_sided();
