@@ -373,32 +373,26 @@ void RSocket::drain_channel() {
   }
 }
 
+int RSocket::wait_send_room(std::unique_lock<std::mutex>* lock, bool need_credit, bool nb) {
+  for (;;) {
+    progress();
+    if (error_) return error_;
+    if (fin_sent_ || local_closed_ || peer_closed_ || state_ != RsState::kConnected)
+      return state_ == RsState::kConnected || peer_closed_ ? EPIPE : ENOTCONN;
+    if ((!need_credit || credits() > 0) && send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth) return 0;
+    if (nb) return EAGAIN;
+    if (int err = block(lock, -1); err && err != EINTR) return err;
+  }
+}
+
 ssize_t RSocket::send(const uint8_t* buf, size_t len, bool nb) {
   std::unique_lock lock(mu_, std::adopt_lock);
   size_t done = 0;
   int err = 0;
-  while (done < len) {
-    progress();
-    if (error_) {
-      err = error_;
-      break;
-    }
-    if (fin_sent_ || local_closed_ || peer_closed_ || state_ != RsState::kConnected) {
-      err = state_ == RsState::kConnected || peer_closed_ ? EPIPE : ENOTCONN;
-      break;
-    }
-    if (credits() > 0 && send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth) {
-      uint32_t chunk = uint32_t(std::min<size_t>(len - done, kBufBytes));
-      if ((err = post_send(SendKind::kData, buf + done, chunk))) break;
-      done += chunk;
-      continue;
-    }
-    if (nb) {
-      err = EAGAIN;
-      break;
-    }
-    if ((err = block(&lock, -1)) && err != EINTR) break;
-    err = 0;
+  while (done < len && !(err = wait_send_room(&lock, true, nb))) {
+    uint32_t chunk = uint32_t(std::min<size_t>(len - done, kBufBytes));
+    if ((err = post_send(SendKind::kData, buf + done, chunk))) break;
+    done += chunk;
   }
   lock.release();
   if (done > 0) return ssize_t(done);
@@ -509,15 +503,9 @@ int RSocket::iomap(void* buf, size_t len, int prot, int64_t offset, int64_t* out
   ibv_mr* mr = ibv_reg_mr(pd_, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!mr) return errno;
   std::unique_lock lock(mu_, std::adopt_lock);
-  int err = 0;
-  while (!(send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth)) {
-    if (error_ || peer_closed_ || local_closed_) break;
-    if ((err = block(&lock, 100)) && err != EINTR) break;
-    err = 0;
-  }
+  int err = wait_send_room(&lock, false, false);
   lock.release();
   IomapMsg m{kIomapMagic, mr->rkey, uint64_t(offset), reinterpret_cast<uintptr_t>(buf), len};
-  if (!err) err = error_ ? error_ : (peer_closed_ || local_closed_) ? EPIPE : 0;
   if (!err) err = post_send(SendKind::kIomap, reinterpret_cast<const uint8_t*>(&m), sizeof m);
   if (err) {
     ibv_dereg_mr(mr);
@@ -540,16 +528,7 @@ ssize_t RSocket::iowrite(const uint8_t* buf, size_t count, uint64_t offset, bool
   std::unique_lock lock(mu_, std::adopt_lock);
   size_t done = 0;
   int err = 0;
-  while (done < count) {
-    progress();
-    if (error_) {
-      err = error_;
-      break;
-    }
-    if (fin_sent_ || local_closed_ || peer_closed_ || state_ != RsState::kConnected) {
-      err = state_ == RsState::kConnected ? EPIPE : ENOTCONN;
-      break;
-    }
+  while (done < count && !(err = wait_send_room(&lock, false, nb))) {
     uint64_t pos = offset + done;
     auto region = std::find_if(remote_maps_.begin(), remote_maps_.end(),
                                [&](const IoRegion& r) { return pos >= r.offset && pos - r.offset < r.len; });
@@ -557,33 +536,24 @@ ssize_t RSocket::iowrite(const uint8_t* buf, size_t count, uint64_t offset, bool
       err = EINVAL;  // the peer mapped nothing there
       break;
     }
-    if (send_posted_ - send_done_ < kSendSlots && sq_busy_ < kSqDepth) {
-      uint32_t chunk = uint32_t(std::min<uint64_t>({count - done, kBufBytes, region->len - (pos - region->offset)}));
-      uint32_t slot = send_posted_ % kSendSlots;
-      uint8_t* src = send_area_.data() + size_t(slot) * kBufBytes;
-      std::memcpy(src, buf + done, chunk);
-      ibv_sge sge{reinterpret_cast<uintptr_t>(src), chunk, send_mr_->lkey};
-      ibv_send_wr wr{};
-      wr.wr_id = kSendWrId | slot;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.rdma.remote_addr = region->addr + (pos - region->offset);
-      wr.wr.rdma.rkey = region->rkey;
-      ibv_send_wr* bad = nullptr;
-      if ((err = ibv_post_send(id_->qp, &wr, &bad))) break;
-      ++sq_busy_;
-      ++send_posted_;
-      done += chunk;
-      continue;
-    }
-    if (nb) {
-      err = EAGAIN;
-      break;
-    }
-    if ((err = block(&lock, -1)) && err != EINTR) break;
-    err = 0;
+    uint32_t chunk = uint32_t(std::min<uint64_t>({count - done, kBufBytes, region->len - (pos - region->offset)}));
+    uint32_t slot = send_posted_ % kSendSlots;
+    uint8_t* src = send_area_.data() + size_t(slot) * kBufBytes;
+    std::memcpy(src, buf + done, chunk);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(src), chunk, send_mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = kSendWrId | slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = region->addr + (pos - region->offset);
+    wr.wr.rdma.rkey = region->rkey;
+    ibv_send_wr* bad = nullptr;
+    if ((err = ibv_post_send(id_->qp, &wr, &bad))) break;
+    ++sq_busy_;
+    ++send_posted_;
+    done += chunk;
   }
   lock.release();
   if (done > 0) return ssize_t(done);

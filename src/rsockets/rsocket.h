@@ -130,6 +130,9 @@ class RSocket {
   // Waits (mutex released) until progress may change something, at most timeout_ms.
   int block(std::unique_lock<std::mutex>* lock, int timeout_ms);
   uint32_t credits() const { return kRecvBufs - (sent_data_ - peer_consumed_); }
+  // Waits (unless nb) until a send buffer and a send WQE are free, and a
+  // credit if need_credit: 0, EAGAIN, or why the connection cannot send.
+  int wait_send_room(std::unique_lock<std::mutex>* lock, bool need_credit, bool nb);
   enum class SendKind { kData, kCredits, kFin, kIomap };
   int post_send(SendKind kind, const uint8_t* data, uint32_t len);
   void maybe_send_credits();

@@ -94,20 +94,27 @@ static void stream_server(int ready_fd) {
   exit(0);
 }
 
-// A stream: non-blocking reads say EAGAIN, rpoll reports an ordinary pipe
-// among rsockets, 3 MB in gathered pieces arrive intact, and after SHUT_WR the
-// peer still answers; then the end of the stream and POLLHUP.
-static void case_stream(void) {
+// Forks the server (which exits when done) and returns once it listens.
+static pid_t start_server(void (*server)(int ready_fd)) {
   int fds[2];
   CHECK(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
   CHECK(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
-    stream_server(fds[1]);
+    server(fds[1]);
   }
   close(fds[1]);
   wait_peer(fds[0], 10000);
+  close(fds[0]);
+  return pid;
+}
+
+// A stream: non-blocking reads say EAGAIN, rpoll reports an ordinary pipe
+// among rsockets, 3 MB in gathered pieces arrive intact, and after SHUT_WR the
+// peer still answers; then the end of the stream and POLLHUP.
+static void case_stream(void) {
+  pid_t pid = start_server(stream_server);
   int s = connect_to_port();
   char b[4];
   CHECK(rrecv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN, "empty rrecv: errno %d", errno);
@@ -173,16 +180,7 @@ static void iomap_server(int ready_fd) {
 // riowrite lands in the peer's riomap'ed buffer at the offset it chose; an
 // offset the peer did not map is EINVAL.
 static void case_iomap(void) {
-  int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) {
-    close(fds[0]);
-    iomap_server(fds[1]);
-  }
-  close(fds[1]);
-  wait_peer(fds[0], 10000);
+  pid_t pid = start_server(iomap_server);
   int s = connect_to_port();
   char msg[6];
   read_all(s, msg, sizeof msg);  // the mapping's announcement came before this
