@@ -33,6 +33,18 @@ int set_nonblocking(int fd) {
   return flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ? errno : 0;
 }
 
+// Both sides' REQ/REP: this side's hello as private data; the peer retries
+// and waits out RNR as long as it takes (7 = forever).
+rdma_conn_param hello_param() {
+  static const RsHello hello{kHelloMagic, kVersion, kRecvBufs, kBufBytes};
+  rdma_conn_param param{};
+  param.private_data = &hello;
+  param.private_data_len = sizeof hello;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  return param;
+}
+
 }  // namespace
 
 std::shared_ptr<RSocket> RSocket::create() {
@@ -129,12 +141,7 @@ int RSocket::connect(const sockaddr* addr) {
   if (rdma_resolve_route(id_, kResolveTimeoutMs)) return errno;
   if (int err = wait_event(RDMA_CM_EVENT_ROUTE_RESOLVED, kResolveTimeoutMs * 2, nullptr, nullptr)) return err;
   if (int err = setup_connection(id_)) return err;
-  RsHello hello{kHelloMagic, kVersion, kRecvBufs, kBufBytes};
-  rdma_conn_param param{};
-  param.private_data = &hello;
-  param.private_data_len = sizeof hello;
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
+  rdma_conn_param param = hello_param();
   if (rdma_connect(id_, &param)) return errno;
   uint8_t reply[64];
   size_t reply_len = sizeof reply;
@@ -189,12 +196,7 @@ int RSocket::accept(std::shared_ptr<RSocket>* out, sockaddr* addr, socklen_t* ad
     rdma_reject(new_id, nullptr, 0);
     return err;  // ~RSocket destroys the id
   }
-  RsHello hello{kHelloMagic, kVersion, kRecvBufs, kBufBytes};
-  rdma_conn_param param{};
-  param.private_data = &hello;
-  param.private_data_len = sizeof hello;
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
+  rdma_conn_param param = hello_param();
   if (rdma_accept(new_id, &param)) return errno;
   if ((err = rs->wait_event(RDMA_CM_EVENT_ESTABLISHED, kConnectTimeoutMs, nullptr, nullptr))) return err;
   rs->state_ = RsState::kConnected;
