@@ -47,6 +47,12 @@ rdma_conn_param hello_param() {
 
 }  // namespace
 
+void copy_address(const sockaddr* from, sockaddr* addr, socklen_t* addrlen) {
+  socklen_t n = from->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  std::memcpy(addr, from, std::min(n, *addrlen));
+  *addrlen = n;
+}
+
 std::shared_ptr<RSocket> RSocket::create() {
   std::shared_ptr<RSocket> rs(new RSocket());
   if (int err = rs->init_channel()) {
@@ -200,12 +206,7 @@ int RSocket::accept(std::shared_ptr<RSocket>* out, sockaddr* addr, socklen_t* ad
   if (rdma_accept(new_id, &param)) return errno;
   if ((err = rs->wait_event(RDMA_CM_EVENT_ESTABLISHED, kConnectTimeoutMs, nullptr, nullptr))) return err;
   rs->state_ = RsState::kConnected;
-  if (addr && addrlen) {
-    sockaddr* peer = rdma_get_peer_addr(new_id);
-    socklen_t n = peer->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-    std::memcpy(addr, peer, std::min(n, *addrlen));
-    *addrlen = n;
-  }
+  if (addr && addrlen) copy_address(rdma_get_peer_addr(new_id), addr, addrlen);
   *out = std::move(rs);
   return 0;
 }

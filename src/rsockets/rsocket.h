@@ -72,6 +72,10 @@ struct IomapMsg {
 };
 inline constexpr uint32_t kIomapMagic = 0x49326d4d;
 
+// Copies `from` into a caller's (addr, *addrlen) as accept(2) and
+// getsockname(2) do: truncated to *addrlen, which is set to the full length.
+void copy_address(const sockaddr* from, sockaddr* addr, socklen_t* addrlen);
+
 enum class RsState : uint8_t { kIdle, kListening, kConnected, kClosed, kError };
 
 class RSocket {
@@ -114,6 +118,13 @@ class RSocket {
 
   bool nonblocking = false;
   int pending_error = 0;  // SO_ERROR
+  // Options set with rsetsockopt, reported back by rgetsockopt (uroce's
+  // buffers and queues have fixed sizes: none changes its behaviour).
+  struct Option {
+    int level, name;
+    std::vector<uint8_t> value;
+  };
+  std::vector<Option> options;
   rdma_cm_id* id() const { return id_; }
 
  private:

@@ -102,15 +102,6 @@ bool known_option(int level, int name) {
   }
 }
 
-struct StoredOption {
-  int s, level, name;
-  std::vector<uint8_t> value;
-};
-std::vector<StoredOption>& stored_options() {
-  static auto* v = new std::vector<StoredOption>();
-  return *v;
-}
-
 }  // namespace
 
 UROCE_API int rsocket(int domain, int type, int protocol) {
@@ -195,7 +186,6 @@ UROCE_API int rclose(int s) {
       if (it == table().end()) return fail(EBADF);
       rs = std::move(it->second);
       table().erase(it);
-      std::erase_if(stored_options(), [&](const StoredOption& o) { return o.s == s; });
     }
     {
       std::lock_guard lock(rs->mutex());
@@ -364,10 +354,7 @@ UROCE_API int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* excep
 UROCE_API int rgetpeername(int s, sockaddr* addr, socklen_t* addrlen) {
   return with_socket<int>(s, [&](RSocket& rs) {
     if (!addr || !addrlen) return fail(EFAULT);
-    const sockaddr* a = rdma_get_peer_addr(rs.id());
-    socklen_t n = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-    std::memcpy(addr, a, std::min(n, *addrlen));
-    *addrlen = n;
+    uroce::rsockets::copy_address(rdma_get_peer_addr(rs.id()), addr, addrlen);
     return 0;
   });
 }
@@ -375,23 +362,18 @@ UROCE_API int rgetpeername(int s, sockaddr* addr, socklen_t* addrlen) {
 UROCE_API int rgetsockname(int s, sockaddr* addr, socklen_t* addrlen) {
   return with_socket<int>(s, [&](RSocket& rs) {
     if (!addr || !addrlen) return fail(EFAULT);
-    const sockaddr* a = rdma_get_local_addr(rs.id());
-    socklen_t n = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-    std::memcpy(addr, a, std::min(n, *addrlen));
-    *addrlen = n;
+    uroce::rsockets::copy_address(rdma_get_local_addr(rs.id()), addr, addrlen);
     return 0;
   });
 }
 
 UROCE_API int rsetsockopt(int s, int level, int name, const void* value, socklen_t len) {
-  return with_socket<int>(s, [&](RSocket&) {
+  return with_socket<int>(s, [&](RSocket& rs) {
     if (!known_option(level, name) || (level == SOL_SOCKET && name == SO_ERROR)) return fail(ENOPROTOOPT);
     if (!value && len) return fail(EFAULT);
-    std::lock_guard lock(table_mu);
-    auto& opts = stored_options();
-    std::erase_if(opts, [&](const StoredOption& o) { return o.s == s && o.level == level && o.name == name; });
+    std::erase_if(rs.options, [&](const RSocket::Option& o) { return o.level == level && o.name == name; });
     const auto* v = static_cast<const uint8_t*>(value);
-    opts.push_back({s, level, name, std::vector<uint8_t>(v, v + len)});
+    rs.options.push_back({level, name, std::vector<uint8_t>(v, v + len)});
     return 0;
   });
 }
@@ -407,9 +389,8 @@ UROCE_API int rgetsockopt(int s, int level, int name, void* value, socklen_t* le
       *len = sizeof err;
       return 0;
     }
-    std::lock_guard lock(table_mu);
-    for (const StoredOption& o : stored_options()) {
-      if (o.s == s && o.level == level && o.name == name) {
+    for (const RSocket::Option& o : rs.options) {
+      if (o.level == level && o.name == name) {
         std::memcpy(value, o.value.data(), std::min<size_t>(*len, o.value.size()));
         *len = socklen_t(o.value.size());
         return 0;
