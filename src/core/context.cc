@@ -94,6 +94,13 @@ Context::~Context() {
   if (async_write_fd_ >= 0) close(async_write_fd_);
 }
 
+bool Context::is_host_address(uint32_t ip) const {
+  if ((ip >> 24) == 127) return true;
+  for (const HostAddress& a : addrs_)
+    if (a.ip == ip) return true;
+  return false;
+}
+
 bool Context::gid_ip(unsigned index, uint32_t* ip) const {
   if (index >= addrs_.size()) return false;
   *ip = addrs_[index].ip;

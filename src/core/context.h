@@ -47,6 +47,8 @@ class Context {
   size_t gid_count() const { return addrs_.size(); }
   // IPv4 address behind a GID index; false if the index is out of range.
   bool gid_ip(unsigned index, uint32_t* ip) const;
+  // Whether `ip` is this host's: a loopback address or one behind a GID.
+  bool is_host_address(uint32_t ip) const;
 
   void query_device(ibv_device_attr* attr) const;
   int query_port(uint8_t port, ibv_port_attr* attr) const;

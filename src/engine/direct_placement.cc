@@ -295,6 +295,12 @@ std::shared_ptr<DirectPlacement::Peer> DirectPlacement::peer_for(unsigned slot) 
   return p;
 }
 
+bool DirectPlacement::reachable(uint32_t dst_ip, uint32_t dest_qpn) noexcept {
+  if (!is_local(dst_ip)) return false;
+  std::shared_ptr<Peer> peer = peer_for(qpn_slot(dest_qpn));
+  return peer && peer->alive();
+}
+
 bool DirectPlacement::place(const Op& op) noexcept {
   if (op.len == 0 || (op.rkey >> 8) == 0 || !is_local(op.dst_ip)) return false;
   std::shared_ptr<Peer> peer = peer_for(qpn_slot(op.dest_qpn));

@@ -17,6 +17,10 @@
 // completed (acknowledged, so executed by the responder) and nothing is in
 // flight; a placed WQE occupies no PSN. So placement never overtakes a
 // message the responder has not executed, and later messages follow it.
+// A large WRITE/READ (kWaitToPlace or more) behind WQEs in flight waits for
+// their ACKs rather than going as packets (requester.cc, try_place): one
+// same-host round trip is cheaper than a megabyte in packets, and a stream
+// that mixes SENDs with READs (UCX's rendezvous) keeps being placed.
 //
 // Revocation (the MR lifetime rule across processes). Every engine that
 // places into a window counts itself busy in the window's word for its slot
@@ -56,6 +60,7 @@ class EngineQp;
 class DirectPlacement final : public core::MrObserver {
  public:
   static constexpr auto kRevokeWait = std::chrono::milliseconds(100);
+  static constexpr uint64_t kWaitToPlace = 64 * 1024;
 
   // Creates this engine's window next to `registry`'s file; nullptr + errno
   // when it cannot (the engine then sends packets to every peer).
@@ -90,6 +95,9 @@ class DirectPlacement final : public core::MrObserver {
     bool read;
   };
   bool place(const Op& op) noexcept;
+  // Whether place() may succeed for QP `dest_qpn` at `dst_ip`: a local
+  // address and a live peer whose window is mapped and who has not refused us.
+  bool reachable(uint32_t dst_ip, uint32_t dest_qpn) noexcept;
 
   uint64_t placed_writes() const { return writes_.load(std::memory_order_relaxed); }
   uint64_t placed_reads() const { return reads_.load(std::memory_order_relaxed); }

@@ -165,6 +165,12 @@ bool EngineContext::start_placement() {
 // QP numbers are random, so that a blind sender cannot guess them: the low
 // 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
 // a slot. QP0/QP1 are special.
+transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn) {
+  if (!registry_ || dst.port != core::config().udp_port || !is_host_address(dst.ip)) return dst;
+  uint16_t port = registry_->port_of(qpn_slot(dest_qpn));
+  return port ? transport::Endpoint{dst.ip, port} : dst;
+}
+
 uint32_t EngineContext::allocate_qp_num() {
   for (;;) {
     uint32_t n = 0;

@@ -89,6 +89,11 @@ class EngineContext : public core::Context {
 
   // QP numbers and routing.
   uint32_t allocate_qp_num();
+  // Where to send to `dest_qpn` at `dst`: when `dst` is this host's RoCE port
+  // (a peer that knows only GID + QPN, e.g. UCX with dlid 0) and the QPN's
+  // slot has a live owner, that engine's private port, so the packets take
+  // the same-host path instead of the 4791 socket and a relay hop; else `dst`.
+  transport::Endpoint direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn);
   void register_qp(EngineQp* qp);
   void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
   // Keeps answering duplicates for a destroyed connected QP (see Tombstone).

@@ -26,11 +26,12 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   if (int e = apply_modify(a, mask)) return e;
   ibv_qp_state after = state();
 
-  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU)) && type != IBV_QPT_UD) {
+  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD) {
     uint32_t dst_ip = 0;
     core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
     ctx->gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
-    path.dst = transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)};
+    path.dst = engine()->direct_endpoint(transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)},
+                                         attr.dest_qp_num);
     path.mtu = core::mtu_bytes(attr.path_mtu);
     path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
   }

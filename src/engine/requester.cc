@@ -157,7 +157,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   uint32_t dest_qp = qp.attr.dest_qp_num;
   wire::Ipv4Flow ud_flow;
   if (qp.type == IBV_QPT_UD) {
-    dst = transport::Endpoint{w.ud.dst_ip, w.ud.dst_port};
+    dst = qp.engine()->direct_endpoint(transport::Endpoint{w.ud.dst_ip, w.ud.dst_port}, w.ud.remote_qpn);
     src_ip = w.ud.src_ip;
     ud_flow = wire::Ipv4Flow{src_ip, dst.ip, qp.engine()->lid(), dst.port};
     flow = &ud_flow;
@@ -198,15 +198,23 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
   qp.enter_error();
 }
 
+enum class Placement { kPlaced, kPackets, kWait };
+
 // Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
 // whose predecessors have all completed and with nothing in flight: copied
-// now, completed now, occupying no PSN. False: send it as packets.
-bool try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+// now, completed now, occupying no PSN. kPackets: send it as packets. kWait:
+// a large one behind WQEs in flight to a target that can be placed into waits
+// for their ACKs (the completer runs the requester again).
+Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
   DirectPlacement* dp = qp.engine()->placement();
-  if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return false;
+  if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return Placement::kPackets;
   bool read = w.opcode == IBV_WR_RDMA_READ;
-  if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0 || index != qp.sq.retired) return false;
-  if (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn) return false;
+  if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0) return Placement::kPackets;
+  if (index != qp.sq.retired || (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn)) {
+    bool wait = qp.type == IBV_QPT_RC && w.length >= DirectPlacement::kWaitToPlace &&
+                dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
+    return wait ? Placement::kWait : Placement::kPackets;
+  }
   std::array<iovec, core::kMaxSge> local;
   unsigned n = 0;
   if (w.is_inline) {
@@ -220,14 +228,14 @@ bool try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
   DirectPlacement::Op op{
       qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
       n,       read};
-  if (!dp->place(op)) return false;
+  if (!dp->place(op)) return Placement::kPackets;
   w.started = true;
   w.first_psn = w.last_psn = wire::psn_add(qp.req.psn, wire::kPsnMask);  // occupies no PSN
   ++qp.req.index;
   qp.req.offset = 0;
   complete_send_wqe(qp, w, IBV_WC_SUCCESS);
   retire_send_wqes(qp);
-  return true;
+  return Placement::kPlaced;
 }
 
 bool is_local_op(const core::SendWqe& w) { return w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV; }
@@ -320,7 +328,9 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
         fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
         break;
       }
-      if (try_place(qp, index, w, tx)) continue;
+      Placement placed = try_place(qp, index, w, tx);
+      if (placed == Placement::kPlaced) continue;
+      if (placed == Placement::kWait) break;
       w.started = true;
       w.first_psn = qp.req.psn;
       w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);
