@@ -2,6 +2,7 @@
 //
 //   uroce run [--] PROGRAM [ARGS...]   run PROGRAM with liburoce.so preloaded
 //   uroce devices                      list uroce devices, their GIDs and UDP port (LID)
+//   uroce stats [PID]                  live counters of running uroce processes (stats.cc)
 //   uroce help [env]                   usage / every UROCE_* environment variable
 //
 // `run` execs PROGRAM with LD_PRELOAD=<absolute path of liburoce.so>, so the program's
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "stats_command.h"
 
 namespace {
 
@@ -55,6 +57,8 @@ void usage(std::FILE* out) {
       "                                    so its libibverbs/librdmacm calls use uroce;\n"
       "                                    exits with PROGRAM's status\n"
       "  uroce devices                     list uroce devices with their GIDs and UDP port\n"
+      "  uroce stats [PID]                 live port and QP counters of running uroce\n"
+      "                                    processes (of this user; PID: that one only)\n"
       "  uroce help env                    list every UROCE_* environment variable\n"
       "  uroce help                        this text\n"
       "\n"
@@ -409,6 +413,7 @@ int main(int argc, char** argv) {
   args = args.subspan(1);
   if (cmd == "run") return cmd_run(args);
   if (cmd == "devices") return cmd_devices();
+  if (cmd == "stats") return cmd_stats(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     if (!args.empty() && std::string_view(args[0]) == "env") return cmd_help_env();
     if (!args.empty()) {

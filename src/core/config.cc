@@ -22,6 +22,9 @@ constexpr EnvVarDoc kDocs[] = {
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
      "without checking (for peers that are not uroce)."},
     {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
+    {"UROCE_LIVE_STATS", "1",
+     "0: keep the counters private (no /dev/shm/uroce-stats-<uid>-<pid>-<lid> file for `uroce stats`)."},
+    {"UROCE_STATS_DIR", "/dev/shm", "Folder of the live counters files (`uroce stats` reads the same one)."},
     {"UROCE_MTU", "(from the interface)", "Active MTU of the port in bytes (256, 512, 1024, 2048 or 4096)."},
     {"UROCE_FAULT", "(none)",
      "Fault injection on every packet sent: comma-separated loss=P,dup=P,reorder=P,corrupt=P "
@@ -79,6 +82,7 @@ Config load() {
   }
   if (const char* v = env("UROCE_PROGRESS_SLICE_US")) c.progress_slice_us = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_STATS")) c.stats_at_exit = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_LIVE_STATS")) c.live_stats = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_MTU")) c.mtu_override = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_FAULT")) c.fault = v;
   return c;

@@ -32,6 +32,7 @@ struct Config {
   // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).
   uint32_t progress_slice_us = 0;
   bool stats_at_exit = false;
+  bool live_stats = true;     // counters readable by `uroce stats` while running (UROCE_LIVE_STATS)
   uint32_t mtu_override = 0;  // 0: derived from the interface
   std::string fault;          // fault-injection spec, see UROCE_FAULT
 };

@@ -77,10 +77,16 @@ core::SendWqe* oldest_pending(EngineQp& qp) {
   return nullptr;
 }
 
+// A resend: a go-back-N, a probe or an RNR retry.
+void count_retransmit(EngineQp& qp) {
+  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  qp.count(&QpCounters::retransmits);
+}
+
 // Resends from the oldest unacknowledged PSN (or the first missing READ
 // response).
 void go_back_n(EngineQp& qp, TxBatch& tx) {
-  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  count_retransmit(qp);
   qp.comp.rewound = false;
   core::SendWqe* w = oldest_pending(qp);
   uint32_t from = qp.comp.unacked_psn;
@@ -104,7 +110,7 @@ void probe_tail(EngineQp& qp, TxBatch& tx) {
   uint32_t index;
   const core::SendWqe* w = requester_wqe_at(qp, newest, &index);
   if (!w || core::is_read_or_atomic(w->opcode)) return go_back_n(qp, tx);
-  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  count_retransmit(qp);
   requester_rewind(qp, newest);
   requester_force_ack_req(qp);
   requester_run(qp, tx);
@@ -164,12 +170,14 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
   acknowledge_before(qp, psn);
   switch (wire::NakCode(aeth.code())) {
     case wire::NakCode::kPsnSeqError:
+      qp.count(&QpCounters::rcvd_seq_err);
+      qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
       // The responder missed packets: go back to the PSN it expects.
       if (!infinite(qp.attr.retry_cnt)) {
         if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
         --qp.comp.retry_left;
       }
-      qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+      count_retransmit(qp);
       requester_rewind(qp, psn);
       requester_run(qp, tx);
       return;
@@ -184,6 +192,8 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
 
 void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   acknowledge_before(qp, psn);
+  qp.count(&QpCounters::rcvd_rnr_err);
+  qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
   if (!infinite(qp.attr.rnr_retry)) {
     if (qp.comp.rnr_retry_left == 0) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
     --qp.comp.rnr_retry_left;
@@ -357,7 +367,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS) return;
   if (qp.req.rnr_wait && now >= qp.timers.rnr_deadline) {
     qp.req.rnr_wait = false;
-    qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+    count_retransmit(qp);
     requester_run(qp, tx);
   }
   if (!qp.timers.retransmit_armed) return;
@@ -374,6 +384,8 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
     return;
   }
   // Local ACK timeout (IBA 9.7.6.1.3): retry from the oldest unacknowledged PSN.
+  qp.count(&QpCounters::local_ack_timeout_err);
+  qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!infinite(qp.attr.retry_cnt)) {
     if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
     --qp.comp.retry_left;

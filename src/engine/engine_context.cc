@@ -32,9 +32,15 @@ constexpr size_t kRxBurst = 64;
 constexpr uint32_t kReadBudgetPerQp = TxBatch::kMaxPackets;  // READ response packets per QP per turn: one sendmmsg
 }  // namespace
 
-EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t)
-    : core::Context(dev), transport_(std::move(t)) {
+EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish)
+    : core::Context(dev),
+      live_(LiveCounters::open(dev->ibdev.name, t->local_port(), publish && core::config().live_stats)),
+      stats(live_->port()),
+      transport_(std::move(t)) {
   set_lid(transport_->local_port());
+  live_->set_paths(transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
+  if (auto* shm = dynamic_cast<transport::ShmTransport*>(transport_.get()))
+    shm->count_into(stats.same_host_out, stats.same_host_in, stats.same_host_full_drops);
   touched_.reserve(256);
   rx_.resize(kRxBurst);
 }
@@ -61,7 +67,7 @@ EngineContext* EngineContext::open(core::Device* dev) {
     }
     if (spec->any()) t = std::make_unique<transport::FaultyTransport>(std::move(t), *spec);
   }
-  EngineContext* e = open_with(dev, std::move(t), false);
+  EngineContext* e = open_with(dev, std::move(t), false, true);
   if (!e) return nullptr;
   if (registry.ok()) e->attach_host_registry(std::move(*registry));
   e->shm_directory_ = std::move(directory);
@@ -88,8 +94,8 @@ std::unique_ptr<transport::DatagramTransport> EngineContext::with_same_host_path
 }
 
 EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
-                                        bool start_thread) {
-  auto* e = new (std::nothrow) EngineContext(dev, std::move(t));
+                                        bool start_thread, bool publish) {
+  auto* e = new (std::nothrow) EngineContext(dev, std::move(t), publish);
   if (!e) {
     errno = ENOMEM;
     return nullptr;
@@ -149,7 +155,10 @@ void EngineContext::print_stats() const {
                  (unsigned long long)placement_->copier().taken_back());
 }
 
-void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) { registry_ = std::move(r); }
+void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) {
+  registry_ = std::move(r);
+  live_->header().slot = registry_ ? registry_->slot() : 0;
+}
 
 bool EngineContext::start_placement() {
   if (!registry_) {
@@ -183,6 +192,7 @@ uint32_t EngineContext::allocate_qp_num() {
 }
 
 void EngineContext::register_qp(EngineQp* qp) {
+  qp->counters = live_->claim_qp(qp->qp_num(), qp->type);
   std::unique_lock lock(qps_mu_);
   qps_[qp->qp_num()] = qp;
 }
@@ -194,6 +204,7 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
+  live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
 }
 
 uint32_t EngineContext::register_xrc_srq(core::Srq* srq) {
@@ -553,6 +564,9 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  qp.count(&QpCounters::rcvd_pkts);
+  qp.counters->rcvd_bytes.fetch_add(d.len, std::memory_order_relaxed);
+  stats.rx_bytes.fetch_add(d.len, std::memory_order_relaxed);
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {

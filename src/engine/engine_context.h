@@ -14,32 +14,11 @@
 
 #include "core/context.h"
 #include "engine/engine_qp.h"
+#include "engine/live_counters.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
 
 namespace uroce::engine {
-
-// Packet counters, readable at any time (relaxed atomics).
-struct Stats {
-  std::atomic<uint64_t> rx_packets{0};
-  std::atomic<uint64_t> rx_malformed{0};
-  std::atomic<uint64_t> rx_bad_icrc{0};
-  std::atomic<uint64_t> rx_no_qp{0};
-  std::atomic<uint64_t> rx_wrong_service{0};
-  std::atomic<uint64_t> rx_dropped_state{0};
-  std::atomic<uint64_t> rx_duplicates{0};
-  std::atomic<uint64_t> rx_out_of_sequence{0};
-  std::atomic<uint64_t> tx_retransmits{0};
-  std::atomic<uint64_t> tx_naks{0};
-  std::atomic<uint64_t> rnr_naks_sent{0};
-  std::atomic<uint64_t> rx_qkey_violations{0};  // UD packets dropped for a wrong Q_Key
-  std::atomic<uint64_t> tx_xrc_relayed{0};      // XRC requests passed to the SRQ's owner
-  std::atomic<uint64_t> rx_bad_path{0};         // RC/UC/XRC packets not from the connected path
-  std::atomic<uint64_t> rx_ghost{0};            // responses for PSNs not outstanding
-  std::atomic<uint64_t> rx_no_recv_wqe{0};      // UD/UC messages dropped: no receive WQE posted
-  std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host_relay.h)
-  std::atomic<uint64_t> rx_host_relayed{0};     // packets another engine passed to us
-};
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
 // enough to acknowledge the peer's retransmissions of requests this QP had
@@ -70,8 +49,9 @@ class EngineContext : public core::Context {
   // Opens the transport and starts the progress thread; nullptr + errno on failure.
   static EngineContext* open(core::Device* dev);
   // For tests: an engine over a given transport, without a progress thread.
-  static EngineContext* open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t,
-                                  bool start_thread);
+  // `publish`: counters in a file for `uroce stats` (live_counters.h).
+  static EngineContext* open_with(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool start_thread,
+                                  bool publish = false);
   void close();  // stops the thread and deletes this
 
   transport::DatagramTransport& transport() { return *transport_; }
@@ -85,7 +65,15 @@ class EngineContext : public core::Context {
   DirectPlacement* placement() { return placement_.get(); }
   // Starts it (open(), or tests with a registry attached and no MR yet); false + errno if it cannot.
   bool start_placement();
-  Stats stats;
+
+ private:
+  std::unique_ptr<LiveCounters> live_;  // before `stats`, which lives in it
+
+ public:
+  // Port counters, readable at any time (relaxed atomics), also by `uroce
+  // stats` from another process (live_counters.h).
+  Stats& stats;
+  LiveCounters& live() { return *live_; }
 
   // QP numbers and routing.
   uint32_t allocate_qp_num();
@@ -138,7 +126,7 @@ class EngineContext : public core::Context {
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
  private:
-  EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t);
+  EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish);
   ~EngineContext();
   void progress_loop();
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(

@@ -18,6 +18,14 @@ Clock::duration EngineQp::local_ack_timeout() const {
   return std::chrono::nanoseconds(uint64_t(4096) << attr.timeout);
 }
 
+void EngineQp::count_sent(uint32_t bytes) {
+  if (bytes == 0) return;
+  counters->count_sent(bytes);
+  Stats& s = engine()->stats;
+  s.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  s.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
 int EngineQp::modify(const ibv_qp_attr& a, int mask) {
@@ -38,6 +46,8 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
   if (DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this);
+  counters->state.store(after, std::memory_order_relaxed);
+  counters->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
   if (after == before) {
     if (xrc) xrc_target_publish(*this, false);
     return 0;
@@ -90,6 +100,7 @@ void EngineQp::enter_error() {
   attr.qp_state = IBV_QPS_ERR;
   attr.cur_qp_state = IBV_QPS_ERR;
   ibqp.qp_base.state = IBV_QPS_ERR;
+  counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
   if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   timers.retransmit_armed = false;
   flush_send_queue();

@@ -14,6 +14,7 @@
 
 #include "core/limits.h"
 #include "core/qp.h"
+#include "engine/live_counters.h"
 #include "transport/datagram.h"
 #include "wire/icrc.h"
 #include "wire/opcode.h"
@@ -202,6 +203,8 @@ class EngineQp : public core::Qp {
   uint32_t deferred_count = 0;
   XrcTarget* xrc = nullptr;  // XRC target QPs: their shared state (xrc_target.h)
   bool relay_proxy = false;  // the context's stand-in for other processes' targets
+  // Live counters (live_counters.h): the QP's entry while it is registered.
+  QpCounters* counters = &LiveCounters::unlisted();
 
   // Modify with the engine's reactions to the new state (caller holds mu).
   int modify(const ibv_qp_attr& a, int mask);
@@ -213,6 +216,13 @@ class EngineQp : public core::Qp {
   // Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR.
   void flush_send_queue();
   void flush_recv_queue();
+
+  // Counts a packet built for this QP (`bytes` 0: dropped, not counted) and
+  // one event of `counter`, in the QP's entry and the port's totals.
+  void count_sent(uint32_t bytes);
+  void count(std::atomic<uint64_t> QpCounters::*counter) {
+    (counters->*counter).fetch_add(1, std::memory_order_relaxed);
+  }
 
   Clock::duration local_ack_timeout() const;
   // Where receive completions go: the receive CQ, or an XRC SRQ's own CQ.

@@ -115,7 +115,7 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
   fill_xrceth(info, h, w);
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
-  tx.end_packet(qp.path.flow);
+  qp.count_sent(tx.end_packet(qp.path.flow));
   advance_psn(qp, packets_for(remaining, qp.path.mtu));
   qp.req.pkts_since_ack_req = 0;
 }
@@ -132,7 +132,7 @@ void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   // AtomicETH: Swap (CmpSwap) or Add (FetchAdd) data, then Compare data.
   wire::AtomicEth(h + info.offset[unsigned(wire::Hdr::kAtomicEth)])
       .fill(w.remote_addr, w.rkey, cas ? w.swap : w.compare_add, cas ? w.compare_add : 0);
-  tx.end_packet(qp.path.flow);
+  qp.count_sent(tx.end_packet(qp.path.flow));
   advance_psn(qp, 1);
   qp.req.pkts_since_ack_req = 0;
 }
@@ -182,7 +182,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     tx.abort_packet();
     return false;
   }
-  tx.end_packet(*flow);
+  qp.count_sent(tx.end_packet(*flow));
   if (ack_req && !qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
     qp.req.rtt_sampling = true;
     qp.req.rtt_psn = qp.req.psn;
@@ -229,6 +229,10 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx)
       qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
       n,       read};
   if (!dp->place(op)) return Placement::kPackets;
+  qp.count(&QpCounters::placed_ops);
+  qp.counters->placed_bytes.fetch_add(w.length, std::memory_order_relaxed);
+  qp.engine()->stats.placed_ops.fetch_add(1, std::memory_order_relaxed);
+  qp.engine()->stats.placed_bytes.fetch_add(w.length, std::memory_order_relaxed);
   w.started = true;
   w.first_psn = w.last_psn = wire::psn_add(qp.req.psn, wire::kPsnMask);  // occupies no PSN
   ++qp.req.index;

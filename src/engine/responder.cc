@@ -95,7 +95,7 @@ void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) 
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
   wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(syndrome, qp.resp.msn);
-  tx.end_packet(qp.path.flow);
+  qp.count_sent(tx.end_packet(qp.path.flow));
 }
 
 void send_nak(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
@@ -163,7 +163,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
         failed = true;
         break;
       }
-      tx.end_packet(qp.path.flow);
+      qp.count_sent(tx.end_packet(qp.path.flow));
       job.sent += n;
     }
   }
@@ -190,7 +190,7 @@ void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
   wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
   wire::AtomicAckEth(h + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(orig);
-  tx.end_packet(qp.path.flow);
+  qp.count_sent(tx.end_packet(qp.path.flow));
 }
 
 // Executes an atomic on 8 bytes of host memory; returns the original value.
@@ -237,6 +237,7 @@ RespState check_psn(Request& r) {
   }
   if (d > 0) {
     r.qp.engine()->stats.rx_out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+    r.qp.count(&QpCounters::out_of_seq_request);
     return s.nak_sent ? RespState::kDrop : RespState::kErrPsnSequence;
   }
   if (d < 0) return RespState::kDuplicate;
@@ -555,6 +556,7 @@ RespState duplicate(Request& r) {
   EngineQp& qp = r.qp;
   ResponderState& s = qp.resp;
   qp.engine()->stats.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
+  qp.count(&QpCounters::duplicate_request);
   if (r.flags & wire::kOpRead) {
     wire::Reth reth = r.pkt.reth();
     for (const ResponderResource& res : s.resources()) {
@@ -595,12 +597,14 @@ RespState duplicate(Request& r) {
 
 RespState err_psn_sequence(Request& r) {
   r.qp.resp.nak_sent = true;
+  r.qp.count(&QpCounters::seq_naks_sent);
   send_nak(r.qp, r.tx, wire::syndrome(wire::AckType::kNak, uint8_t(wire::NakCode::kPsnSeqError)), r.qp.resp.epsn);
   return RespState::kDone;
 }
 
 RespState err_rnr(Request& r) {
   r.qp.engine()->stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+  r.qp.count(&QpCounters::send_rnr_err);
   send_nak(r.qp, r.tx, wire::syndrome(wire::AckType::kRnrNak, r.qp.attr.min_rnr_timer), r.psn);
   return RespState::kDone;
 }

@@ -78,8 +78,8 @@ void TxBatch::finish(uint32_t len) {
   ++count_;
 }
 
-void TxBatch::end_packet(const wire::Ipv4Flow& flow) {
-  if (overflow_) return;  // dropped: the slot is reused by the next packet
+uint32_t TxBatch::end_packet(const wire::Ipv4Flow& flow) {
+  if (overflow_) return 0;  // dropped: the slot is reused by the next packet
   uint8_t* p = slot(count_);
   uint32_t len = header_len_ + payload_len_;
   unsigned pad = (4 - (payload_len_ & 3)) & 3;
@@ -90,6 +90,7 @@ void TxBatch::end_packet(const wire::Ipv4Flow& flow) {
   uint32_t crc = wire::icrc_ipv4(f, p, len + wire::kIcrcSize);
   std::memcpy(p + len, &crc, 4);  // little-endian on the wire (x86)
   finish(len + wire::kIcrcSize);
+  return len + wire::kIcrcSize;
 }
 
 void TxBatch::end_datagram() {

@@ -58,8 +58,9 @@ class TxBatch {
   // caller then abandons the packet.
   bool add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len);
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
-  // appends the ICRC computed for `flow`.
-  void end_packet(const wire::Ipv4Flow& flow);
+  // appends the ICRC computed for `flow`. Returns the packet's length (0:
+  // dropped, the batch had no room).
+  uint32_t end_packet(const wire::Ipv4Flow& flow);
   // Ends the packet as it is: no pad, no ICRC (uroce-internal datagrams).
   void end_datagram();
   // Drops the packet begun last (nothing of it is sent).

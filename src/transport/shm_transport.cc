@@ -257,7 +257,7 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
     }
     ShmRing::Meta meta{src_ip, d.dst.ip, inner_->local_port(), d.dst.port, uint16_t(k), 0};
     if (!o.ring.push(meta, parts, lens, n) && !push_waiting(o, meta, parts, lens, n)) return false;
-    shm_sent_.fetch_add(1, std::memory_order_relaxed);
+    sent_->fetch_add(1, std::memory_order_relaxed);
     done += len;
     if (total == 0) break;
   }
@@ -277,7 +277,7 @@ bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const ui
                                 const uint32_t* lens, unsigned n) noexcept {
   auto now = std::chrono::steady_clock::now();
   if (now < o.stalled_until || o.ring.corrupt()) {
-    full_drops_.fetch_add(1, std::memory_order_relaxed);
+    full_drops_->fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   ring_doorbell(o.port);  // the receiver may be asleep with a full ring
@@ -286,7 +286,7 @@ bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const ui
     if (o.ring.push(meta, parts, lens, n)) return true;
   } while (!o.ring.corrupt() && std::chrono::steady_clock::now() < deadline);
   o.stalled_until = std::chrono::steady_clock::now() + kStalled;
-  full_drops_.fetch_add(1, std::memory_order_relaxed);
+  full_drops_->fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 
@@ -351,7 +351,7 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
   }
   rings_ready_.store(more, std::memory_order_relaxed);
   if (!active_.empty()) ++rotate_;
-  shm_received_ += n;
+  received_->fetch_add(n, std::memory_order_relaxed);
   return n;
 }
 

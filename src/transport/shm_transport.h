@@ -74,9 +74,17 @@ class ShmTransport final : public DatagramTransport {
     return rings_ready_.load(std::memory_order_relaxed) || inner_->more_ready();
   }
 
-  uint64_t shm_sent() const { return shm_sent_.load(std::memory_order_relaxed); }
-  uint64_t shm_received() const { return shm_received_; }
-  uint64_t full_drops() const { return full_drops_.load(std::memory_order_relaxed); }
+  uint64_t shm_sent() const { return sent_->load(std::memory_order_relaxed); }
+  uint64_t shm_received() const { return received_->load(std::memory_order_relaxed); }
+  uint64_t full_drops() const { return full_drops_->load(std::memory_order_relaxed); }
+  // Counts into the caller's counters from now on (e.g. ones in shared
+  // memory; set before any traffic, they must outlive this transport).
+  void count_into(std::atomic<uint64_t>& sent, std::atomic<uint64_t>& received,
+                  std::atomic<uint64_t>& full_drops) noexcept {
+    sent_ = &sent;
+    received_ = &received;
+    full_drops_ = &full_drops;
+  }
 
   // Removes inbound segments in `dir` named `prefix`<pid>-… whose process is
   // gone (left behind by killed processes).
@@ -121,8 +129,11 @@ class ShmTransport final : public DatagramTransport {
   // insertions, each ring its own pushes.
   std::mutex out_mu_;
   std::unordered_map<uint16_t, std::unique_ptr<Outbound>> out_;
-  std::atomic<uint64_t> shm_sent_{0};
-  std::atomic<uint64_t> full_drops_{0};  // datagrams lost to a full ring
+  // Datagrams sent and received through the rings, and lost to a full ring.
+  std::atomic<uint64_t> own_sent_{0}, own_received_{0}, own_full_drops_{0};
+  std::atomic<uint64_t>* sent_ = &own_sent_;
+  std::atomic<uint64_t>* received_ = &own_received_;
+  std::atomic<uint64_t>* full_drops_ = &own_full_drops_;
   // Receiver only.
   std::vector<ShmRing> in_;                              // attached inbound rings, by sender index (invalid: not yet)
   std::vector<uint8_t> rx_copy_;                         // records copied out, one slot each
@@ -134,7 +145,6 @@ class ShmTransport final : public DatagramTransport {
   unsigned inner_skip_ = 0;                              // receives since the inner transport was last asked
   std::chrono::steady_clock::time_point inner_asked_{};  // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
-  uint64_t shm_received_ = 0;
 };
 
 }  // namespace uroce::transport

@@ -299,6 +299,11 @@ TEST_F(Responder, DuplicateSendIsAckedNotReexecuted) {
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 4u);
+  // Live counters (uroce stats): six packets in, six ACKs out, two duplicates.
+  EXPECT_EQ(qp->counters->rcvd_pkts.load(), 6u);
+  EXPECT_EQ(qp->counters->sent_pkts.load(), 6u);
+  EXPECT_EQ(qp->counters->duplicate_request.load(), 2u);
+  EXPECT_EQ(engine->stats.tx_packets.load(), 6u);
 }
 
 // Receive a duplicate WRITE / Expect ACK ePSN-1 and the memory not written
@@ -348,6 +353,9 @@ TEST_F(Responder, OutOfSequenceNakOnce) {
 
   deliver(Craft{.opcode = kSendOnly, .psn = rq(5), .ack_req = true, .payload = {1}});
   expect_single_ack(nak(0), rq(1));
+  // Live counters: four packets past the ePSN, two sequence NAKs (one per gap).
+  EXPECT_EQ(qp->counters->out_of_seq_request.load(), 4u);
+  EXPECT_EQ(qp->counters->seq_naks_sent.load(), 2u);
 }
 
 // Receive an out-of-order packet and then the expected one in the same burst /
