@@ -25,6 +25,11 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_LIVE_STATS", "1",
      "0: keep the counters private (no /dev/shm/uroce-stats-<uid>-<pid>-<lid> file for `uroce stats`)."},
     {"UROCE_STATS_DIR", "/dev/shm", "Folder of the live counters files (`uroce stats` reads the same one)."},
+    {"UROCE_PCAP", "(none)",
+     "Capture every packet a device sends and receives (also through shared memory) into this pcap file "
+     "(raw IPv4; %p is replaced by the process ID, %l by the device's UDP port; a second device of the "
+     "process adds -<port>). Read it with tshark -d udp.port==PORT,infiniband."},
+    {"UROCE_PCAP_LIMIT_MB", "256", "Largest capture file in MiB; later packets are counted, not written."},
     {"UROCE_MTU", "(from the interface)", "Active MTU of the port in bytes (256, 512, 1024, 2048 or 4096)."},
     {"UROCE_FAULT", "(none)",
      "Fault injection on every packet sent: comma-separated loss=P,dup=P,reorder=P,corrupt=P "
@@ -85,6 +90,8 @@ Config load() {
   if (const char* v = env("UROCE_LIVE_STATS")) c.live_stats = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_MTU")) c.mtu_override = uint32_t(std::strtoul(v, nullptr, 0));
   if (const char* v = env("UROCE_FAULT")) c.fault = v;
+  if (const char* v = env("UROCE_PCAP")) c.pcap = v;
+  if (const char* v = env("UROCE_PCAP_LIMIT_MB")) c.pcap_limit_mb = std::strtoull(v, nullptr, 0);
   return c;
 }
 

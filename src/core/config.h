@@ -35,6 +35,8 @@ struct Config {
   bool live_stats = true;     // counters readable by `uroce stats` while running (UROCE_LIVE_STATS)
   uint32_t mtu_override = 0;  // 0: derived from the interface
   std::string fault;          // fault-injection spec, see UROCE_FAULT
+  std::string pcap;           // UROCE_PCAP: capture file ("": none)
+  uint64_t pcap_limit_mb = 256;
 };
 
 // Parsed once, on first use; thread-safe.

@@ -17,6 +17,7 @@
 #include "engine/host_relay.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
+#include "transport/capture.h"
 #include "transport/fault_injection.h"
 #include "transport/shm_transport.h"
 #include "transport/udp_transport.h"
@@ -39,7 +40,7 @@ EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::Datag
       transport_(std::move(t)) {
   set_lid(transport_->local_port());
   live_->set_paths(transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
-  if (auto* shm = dynamic_cast<transport::ShmTransport*>(transport_.get()))
+  if (auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get()))
     shm->count_into(stats.same_host_out, stats.same_host_in, stats.same_host_full_drops);
   touched_.reserve(256);
   rx_.resize(kRxBurst);
@@ -57,6 +58,7 @@ EngineContext* EngineContext::open(core::Device* dev) {
   if (!registry.ok()) LOG_WARN("no host registry (%s): QPs are reachable by LID only", std::strerror(registry.err()));
   std::unique_ptr<HostDirectory> directory;
   if (registry.ok() && core::config().shm) t = with_same_host_path(std::move(t), **registry, &directory);
+  if (!core::config().pcap.empty()) t = with_capture(std::move(t));
   if (!core::config().fault.empty()) {
     std::string error;
     auto spec = transport::FaultSpec::parse(core::config().fault, &error);
@@ -75,6 +77,31 @@ EngineContext* EngineContext::open(core::Device* dev) {
     LOG_INFO("no same-host direct placement (%s): WRITE and READ go as packets", std::strerror(errno));
   e->thread_ = std::thread([e] { e->progress_loop(); });
   return e;
+}
+
+// UROCE_PCAP: a capture of `t`'s datagrams (transport/capture.h), or `t`
+// itself (with a warning) when the file cannot be made.
+std::unique_ptr<transport::DatagramTransport> EngineContext::with_capture(
+    std::unique_ptr<transport::DatagramTransport> t) {
+  static std::atomic<unsigned> capturing{0};
+  std::string path;
+  const std::string& spec = core::config().pcap;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    if (spec[i] == '%' && i + 1 < spec.size() && (spec[i + 1] == 'p' || spec[i + 1] == 'l')) {
+      path += std::to_string(spec[i + 1] == 'p' ? unsigned(getpid()) : unsigned(t->local_port()));
+      ++i;
+    } else {
+      path += spec[i];
+    }
+  }
+  if (capturing.fetch_add(1) > 0 && spec.find("%l") == std::string::npos) path += "-" + std::to_string(t->local_port());
+  auto writer = transport::PcapWriter::open(path, core::config().pcap_limit_mb << 20);
+  if (!writer) {
+    LOG_WARN("UROCE_PCAP: cannot create %s (%s): no capture", path.c_str(), std::strerror(errno));
+    return t;
+  }
+  LOG_INFO("capturing port %u into %s", t->local_port(), path.c_str());
+  return std::make_unique<transport::CaptureTransport>(std::move(t), std::move(writer));
 }
 
 // The same-host path over `t` (transport/shm_transport.h), or `t` itself
@@ -112,6 +139,9 @@ void EngineContext::close() {
   if (thread_.joinable()) thread_.join();
   if (placement_) mrs.set_observer(nullptr);
   if (core::config().stats_at_exit) print_stats();
+  if (auto* c = transport::find_layer<transport::CaptureTransport>(transport_.get()))
+    LOG_INFO("capture %s: %llu packets written, %llu not written (limit or backlog)", c->writer().path().c_str(),
+             (unsigned long long)c->writer().written(), (unsigned long long)c->writer().dropped());
   if (auto* f = dynamic_cast<transport::FaultyTransport*>(transport_.get())) {
     const auto& c = f->counters();
     std::fprintf(stderr,
@@ -125,7 +155,7 @@ void EngineContext::close() {
 }
 
 void EngineContext::print_stats() const {
-  const auto* shm = dynamic_cast<const transport::ShmTransport*>(transport_.get());
+  const auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get());
   std::fprintf(stderr,
                "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "

@@ -129,6 +129,7 @@ class EngineContext : public core::Context {
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish);
   ~EngineContext();
   void progress_loop();
+  static std::unique_ptr<transport::DatagramTransport> with_capture(std::unique_ptr<transport::DatagramTransport> t);
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
       std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);
   // One receive turn (caller holds rx_mu_): a burst, then READ responses.

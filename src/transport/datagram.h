@@ -88,6 +88,17 @@ class DatagramTransport {
   // arrived: its result filled `out`, or the socket had more. False means
   // everything received before that call has been returned.
   virtual bool more_ready() const noexcept { return false; }
+  // The transport this one decorates (fault injection, capture, the
+  // same-host path over UDP), or null.
+  virtual DatagramTransport* decorated() noexcept { return nullptr; }
 };
+
+// The layer of type T in the stack that starts at `t`, or null.
+template <class T>
+T* find_layer(DatagramTransport* t) noexcept {
+  for (; t; t = t->decorated())
+    if (auto* found = dynamic_cast<T*>(t)) return found;
+  return nullptr;
+}
 
 }  // namespace uroce::transport

@@ -54,6 +54,7 @@ class FaultyTransport final : public DatagramTransport {
   void wait(int timeout_ms) noexcept override;
   uint16_t local_port() const noexcept override { return inner_->local_port(); }
   uint16_t host_port() const noexcept override { return inner_->host_port(); }
+  DatagramTransport* decorated() noexcept override { return inner_.get(); }
   // No GSO: faults apply to single packets (every datagram sent is one).
   bool gro() const noexcept override { return inner_->gro(); }
   bool more_ready() const noexcept override { return inner_->more_ready(); }

@@ -70,6 +70,7 @@ class ShmTransport final : public DatagramTransport {
   uint16_t host_port() const noexcept override { return inner_->host_port(); }
   unsigned max_gso_segments() const noexcept override { return inner_->max_gso_segments(); }
   bool gro() const noexcept override { return inner_->gro(); }
+  DatagramTransport* decorated() noexcept override { return inner_.get(); }
   bool more_ready() const noexcept override {
     return rings_ready_.load(std::memory_order_relaxed) || inner_->more_ready();
   }
