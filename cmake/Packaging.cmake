@@ -1,5 +1,7 @@
 # `cpack -G DEB` in the build directory: one Debian package `uroce` holding what
-# `cmake --install` installs (Install.cmake), under /usr.
+# `cmake --install` installs (Install.cmake), under /usr. The library directory is
+# GNUInstallDirs' for the configured prefix: lib/ by default, lib/x86_64-linux-gnu/ (Debian
+# multiarch) when configured with -DCMAKE_INSTALL_PREFIX=/usr.
 set(CPACK_PACKAGE_NAME uroce)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "uroce maintainers <uroce@example.invalid>")
