@@ -3,9 +3,10 @@
 #   P/include/uroce/                     the C++ API headers (when include/uroce exists)
 #   P/<libdir>/pkgconfig/uroce.pc        pkg-config --cflags --libs uroce
 #   P/<libdir>/cmake/uroce/              find_package(uroce CONFIG): uroce::uroce, uroce::cxx
-# Everything is relocatable: the prefix is the one given at install time, not at configure
-# time. The static layer libraries (uroce_wire, uroce_core, ...) and the tests are not
-# installed; liburoce links them in.
+# P is the prefix given at install time, not the one configured. The installed tree can
+# move afterwards (the launcher and the CMake package find their files relative to
+# themselves) except uroce.pc, which names P. The static layer libraries (uroce_wire,
+# uroce_core, ...) and the tests are not installed; liburoce links them in.
 include(CMakePackageConfigHelpers)
 
 set(UROCE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/uroce)
