@@ -11,7 +11,7 @@
 #
 # Usage: run_install_test.sh --build-dir DIR --consumer-dir DIR [--cmake PATH] [--cc PATH]
 #                            [--cxx PATH] [--sanitize LIST]
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap below also reports failures inside functions
 
 build_dir='' consumer_dir='' cmake=cmake cc=cc cxx=c++ sanitize=''
 while (($#)); do
@@ -39,6 +39,7 @@ tmp=$(realpath "$tmp")
 prefix=$tmp/prefix
 
 fail() { echo "run_install_test: FAIL: $*" >&2; exit 1; }
+trap 'echo "run_install_test: FAIL: line $LINENO: $BASH_COMMAND (status $?)" >&2' ERR
 # step SECONDS COMMAND...: runs COMMAND (echoed) with a time limit and without any preload
 # inherited from the caller.
 step() {
