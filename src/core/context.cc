@@ -94,6 +94,14 @@ Context::~Context() {
   if (async_write_fd_ >= 0) close(async_write_fd_);
 }
 
+bool Context::take_dm_bytes(uint64_t bytes) {
+  uint64_t used = dm_bytes_.load();
+  do {
+    if (bytes > kMaxDmSize - used) return false;
+  } while (!dm_bytes_.compare_exchange_weak(used, used + bytes));
+  return true;
+}
+
 bool Context::is_host_address(uint32_t ip) const {
   if ((ip >> 24) == 127) return true;
   for (const HostAddress& a : addrs_)

@@ -63,12 +63,18 @@ class Context {
   void release(Resource r);
   uint32_t in_use(Resource r) const { return used_[size_t(r)].load(std::memory_order_relaxed); }
 
+  // Device memory (ibv_alloc_dm) in use, at most kMaxDmSize: false when
+  // `bytes` more do not fit.
+  bool take_dm_bytes(uint64_t bytes);
+  void give_dm_bytes(uint64_t bytes) { dm_bytes_.fetch_sub(bytes); }
+
   int async_fd_write_end() const { return async_write_fd_; }
   // Queues an event for ibv_get_async_event. Never blocks: if the application
   // leaves events unread until the pipe is full, further ones are dropped.
   void raise_async_event(const ibv_async_event& event) const;
 
  private:
+  std::atomic<uint64_t> dm_bytes_{0};
   std::vector<HostAddress> addrs_;
   uint16_t lid_ = 0;
   ibv_mtu active_mtu_ = IBV_MTU_1024;

@@ -19,6 +19,8 @@ inline constexpr uint32_t kMaxCqe = (1 << 22) - 1;  // as mlx5 (libfabric rxm as
 inline constexpr uint32_t kMaxMr = 16384;
 inline constexpr uint32_t kMaxMw = 16384;  // windows share the MR key table
 inline constexpr uint64_t kMaxMrSize = uint64_t(1) << 40;
+// Device memory per context (ibv_device_attr_ex.max_dm_size; mlx5 has 128 KiB).
+inline constexpr uint64_t kMaxDmSize = 256 * 1024;
 inline constexpr uint32_t kMaxPd = 4096;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: max_qp_rd_atom / max_qp_init_rd_atom
 inline constexpr uint32_t kMaxSrq = 1024;

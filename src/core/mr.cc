@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/address_space.h"
+#include "core/dm.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/mr_access.h"
@@ -76,11 +77,15 @@ int MrTable::take_slot_locked(bool window, uint32_t* key) {
   return 0;
 }
 
-Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access) {
+Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access, Dm* dm) {
   if (int e = validate_mr_access(access)) return Result<Mr*>::error(e);
-  if (length > kMaxMrSize) return Result<Mr*>::error(EINVAL);
-  if (!addr && length) return Result<Mr*>::error(EINVAL);
-  if (int e = validate_mr_range(addr, length, access)) return Result<Mr*>::error(e);
+  // ibv_reg_mr(3): implicit ODP is addr NULL, length SIZE_MAX, ON_DEMAND.
+  bool implicit = !addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND) && iova == 0;
+  if (!implicit) {
+    if (length > kMaxMrSize) return Result<Mr*>::error(EINVAL);
+    if (!addr && length) return Result<Mr*>::error(EINVAL);
+    if (int e = validate_mr_range(addr, length, access)) return Result<Mr*>::error(e);
+  }
   auto* mr = new (std::nothrow) Mr;
   if (!mr) return Result<Mr*>::error(ENOMEM);
   std::unique_lock lock(mu_);
@@ -95,6 +100,8 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   mr->iova = iova;
   mr->length = length;
   mr->access = access;
+  mr->dm = dm;
+  if (dm) dm->mrs.fetch_add(1);
   mr->ibmr.context = pd->ibpd.context;
   mr->ibmr.pd = &pd->ibpd;
   mr->ibmr.addr = addr;
@@ -168,7 +175,7 @@ int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b) {
   Mr* p = const_cast<Mr*>(parent);
   mw->parent = p;
   ++p->windows;
-  mw->host = p->host + (b.addr - reinterpret_cast<uint64_t>(p->host));
+  mw->host = p->host_at(b.addr, false);
   mw->iova = (b.access & IBV_ACCESS_ZERO_BASED) ? 0 : b.addr;
   mw->length = b.length;
   mw->access = b.access & ~unsigned(IBV_ACCESS_ZERO_BASED);
@@ -202,6 +209,7 @@ int MrTable::remove(Mr* mr) {
     free_.push_back(index);
   }
   mr->pd->users.fetch_sub(1);
+  if (mr->dm) mr->dm->mrs.fetch_sub(1);
   delete mr;
   return 0;
 }
@@ -214,7 +222,7 @@ KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t
   if (!mr || mr->ibmr.lkey != key) return KeyCheck::kBadKey;
   if (mr->is_window && (!mr->bound || !remote)) return KeyCheck::kBadKey;  // windows: bound, remote keys only
   if (pd && mr->pd != pd) return KeyCheck::kPdMismatch;
-  uint64_t base = remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host);
+  uint64_t base = remote ? mr->iova : mr->local_base();
   if (va < base || len > mr->length || va - base > mr->length - len) return KeyCheck::kOutOfBounds;
   if ((mr->access & need) != need) return KeyCheck::kNoPermission;
   *out = mr;
@@ -240,7 +248,7 @@ bool MrTable::scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t o
     const Mr* mr = nullptr;
     if (check_locked(sge[i].lkey, pd, sge[i].addr + skip, n, IBV_ACCESS_LOCAL_WRITE, false, &mr) != KeyCheck::kOk)
       return false;
-    if (!copy_to_mr(*mr, reinterpret_cast<void*>(sge[i].addr + skip), data, n)) return false;
+    if (!copy_to_mr(*mr, mr->host_at(sge[i].addr + skip, false), data, n)) return false;
     data += n;
     len -= n;
     skip = 0;

@@ -19,6 +19,7 @@
 namespace uroce::core {
 
 struct Sge;
+struct Dm;
 
 struct Mr {
   ibv_mr ibmr{};  // ABI object (addr, length, lkey, rkey); lkey is the current key
@@ -27,6 +28,16 @@ struct Mr {
   uint64_t iova = 0;        // address remote peers use
   uint64_t length = 0;
   unsigned access = 0;
+  // Device memory MRs (ibv_reg_dm_mr) are zero-based: local addresses, like
+  // remote ones, are iovas (offsets into the MR), not host addresses.
+  Dm* dm = nullptr;
+  // Where local addresses (lkey semantics) of this MR start.
+  uint64_t local_base() const { return dm ? iova : reinterpret_cast<uint64_t>(host); }
+  // The host pointer of address `va` under lkey (remote: rkey) semantics;
+  // integer arithmetic, so an implicit ODP MR (host 0) makes no null offset.
+  uint8_t* host_at(uint64_t va, bool remote) const {
+    return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(host) + (va - (remote ? iova : local_base())));
+  }
 
   // Memory windows (ibv_alloc_mw) are records of the same table: a window's
   // range and access come from its bind, inside the `parent` MR, and its key
@@ -121,7 +132,9 @@ class MrTable {
 
   // Validates access and range (validate_mr_access, validate_mr_range), then
   // registers; EINVAL/EFAULT as those, ENOMEM at max_mr.
-  [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access);
+  // Implicit ODP (addr null, length SIZE_MAX, IBV_ACCESS_ON_DEMAND): one MR for
+  // the whole address space. `dm`: an MR on device memory (zero-based).
+  [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access, Dm* dm = nullptr);
   [[nodiscard]] int remove(Mr* mr);  // EBUSY while windows are bound to it
 
   [[nodiscard]] Result<Mr*> add_window(Pd* pd, ibv_mw_type type);
@@ -140,7 +153,7 @@ class MrTable {
     std::shared_lock lock(mu_);
     const Mr* mr = nullptr;
     KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr);
-    if (c == KeyCheck::kOk) f(*mr, mr->host + (va - (remote ? mr->iova : reinterpret_cast<uint64_t>(mr->host))));
+    if (c == KeyCheck::kOk) f(*mr, mr->host_at(va, remote));
     return c;
   }
 

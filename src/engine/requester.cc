@@ -77,7 +77,7 @@ bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32
     if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, 0, false, &mr) != core::KeyCheck::kOk)
       return false;
     // Copied now, under the MR table's lock (core/mr.h: the lifetime rule).
-    if (!tx.add_payload_from(*mr, reinterpret_cast<const uint8_t*>(sge[i].addr + skip), n)) return false;
+    if (!tx.add_payload_from(*mr, mr->host_at(sge[i].addr + skip, false), n)) return false;
     len -= n;
     skip = 0;
   }
@@ -220,9 +220,17 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx)
   if (w.is_inline) {
     local[n++] = iovec{qp.sq.inline_buf(index), w.length};
   } else {
+    // Host addresses through the MR table (whose lock send_burst holds): a
+    // device memory MR's addresses are offsets.
     const core::Sge* sge = qp.sq.sges(index);
-    for (uint16_t i = 0; i < w.num_sge && n < local.size(); ++i)
-      if (sge[i].length) local[n++] = iovec{reinterpret_cast<void*>(sge[i].addr), sge[i].length};
+    for (uint16_t i = 0; i < w.num_sge && n < local.size(); ++i) {
+      if (!sge[i].length) continue;
+      const core::Mr* mr = nullptr;
+      if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) !=
+          core::KeyCheck::kOk)
+        return Placement::kPackets;
+      local[n++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
+    }
   }
   if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
   DirectPlacement::Op op{

@@ -158,7 +158,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
                         wire::psn_add(job.psn, i));
       if (info.has(wire::Hdr::kAeth))
         wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
-      if (n && !tx.add_payload_from(*mr, mr->host + (job.va + job.sent - mr->iova), n)) {
+      if (n && !tx.add_payload_from(*mr, mr->host_at(job.va + job.sent, true), n)) {
         tx.abort_packet();
         failed = true;
         break;

@@ -25,9 +25,11 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   a.device_cap_flags_ex = unsigned(a.orig_attr.device_cap_flags);  // no flag above bit 31 applies
   // On-demand paging is what uroce always does: nothing is pinned, and every
   // access goes through the MR table at the time it happens. Implicit ODP
-  // (one MR for the whole address space) is not offered: it would let a peer
-  // reach any address of the process.
-  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  // (one MR for the whole address space, ibv_reg_mr(pd, NULL, SIZE_MAX,
+  // ON_DEMAND)) too: like any MR, it lets peers reach what its access flags
+  // say — there, the whole address space — and every access to an unmapped
+  // address fails cleanly (core/mr_access.h).
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ |
                                               (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
@@ -38,6 +40,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   a.completion_timestamp_mask = core::kCompletionTimestampMask;
   a.hca_core_clock = core::kHcaCoreClockKhz;
   a.phys_port_cnt_ex = uint32_t(a.orig_attr.phys_port_cnt);
+  a.max_dm_size = core::kMaxDmSize;
   std::memset(attr, 0, attr_size);
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   return 0;
