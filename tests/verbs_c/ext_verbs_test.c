@@ -799,8 +799,11 @@ static void case_device_ex(struct ext_side* a, struct ext_side* b) {
   CHECK(!(ax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC), "rc_odp_caps reports ATOMIC");
   CHECK((ax.device_cap_flags_ex & 0xFFFFFFFFull) == (uint64_t)(unsigned)orig.device_cap_flags,
         "device_cap_flags_ex does not extend device_cap_flags");
-  CHECK(ax.max_dm_size == 0 && ax.cq_mod_caps.max_cq_count == 0 && ax.tso_caps.max_tso == 0 && ax.comp_mask == 0,
+  CHECK(ax.cq_mod_caps.max_cq_count == 0 && ax.tso_caps.max_tso == 0 && ax.comp_mask == 0,
         "unsupported features reported as present");
+  /* Device memory and implicit ODP are offered (dm_test.c checks them). */
+  CHECK(ax.max_dm_size == 256 * 1024, "max_dm_size %llu", (unsigned long long)ax.max_dm_size);
+  CHECK(ax.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT, "no IBV_ODP_SUPPORT_IMPLICIT");
   uint32_t xrc_odp = rc_odp | IBV_ODP_SUPPORT_SRQ_RECV;  // what ibv_xsrq_pingpong -o asks for
   CHECK((ax.xrc_odp_caps & xrc_odp) == xrc_odp, "xrc_odp_caps 0x%x", ax.xrc_odp_caps);
   CHECK(ax.phys_port_cnt_ex == 1, "phys_port_cnt_ex %u", ax.phys_port_cnt_ex);
