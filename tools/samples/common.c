@@ -197,6 +197,7 @@ void tcp_recv(int fd, void* buf, size_t len, const char* what) {
     wait_fd(fd, POLLIN, deadline, what);
     ssize_t n = recv(fd, p, len, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == ECONNRESET) die("peer reset the connection while we waited for %s", what);
     if (n < 0) die("receiving %s: %s", what, strerror(errno));
     if (n == 0) die("peer closed the connection while we waited for %s", what);
     p += n;

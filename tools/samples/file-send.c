@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -40,7 +41,9 @@ int main(int argc, char** argv) {
   }
   if (!path || !server) die("missing FILE or SERVER_IP (try --help)");
   FILE* in = fopen(path, "rb");
-  if (!in) die("cannot read '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (!in || fstat(fileno(in), &st)) die("cannot read '%s': %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) die("cannot read '%s': %s", path, strerror(EISDIR));
 
   struct rc_dev dev;
   rc_dev_open(&dev, 2 * kMaxSlots + 4);
