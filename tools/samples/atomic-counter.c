@@ -164,13 +164,12 @@ static int run_client(const char* server_ip, int port, long iters, const char* v
 
 int main(int argc, char** argv) {
   sample_init(argc, argv, kUsage);
-  long port = 7475, clients = 1, iters = 1000, timeout;
+  long port = 7475, clients = 1, iters = 1000;
   const char *server_ip = NULL, *values_dir = NULL;
   for (int i = 1; i < argc; ++i) {
     if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) ||
         opt_long(argc, argv, &i, "--clients", 1, kMaxClients, &clients) ||
-        opt_long(argc, argv, &i, "--iters", 1, 100000000, &iters) ||
-        opt_long(argc, argv, &i, "--timeout", 1, 3600, &timeout) ||
+        opt_long(argc, argv, &i, "--iters", 1, 100000000, &iters) || opt_timeout(argc, argv, &i) ||
         opt_str(argc, argv, &i, "--values-dir", &values_dir))
       continue;
     if (argv[i][0] == '-' || server_ip) bad_arg(argv[i]);

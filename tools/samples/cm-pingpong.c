@@ -42,13 +42,13 @@ static void get_comp(struct rdma_cm_id* id, int send, long iter) {
 
 int main(int argc, char** argv) {
   sample_init(argc, argv, kUsage);
-  long port = 7474, iters = 1000, size = 64, timeout;
+  long port = 7474, iters = 1000, size = 64;
   const char *server_ip = NULL, *bind_addr = NULL;
   for (int i = 1; i < argc; ++i) {
     if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) ||
         opt_long(argc, argv, &i, "--iters", 1, 100000000, &iters) ||
-        opt_long(argc, argv, &i, "--size", 16, 1 << 20, &size) ||
-        opt_long(argc, argv, &i, "--timeout", 1, 3600, &timeout) || opt_str(argc, argv, &i, "--bind", &bind_addr))
+        opt_long(argc, argv, &i, "--size", 16, 1 << 20, &size) || opt_timeout(argc, argv, &i) ||
+        opt_str(argc, argv, &i, "--bind", &bind_addr))
       continue;
     if (argv[i][0] == '-' || server_ip) bad_arg(argv[i]);
     server_ip = argv[i];

@@ -51,15 +51,6 @@ void sample_init(int argc, char** argv, const char* usage) {
       exit(0);
     }
   }
-  /* --timeout is common to every sample; it may appear anywhere and is read here. */
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!strcmp(argv[i], "--timeout")) {
-      char* end;
-      long v = strtol(argv[i + 1], &end, 10);
-      if (*end || v < 1 || v > 3600) die("--timeout: expected 1..3600 seconds, got '%s'", argv[i + 1]);
-      g_timeout_s = (int)v;
-    }
-  }
 }
 
 int opt_str(int argc, char** argv, int* i, const char* name, const char** out) {
@@ -77,6 +68,13 @@ int opt_long(int argc, char** argv, int* i, const char* name, long min, long max
   long v = strtol(s, &end, 0);
   if (errno || !*s || *end || v < min || v > max) die("%s: expected a number in %ld..%ld, got '%s'", name, min, max, s);
   *out = v;
+  return 1;
+}
+
+int opt_timeout(int argc, char** argv, int* i) {
+  long v;
+  if (!opt_long(argc, argv, i, "--timeout", 1, 3600, &v)) return 0;
+  g_timeout_s = (int)v;
   return 1;
 }
 

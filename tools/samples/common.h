@@ -12,7 +12,8 @@
 
 /* ---- errors and arguments ---- */
 
-/* Set by sample_init: the program name used in messages, its usage text and --timeout. */
+/* The program name used in messages (set by sample_init) and the bound on every wait in
+ * seconds (--timeout, default 10; set by opt_timeout). */
 extern const char* g_prog;
 extern int g_timeout_s;
 
@@ -25,6 +26,8 @@ void sample_init(int argc, char** argv, const char* usage);
 /* Option parsing: if argv[*i] is NAME, consumes it and its value (dies when missing). */
 int opt_str(int argc, char** argv, int* i, const char* name, const char** out);
 int opt_long(int argc, char** argv, int* i, const char* name, long min, long max, long* out);
+/* --timeout SECONDS (1..3600): sets g_timeout_s. */
+int opt_timeout(int argc, char** argv, int* i);
 /* Dies with the usage hint for an unknown option. */
 _Noreturn void bad_arg(const char* arg);
 
@@ -108,7 +111,7 @@ struct buf_desc desc_unpack(const struct buf_desc* wire);
 void fill_pattern(char* buf, size_t len, const char* text, unsigned seed);
 int check_pattern(const char* buf, size_t len, const char* text, unsigned seed);
 
-/* FNV-1a 64 over LEN bytes, continuing from H (start with kFnvInit). */
+/* FNV-1a 64 over LEN bytes, continuing from H (start with FNV_INIT). */
 #define FNV_INIT 0xcbf29ce484222325ULL
 uint64_t fnv1a64(uint64_t h, const void* buf, size_t len);
 

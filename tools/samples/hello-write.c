@@ -21,11 +21,10 @@ enum { kBufSize = 256 };
 
 int main(int argc, char** argv) {
   sample_init(argc, argv, kUsage);
-  long port = 7471, timeout;
+  long port = 7471;
   const char* server = NULL;
   for (int i = 1; i < argc; ++i) {
-    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) || opt_long(argc, argv, &i, "--timeout", 1, 3600, &timeout))
-      continue;
+    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) || opt_timeout(argc, argv, &i)) continue;
     if (argv[i][0] == '-' || server) bad_arg(argv[i]);
     server = argv[i];
   }

@@ -30,11 +30,11 @@ struct region {
 
 int main(int argc, char** argv) {
   sample_init(argc, argv, kUsage);
-  long port = 7472, timeout;
+  long port = 7472;
   const char *mode = "read", *server = NULL;
   for (int i = 1; i < argc; ++i) {
-    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) ||
-        opt_long(argc, argv, &i, "--timeout", 1, 3600, &timeout) || opt_str(argc, argv, &i, "--mode", &mode))
+    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) || opt_timeout(argc, argv, &i) ||
+        opt_str(argc, argv, &i, "--mode", &mode))
       continue;
     if (argv[i][0] == '-' || server) bad_arg(argv[i]);
     server = argv[i];

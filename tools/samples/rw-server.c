@@ -32,11 +32,11 @@ struct region {
 
 int main(int argc, char** argv) {
   sample_init(argc, argv, kUsage);
-  long port = 7472, timeout;
+  long port = 7472;
   const char* mode = "read";
   for (int i = 1; i < argc; ++i) {
-    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) ||
-        opt_long(argc, argv, &i, "--timeout", 1, 3600, &timeout) || opt_str(argc, argv, &i, "--mode", &mode))
+    if (opt_long(argc, argv, &i, "--port", 1, 65535, &port) || opt_timeout(argc, argv, &i) ||
+        opt_str(argc, argv, &i, "--mode", &mode))
       continue;
     bad_arg(argv[i]);
   }
