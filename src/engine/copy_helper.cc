@@ -87,6 +87,12 @@ void CopyHelper::run() noexcept {
       last = Clock::now();
       continue;
     }
+    // A split copy in progress (the caller filling or taking back a job, or
+    // collecting ours) is activity too: without this, a helper woken too late
+    // for one job (its part taken back) stopped lingering during the caller's
+    // double-length copy, slept again before the next job, and every later
+    // job was taken back as well.
+    if (s != kIdle) last = Clock::now();
     if (Clock::now() - last < std::chrono::microseconds(kLingerUs)) {
       cpu_relax();
       continue;
