@@ -236,10 +236,10 @@ class RecvRequest {
 
 namespace detail {
 // Links `requests` into ibv_*_wr chains and posts them with `post` (a verb taking the
-// first WR and the bad-WR out-pointer). Requests beyond 64 are posted in further chains.
+// first WR and the bad-WR out-pointer). Requests beyond 16 are posted in further chains.
 template <class Wr, class Request, class Post>
 Status post_chain(std::span<const Request> requests, const char* what, Post post) {
-  constexpr std::size_t kChunk = 64;
+  constexpr std::size_t kChunk = 16;
   for (std::size_t base = 0; base < requests.size(); base += kChunk) {
     std::size_t n = std::min(kChunk, requests.size() - base);
     std::array<Wr, kChunk> wrs;

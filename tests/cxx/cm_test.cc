@@ -1,6 +1,6 @@
 // rdma_cm over the C++ API: connect/accept with private data between two threads on
 // 127.0.0.1, a SEND over the QP the CM created, disconnect; and a rejected connection.
-// TCP (= rdma_cm) ports 18960 and 18963.
+// TCP (= rdma_cm) ports kPortBase + 0, 3 and 5 (test_util.hpp).
 #include <cstring>
 #include <future>
 #include <thread>
@@ -70,7 +70,7 @@ void serve(std::uint16_t port, std::promise<void>& listening) {
 }
 
 TEST(Cm, ConnectAcceptWithPrivateDataThenSendAndDisconnect) {
-  constexpr std::uint16_t kPort = 18960;
+  constexpr std::uint16_t kPort = kPortBase + 0;
   std::promise<void> listening;
   std::future<void> ready = listening.get_future();
   std::thread server(serve, kPort, std::ref(listening));
@@ -103,7 +103,7 @@ TEST(Cm, ConnectAcceptWithPrivateDataThenSendAndDisconnect) {
 }
 
 TEST(Cm, RejectedConnectionIsECONNREFUSED) {
-  constexpr std::uint16_t kPort = 18963;
+  constexpr std::uint16_t kPort = kPortBase + 3;
   std::promise<void> listening;
   std::future<void> ready = listening.get_future();
   std::thread server([&] {
@@ -139,7 +139,7 @@ TEST(Cm, ResolvingANameThatDoesNotExistIsAnError) {
   auto context = id.context();
   ASSERT_FALSE(context.ok());
   EXPECT_EQ(context.error().errnum(), ENODEV);
-  Status s = id.resolve("no-such-host.invalid", 18965, Milliseconds(500));
+  Status s = id.resolve("no-such-host.invalid", kPortBase + 5, Milliseconds(500));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().errnum(), EHOSTUNREACH) << s.error().message();
 }

@@ -1,4 +1,4 @@
-// The out-of-band TCP exchange between two threads (ports 18961, 18962, 18966, 18967).
+// The out-of-band TCP exchange between two threads (TCP ports kPortBase + 1, 2, 6, 7).
 #include <future>
 #include <thread>
 
@@ -14,7 +14,7 @@ struct Plain {
 };
 
 TEST(Oob, ExchangeEndpointsBuffersAndPlainStructs) {
-  constexpr std::uint16_t kPort = 18961;
+  constexpr std::uint16_t kPort = kPortBase + 1;
   ASSERT_OK_AND_ASSIGN(TcpListener listener, TcpListener::listen("127.0.0.1", kPort));
   EXPECT_EQ(listener.port(), kPort);
   QpEndpoint server_end;
@@ -53,13 +53,13 @@ TEST(Oob, ExchangeEndpointsBuffersAndPlainStructs) {
 }
 
 TEST(Oob, ConnectWithoutAListenerGivesUpAtTheTimeout) {
-  auto socket = TcpSocket::connect("127.0.0.1", 18962, Milliseconds(200));
+  auto socket = TcpSocket::connect("127.0.0.1", kPortBase + 2, Milliseconds(200));
   ASSERT_FALSE(socket.ok());
   EXPECT_EQ(socket.error().errnum(), ECONNREFUSED) << socket.error().message();
 }
 
 TEST(Oob, ConnectRetriesUntilTheListenerAppears) {
-  constexpr std::uint16_t kPort = 18966;
+  constexpr std::uint16_t kPort = kPortBase + 6;
   std::thread late([&] {
     std::this_thread::sleep_for(Milliseconds(100));
     ASSERT_OK_AND_ASSIGN(TcpListener listener, TcpListener::listen("127.0.0.1", kPort));
@@ -76,7 +76,7 @@ TEST(Oob, ConnectRetriesUntilTheListenerAppears) {
 }
 
 TEST(Oob, SilentPeerTimesOutAndClosedPeerIsECONNRESET) {
-  constexpr std::uint16_t kPort = 18967;
+  constexpr std::uint16_t kPort = kPortBase + 7;
   ASSERT_OK_AND_ASSIGN(TcpListener listener, TcpListener::listen("127.0.0.1", kPort));
   ASSERT_OK_AND_ASSIGN(TcpSocket client, TcpSocket::connect("127.0.0.1", kPort, kWait));
   {

@@ -25,6 +25,13 @@ namespace uroce::test {
 using namespace std::chrono_literals;
 inline constexpr Milliseconds kWait = 5s;
 
+// TCP ports of the tests: kPortBase + 0..9 (the binary linked with rdma-core's libraries
+// gets another base so that both binaries may run at once).
+#ifndef UROCE_CXX_TEST_PORT_BASE
+#define UROCE_CXX_TEST_PORT_BASE 18960
+#endif
+inline constexpr std::uint16_t kPortBase = UROCE_CXX_TEST_PORT_BASE;
+
 inline std::vector<std::byte> pattern(std::size_t size, unsigned seed) {
   std::vector<std::byte> out(size);
   for (std::size_t i = 0; i < size; ++i) out[i] = std::byte((i * 7 + seed) & 0xFF);
