@@ -150,6 +150,10 @@ class CmId {
     return CmId(raw, &channel);
   }
 
+  // Takes ownership of an id the caller got from the C API (e.g. EventChannel::next()'s
+  // CONNECT_REQUEST event); its events arrive on `channel`.
+  static CmId adopt(rdma_cm_id* raw, const EventChannel& channel) noexcept { return CmId(raw, &channel); }
+
   CmId(CmId&& other) noexcept
       : raw_(std::exchange(other.raw_, nullptr)), channel_(other.channel_), qp_(std::move(other.qp_)) {
     other.qp_.reset();

@@ -4,6 +4,8 @@
 //   owns (keep the buffer alive longer than the region).
 // - LocalSlice is a view of registered memory on this side: address, length and LocalKey;
 //   work requests take their scatter/gather lists as LocalSlices only.
+// - RegisteredBuffer is both: page-aligned zeroed memory the API allocates, and its
+//   registration, with the same slice()/remote() views.
 // - RemoteBuffer describes the peer's registered memory: {addr, rkey, length}. It is what
 //   one sends to a peer (to_bytes()/from_bytes(), network byte order) and what RDMA WRITE,
 //   READ and atomics target. A RemoteBuffer is not a LocalSlice and does not convert to
@@ -17,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -178,6 +182,40 @@ class MemoryRegion {
   explicit MemoryRegion(ibv_mr* raw) noexcept : handle_(raw) {}
 
   detail::Handle<ibv_mr, Release> handle_;
+};
+
+// Page-aligned, zero-filled memory and its registration in one owner.
+class RegisteredBuffer {
+ public:
+  static Result<RegisteredBuffer> allocate(const ProtectionDomain& pd, std::size_t size, Access access = Access::kAll) {
+    if (size == 0) return Error(EINVAL, "RegisteredBuffer::allocate: size 0");
+    Memory memory(static_cast<std::byte*>(::operator new[](size, std::align_val_t(kAlignment), std::nothrow)));
+    if (!memory) return Error(ENOMEM, "RegisteredBuffer::allocate: " + std::to_string(size) + " bytes");
+    std::memset(memory.get(), 0, size);
+    auto mr = MemoryRegion::reg(pd, std::span<std::byte>(memory.get(), size), access);
+    if (!mr) return std::move(mr).error();
+    return RegisteredBuffer(std::move(memory), std::move(*mr));
+  }
+
+  std::byte* data() const noexcept { return memory_.get(); }
+  std::size_t size() const noexcept { return mr_.size(); }
+  std::span<std::byte> bytes() const noexcept { return {data(), size()}; }
+  const MemoryRegion& region() const noexcept { return mr_; }
+  LocalSlice slice() const { return mr_.slice(); }
+  LocalSlice slice(std::size_t offset, std::size_t length) const { return mr_.slice(offset, length); }
+  RemoteBuffer remote() const { return mr_.remote(); }
+  RemoteBuffer remote(std::size_t offset, std::size_t length) const { return mr_.remote(offset, length); }
+
+ private:
+  static constexpr std::size_t kAlignment = 4096;
+  struct Free {
+    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t(kAlignment)); }
+  };
+  using Memory = std::unique_ptr<std::byte[], Free>;
+  RegisteredBuffer(Memory memory, MemoryRegion mr) noexcept : memory_(std::move(memory)), mr_(std::move(mr)) {}
+
+  Memory memory_;  // declared first: destroyed after the registration
+  MemoryRegion mr_;
 };
 
 }  // namespace uroce

@@ -11,6 +11,7 @@ namespace {
 static_assert(!std::is_copy_constructible_v<Context> && std::is_nothrow_move_constructible_v<Context>);
 static_assert(!std::is_copy_constructible_v<DeviceList> && std::is_move_constructible_v<DeviceList>);
 static_assert(!std::is_copy_constructible_v<ProtectionDomain> && !std::is_copy_assignable_v<ProtectionDomain>);
+static_assert(!std::is_copy_constructible_v<RegisteredBuffer>);
 static_assert(!std::is_copy_constructible_v<MemoryRegion> && std::is_nothrow_move_constructible_v<MemoryRegion>);
 static_assert(!std::is_copy_constructible_v<CompletionChannel> && !std::is_copy_constructible_v<CompletionQueue>);
 static_assert(!std::is_copy_constructible_v<QueuePair> && std::is_nothrow_move_assignable_v<QueuePair>);
@@ -90,6 +91,22 @@ TEST(Lifetime, CreateMoveAndDestroyEveryObject) {
     ASSERT_OK_AND_ASSIGN(auto none, cq.poll_one());
     EXPECT_FALSE(none.has_value());
   }
+}
+
+TEST(Lifetime, RegisteredBufferOwnsItsMemoryAndRegistration) {
+  ASSERT_OK_AND_ASSIGN(Context ctx, Context::open());
+  ASSERT_OK_AND_ASSIGN(ProtectionDomain pd, ProtectionDomain::alloc(ctx));
+  ASSERT_OK_AND_ASSIGN(RegisteredBuffer buffer, RegisteredBuffer::allocate(pd, 10000));
+  EXPECT_EQ(buffer.size(), 10000u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % 4096, 0u);
+  EXPECT_EQ(buffer.bytes()[9999], std::byte{0});
+  EXPECT_EQ(buffer.slice(100, 10).data(), buffer.data() + 100);
+  EXPECT_EQ(buffer.remote().rkey, buffer.region().rkey().value);
+  RegisteredBuffer moved = std::move(buffer);
+  EXPECT_EQ(moved.size(), 10000u);
+  auto empty = RegisteredBuffer::allocate(pd, 0);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().errnum(), EINVAL);
 }
 
 TEST(BadArguments, CompletionQueueSizes) {
