@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -118,8 +119,9 @@ class EventChannel {
     event.id = raw_event->id;
     event.listen_id = raw_event->listen_id;
     const rdma_conn_param& conn = raw_event->param.conn;
-    if (conn.private_data != nullptr && conn.private_data_len > 0 && event.type != RDMA_CM_EVENT_ADDR_RESOLVED &&
-        event.type != RDMA_CM_EVENT_ROUTE_RESOLVED) {
+    bool carries_data = event.type == RDMA_CM_EVENT_CONNECT_REQUEST || event.type == RDMA_CM_EVENT_CONNECT_RESPONSE ||
+                        event.type == RDMA_CM_EVENT_ESTABLISHED || event.type == RDMA_CM_EVENT_REJECTED;
+    if (carries_data && conn.private_data != nullptr && conn.private_data_len > 0) {
       auto* data = static_cast<const std::byte*>(conn.private_data);
       event.private_data.assign(data, data + conn.private_data_len);
     }
@@ -155,16 +157,13 @@ class CmId {
   static CmId adopt(rdma_cm_id* raw, const EventChannel& channel) noexcept { return CmId(raw, &channel); }
 
   CmId(CmId&& other) noexcept
-      : raw_(std::exchange(other.raw_, nullptr)), channel_(other.channel_), qp_(std::move(other.qp_)) {
-    other.qp_.reset();
-  }
+      : raw_(std::exchange(other.raw_, nullptr)), channel_(other.channel_), qp_(std::move(other.qp_)) {}
   CmId& operator=(CmId&& other) noexcept {
     if (this != &other) {
       destroy();
       raw_ = std::exchange(other.raw_, nullptr);
       channel_ = other.channel_;
       qp_ = std::move(other.qp_);
-      other.qp_.reset();
     }
     return *this;
   }
@@ -209,10 +208,10 @@ class CmId {
     if (qp_) return Error(EEXIST, "CmId::create_qp: the id already has a QP");
     ibv_qp_init_attr init = QueuePair::init_attr(type, send_cq, recv_cq, options);
     if (auto s = status_from_rc(::rdma_create_qp(raw_, pd.raw(), &init), "rdma_create_qp"); !s) return s;
-    qp_.emplace(QueuePair::borrow(raw_->qp));
+    qp_ = std::make_unique<QueuePair>(QueuePair::borrow(raw_->qp));
     return {};
   }
-  bool has_qp() const noexcept { return qp_.has_value(); }
+  bool has_qp() const noexcept { return qp_ != nullptr; }
   // The QP made by create_qp (precondition, checked: has_qp()).
   const QueuePair& qp() const {
     if (!qp_) detail::die("CmId::qp(): no QP was created on this id");
@@ -241,15 +240,20 @@ class CmId {
   }
 
   // The next event of the id's channel, which must be of type `expected` and concern this
-  // id. A REJECTED event gives ECONNREFUSED (its private data in the message's absence is
-  // lost: read EventChannel::next() to see it), UNREACHABLE / *_ERROR EHOSTUNREACH,
-  // DISCONNECTED ECONNRESET, ETIMEDOUT when nothing came.
+  // id. A REJECTED event gives ECONNREFUSED (read EventChannel::next() yourself to see a
+  // rejection's private data), UNREACHABLE / *_ERROR EHOSTUNREACH, DISCONNECTED
+  // ECONNRESET, nothing at all ETIMEDOUT, anything else EPROTO. A connection request that
+  // arrives instead is rejected (its id destroyed) rather than leaked.
   Result<CmEvent> wait_event(rdma_cm_event_type expected, Milliseconds timeout) const {
     auto event = channel_->next(timeout);
     if (!event) return event;
     if (event->type == expected && (event->id == raw_ || event->listen_id == raw_)) return event;
     std::string what = "expected rdma_cm event " + std::string(to_string(expected)) + ", got " +
                        std::string(to_string(event->type)) + " (status " + std::to_string(event->status) + ")";
+    if (event->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      CmId unwanted(event->id, channel_);  // destroying it rejects the request
+      return Error(EPROTO, what + "; the request was rejected");
+    }
     if (event->type == expected) return Error(EPROTO, what + " for another id");
     switch (event->type) {
       case RDMA_CM_EVENT_REJECTED:
@@ -302,7 +306,7 @@ class CmId {
   friend struct ConnectRequest;
   rdma_cm_id* raw_ = nullptr;
   const EventChannel* channel_ = nullptr;
-  std::optional<QueuePair> qp_;
+  std::unique_ptr<QueuePair> qp_;  // a view: the id owns the QP
 };
 
 // A connection request: the new id (owned; accept or reject it) and the event with the

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <infiniband/verbs.h>
 
 #include <array>

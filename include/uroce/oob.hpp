@@ -115,20 +115,21 @@ class TcpSocket {
     auto deadline = detail::Clock::now() + timeout;
     auto addrs = detail::resolve_tcp(host, port, false);
     if (!addrs) return std::move(addrs).error();
-    const addrinfo* ai = addrs->get();
     std::string what = "connect to " + host + ":" + std::to_string(port);
     for (;;) {
-      detail::Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-      if (fd.get() < 0) return Error::from_errno(errno, "socket");
-      int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
-      int err = rc == 0 ? 0 : errno;
-      if (err == EINPROGRESS) {
-        if (auto s = detail::wait_fd(fd.get(), POLLOUT, deadline, what.c_str()); !s) return std::move(s).error();
-        socklen_t len = sizeof err;
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      bool refused = false;  // by some address: nobody listens there yet
+      int other_error = 0;
+      for (const addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
+        auto socket = try_connect(*ai, deadline, what);
+        if (socket) return socket;
+        if (socket.error().errnum() == ETIMEDOUT) return socket;
+        if (socket.error().errnum() == ECONNREFUSED)
+          refused = true;
+        else
+          other_error = socket.error().errnum();
       }
-      if (err == 0) return TcpSocket(std::move(fd));
-      if (err != ECONNREFUSED || detail::Clock::now() >= deadline) return Error::from_errno(err, what);
+      if (!refused || detail::Clock::now() >= deadline)
+        return Error::from_errno(refused ? ECONNREFUSED : other_error, what);
       std::this_thread::sleep_for(Milliseconds(20));
     }
   }
@@ -199,6 +200,19 @@ class TcpSocket {
 
  private:
   friend class TcpListener;
+  static Result<TcpSocket> try_connect(const addrinfo& ai, detail::Clock::time_point deadline,
+                                       const std::string& what) {
+    detail::Fd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
+    if (fd.get() < 0) return Error::from_errno(errno, "socket");
+    int err = ::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      if (auto s = detail::wait_fd(fd.get(), POLLOUT, deadline, what.c_str()); !s) return std::move(s).error();
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err != 0) return Error::from_errno(err, what);
+    return TcpSocket(std::move(fd));
+  }
   explicit TcpSocket(detail::Fd fd) noexcept : fd_(std::move(fd)) {
     int one = 1;
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

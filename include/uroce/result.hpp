@@ -155,10 +155,10 @@ inline int last_errno() noexcept { return errno != 0 ? errno : EIO; }
 //   UROCE_TRY_ASSIGN(auto pd, ProtectionDomain::alloc(ctx));
 #define UROCE_CONCAT_INNER_(a, b) a##b
 #define UROCE_CONCAT_(a, b) UROCE_CONCAT_INNER_(a, b)
-#define UROCE_TRY(expr)                                                       \
-  do {                                                                        \
-    auto&& uroce_try_result_ = (expr);                                        \
-    if (!uroce_try_result_.ok()) return std::move(uroce_try_result_).error(); \
+#define UROCE_TRY(expr)                                            \
+  do {                                                             \
+    auto&& uroce_try_result_ = (expr);                             \
+    if (!uroce_try_result_.ok()) return uroce_try_result_.error(); \
   } while (0)
 #define UROCE_TRY_ASSIGN(decl, expr) UROCE_TRY_ASSIGN_(UROCE_CONCAT_(uroce_try_, __LINE__), decl, expr)
 #define UROCE_TRY_ASSIGN_(tmp, decl, expr)      \

@@ -6,6 +6,7 @@
 
 #include "uroce/ah.hpp"
 #include "uroce/cm.hpp"
+#include "uroce/coro.hpp"
 #include "uroce/cq.hpp"
 #include "uroce/device.hpp"
 #include "uroce/endpoint.hpp"
