@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -234,7 +235,63 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
+  for (auto it = mcast_.begin(); it != mcast_.end();) {  // a destroyed QP leaves its groups
+    std::erase(it->second, qp);
+    uint32_t group = it->first;
+    ++it;
+    if (mcast_[group].empty()) leave_group_locked(group);
+  }
   live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
+}
+
+int EngineContext::attach_mcast(EngineQp* qp, uint32_t group) {
+  if (qp->type != IBV_QPT_UD) return EINVAL;
+  std::unique_lock lock(qps_mu_);
+  auto it = mcast_.find(group);
+  if (it != mcast_.end()) {
+    if (std::find(it->second.begin(), it->second.end(), qp) == it->second.end()) it->second.push_back(qp);
+    return 0;
+  }
+  auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get());
+  if (int e = udp ? udp->set_group(group, true) : ENODEV) return e;
+  mcast_[group].push_back(qp);
+  return 0;
+}
+
+int EngineContext::detach_mcast(EngineQp* qp, uint32_t group) {
+  std::unique_lock lock(qps_mu_);
+  auto it = mcast_.find(group);
+  if (it == mcast_.end() || std::find(it->second.begin(), it->second.end(), qp) == it->second.end()) return EINVAL;
+  std::erase(it->second, qp);
+  if (it->second.empty()) leave_group_locked(group);
+  return 0;
+}
+
+void EngineContext::leave_group_locked(uint32_t group) {
+  mcast_.erase(group);
+  if (auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get())) (void)udp->set_group(group, false);
+}
+
+// A multicast packet (IBA 10.5.2.4: DQPN 0xFFFFFF) goes to every UD QP of
+// this engine attached to its destination group, each consuming a receive
+// WQE of its own (the progress thread or poller holds qps_mu_ shared).
+void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt,
+                                      std::vector<EngineQp*>& touched) {
+  auto it = mcast_.find(d.dst_ip);
+  if (it == mcast_.end() || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) {
+    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  for (EngineQp* qp : it->second) {
+    std::lock_guard ql(qp->mu);
+    qp->count(&QpCounters::rcvd_pkts);
+    qp->counters->rcvd_bytes.fetch_add(d.len, std::memory_order_relaxed);
+    responder_receive(*qp, pkt, d.src, d.dst_ip, TxBatch::local());
+    if (qp->deferred_count && !qp->in_touched_list) {
+      qp->in_touched_list = true;
+      touched.push_back(qp);
+    }
+  }
 }
 
 uint32_t EngineContext::register_xrc_srq(core::Srq* srq) {
@@ -574,6 +631,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   uint8_t opcode = pkt.bth().opcode();
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
+  if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);
   auto it = qps_.find(pkt.bth().dest_qp());
   if (it == qps_.end()) {
     if (!have_tombstones_.load(std::memory_order_relaxed) || !answer_tombstone(d, pkt))

@@ -84,6 +84,14 @@ class EngineContext : public core::Context {
   transport::Endpoint direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn);
   void register_qp(EngineQp* qp);
   void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
+  // UD multicast (ibv_attach_mcast): packets for QPN 0xFFFFFF sent to the
+  // IPv4 group `group` reach every UD QP attached to it. The first attach
+  // joins the group on the host socket, the last detach (or destroy) leaves
+  // it. attach: 0 (also when attached already), EINVAL for a non-UD QP, the
+  // errno of the join; detach: 0, or EINVAL when not attached.
+  static constexpr uint32_t kMulticastQpn = 0xFFFFFF;
+  int attach_mcast(EngineQp* qp, uint32_t group);
+  int detach_mcast(EngineQp* qp, uint32_t group);
   // Keeps answering duplicates for a destroyed connected QP (see Tombstone).
   void add_tombstone(const EngineQp& qp);
 
@@ -147,6 +155,9 @@ class EngineContext : public core::Context {
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
+  std::unordered_map<uint32_t, std::vector<EngineQp*>> mcast_;  // group -> attached QPs; guarded by qps_mu_
+  void leave_group_locked(uint32_t group);
+  void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, std::vector<EngineQp*>& touched);
   // Tombstones by QP number, at most kMaxTombstones, each expiring (see
   // prune_tombstones). Guarded by tombstone_mu_.
   std::unordered_map<uint32_t, Tombstone> tombstones_;

@@ -137,6 +137,10 @@ int open_host_socket(const UdpConfig& cfg) {
   int fd = open_socket(cfg, &gso, &gro);
   if (fd < 0) return -1;
   int on = 1;
+  // Multicast only for the groups this socket joined (not every group any
+  // socket of the host joined: IP_MULTICAST_ALL's default).
+  int off = 0;
+  setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &off, sizeof off);
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 || bind_port(fd, cfg.host_port) != 0) {
     std::fprintf(stderr, "uroce: UDP port %u is held by another program: QPs here are reachable by LID only (%s)\n",
                  cfg.host_port, std::strerror(errno));
@@ -147,6 +151,15 @@ int open_host_socket(const UdpConfig& cfg) {
 }
 
 }  // namespace
+
+int UdpTransport::set_group(uint32_t group, bool join) noexcept {
+  if (host_fd_ < 0) return ENODEV;
+  ip_mreqn m{};
+  m.imr_multiaddr.s_addr = htonl(group);
+  m.imr_address.s_addr = htonl(INADDR_ANY);  // the interface the route to the group names
+  if (setsockopt(host_fd_, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m, sizeof m) != 0) return errno;
+  return 0;
+}
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
   bool gso, gro;

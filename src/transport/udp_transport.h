@@ -38,6 +38,10 @@ class UdpTransport final : public DatagramTransport {
   }
   bool gro() const noexcept override { return gro_; }
   bool more_ready() const noexcept override { return rx_more_ || rx_next_ < rx_count_; }
+  // Joins (or leaves) the IPv4 multicast group `group` on the host socket,
+  // whose port multicast RoCE packets are sent to: 0 or an errno (ENODEV
+  // without a host socket).
+  int set_group(uint32_t group, bool join) noexcept;
 
  private:
   UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro);
