@@ -51,7 +51,8 @@ struct Options {
   std::vector<Family> families{Family::kWrite, Family::kRead, Family::kSend};
   std::vector<Method> methods{Method::kSgl, Method::kPack, Method::kMulti};
   double warm_ms = 10, tput_ms = 60, lat_ms = 30;
-  uint32_t min_batches = 3;
+  uint32_t min_batches = 2;  // a round
+  uint32_t rounds = 3;
   bool quick = false;
 };
 
@@ -61,6 +62,7 @@ void usage(FILE* f) {
                "                 [--spin-us 50 (then block on the completion channel; -1: spin only)]\n"
                "                 [--quick] [--ns 1,2,4] [--sizes 8,4096] [--families write,read,send]\n"
                "                 [--methods sgl,pack,multi] [--tput-ms 60] [--lat-ms 30] [--warm-ms 10]\n"
+               "                 [--rounds 3 (each method once a round; times are per point)]\n"
                "  --quick: N 1,4; S 8,4096; one short run a point (a correctness check: every method,\n"
                "           every family, destination bytes checked). CSV rows on stdout.\n");
 }
@@ -133,6 +135,9 @@ std::optional<Options> parse(int argc, char** argv) {
       o.ep.device = v;
     } else if (a == "--gid") {
       o.ep.gid_index = std::atoi(v);
+    } else if (a == "--rounds") {
+      long r = std::strtol(v, nullptr, 10);
+      ok = r >= 1 && r <= 100, o.rounds = uint32_t(r);
     } else if (a == "--spin-us") {
       o.ep.spin_us = std::atoi(v);
     } else if (a == "--ns") {
@@ -161,7 +166,7 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.quick) {
     if (o.ns.empty()) o.ns = {1, 4};
     if (o.sizes.empty()) o.sizes = {8, 4096};
-    o.warm_ms = 0, o.tput_ms = 1, o.lat_ms = 1, o.min_batches = 1;
+    o.warm_ms = 0, o.tput_ms = 1, o.lat_ms = 1, o.min_batches = 1, o.rounds = 1;
   }
   if (o.sizes.empty()) o.sizes = {8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288, 1048576};
   return o;
@@ -191,7 +196,7 @@ struct RunResult {
 
 // One run of a point: the server set up, batches until `target_ms` of measured batches (at
 // least min_batches) after `warm_ms`, the destination checked.
-RunResult run_point(int fd, Client& client, const Point& p, const Options& o, double target_ms) {
+RunResult run_point(int fd, Client& client, const Point& p, const Options& o, double warm_ms, double target_ms) {
   RunResult r;
   PointMsg m{uint32_t(p.family), uint32_t(p.method), p.shape.n, p.shape.size, p.shape.window, 0, p.seed};
   ReplyMsg reply{};
@@ -200,7 +205,7 @@ RunResult run_point(int fd, Client& client, const Point& p, const Options& o, do
   auto start = Clock::now();
   double measured_ms = 0;
   for (;;) {
-    bool warm = ms_since(start) >= o.warm_ms;
+    bool warm = ms_since(start) >= warm_ms;
     bool last = warm && measured_ms >= target_ms && r.batch_us.size() + 1 >= o.min_batches;
     auto t0 = Clock::now();
     if (!client.batch(p, last)) return r;
@@ -217,6 +222,22 @@ RunResult run_point(int fd, Client& client, const Point& p, const Options& o, do
   r.ok = true;
   return r;
 }
+
+// One method's runs at one point, over the rounds.
+struct Summary {
+  std::vector<double> round_mbps;  // throughput of each round, 1e6 B/s
+  std::vector<double> lat_us;      // every latency sample of every round
+  size_t batches = 0;
+  size_t bad_bytes = 0;
+  void add(const RunResult& t, const RunResult& l, double batch_bytes) {
+    double us = 0;
+    for (double b : t.batch_us) us += b;
+    round_mbps.push_back(double(t.batch_us.size()) * batch_bytes / us);
+    lat_us.insert(lat_us.end(), l.batch_us.begin(), l.batch_us.end());
+    batches += t.batch_us.size();
+    bad_bytes += t.bad_bytes + l.bad_bytes;
+  }
+};
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -235,7 +256,9 @@ int run_client(const Options& o) {
   if (!control_send(fd, &self, sizeof self) || !control_recv(fd, &peer, sizeof peer, kControlMs) || !ep.connect(peer))
     return 2;
   Client client(ep, peer);
-  std::printf("family,method,n,size,bytes,window,batches,mbps,lat_iters,lat_med_us,lat_p90_us,check\n");
+  std::printf(
+      "family,method,n,size,bytes,window,rounds,batches,mbps,mbps_min,mbps_max,lat_iters,lat_med_us,"
+      "lat_p90_us,check\n");
   std::fflush(stdout);
   uint64_t seed = 0x5EED0000;
   size_t failures = 0;
@@ -245,30 +268,38 @@ int run_client(const Options& o) {
         f == Family::kRead ? std::min(ep.max_read_sge(), peer.max_read_sge) : std::min(ep.max_send_sge(), peer.max_sge);
     for (uint32_t n : ns_for(o, limit)) {
       for (uint32_t size : o.sizes) {
-        for (Method m : o.methods) {
-          Point tp{f, m, {n, size, throughput_window(n, size)}, ++seed};
-          Point lp{f, m, {n, size, 1}, ++seed};
-          RunResult t = run_point(fd, client, tp, o, o.tput_ms);
-          RunResult l = t.ok ? run_point(fd, client, lp, o, o.lat_ms) : RunResult{};
-          if (!t.ok || !l.ok) {
-            std::fprintf(stderr, "noncontig: %s %s N=%u S=%u failed\n", family_name(f).data(), method_name(m).data(), n,
-                         size);
-            return 2;
+        std::vector<Summary> sums(o.methods.size());
+        // Rounds: every method once a round, so that a change in the machine's load falls on
+        // all methods of a point alike.
+        for (uint32_t round = 0; round < o.rounds; ++round) {
+          for (size_t k = 0; k < o.methods.size(); ++k) {
+            Point tp{f, o.methods[k], {n, size, throughput_window(n, size)}, ++seed};
+            Point lp{f, o.methods[k], {n, size, 1}, ++seed};
+            double warm = round == 0 ? o.warm_ms : 0;
+            RunResult t = run_point(fd, client, tp, o, warm, o.tput_ms / o.rounds);
+            RunResult l = t.ok ? run_point(fd, client, lp, o, warm, o.lat_ms / o.rounds) : RunResult{};
+            if (!t.ok || !l.ok) {
+              std::fprintf(stderr, "noncontig: %s %s N=%u S=%u failed\n", family_name(f).data(),
+                           method_name(o.methods[k]).data(), n, size);
+              return 2;
+            }
+            sums[k].add(t, l, double(tp.shape.window) * n * size);
           }
-          double total_us = 0;
-          for (double us : t.batch_us) total_us += us;
-          double bytes = double(t.batch_us.size()) * tp.shape.window * n * size;
-          size_t bad = t.bad_bytes + l.bad_bytes;
-          failures += bad != 0;
-          std::printf("%s,%s,%u,%u,%zu,%u,%zu,%.3f,%zu,%.3f,%.3f,%s\n", family_name(f).data(), method_name(m).data(), n,
-                      size, size_t(n) * size, tp.shape.window, t.batch_us.size(), bytes / total_us, l.batch_us.size(),
-                      percentile(l.batch_us, 0.5), percentile(l.batch_us, 0.9),
-                      bad ? ("bad:" + std::to_string(bad)).c_str() : "ok");
-          std::fflush(stdout);
-          if (bad)
-            std::fprintf(stderr, "noncontig: %s %s N=%u S=%u: %zu destination bytes wrong\n", family_name(f).data(),
-                         method_name(m).data(), n, size, bad);
         }
+        for (size_t k = 0; k < o.methods.size(); ++k) {
+          const Summary& u = sums[k];
+          failures += u.bad_bytes != 0;
+          std::vector<double> bw = u.round_mbps;
+          std::sort(bw.begin(), bw.end());
+          std::printf("%s,%s,%u,%u,%zu,%u,%u,%zu,%.3f,%.3f,%.3f,%zu,%.3f,%.3f,%s\n", family_name(f).data(),
+                      method_name(o.methods[k]).data(), n, size, size_t(n) * size, throughput_window(n, size), o.rounds,
+                      u.batches, percentile(bw, 0.5), bw.front(), bw.back(), u.lat_us.size(), percentile(u.lat_us, 0.5),
+                      percentile(u.lat_us, 0.9), u.bad_bytes ? ("bad:" + std::to_string(u.bad_bytes)).c_str() : "ok");
+          if (u.bad_bytes)
+            std::fprintf(stderr, "noncontig: %s %s N=%u S=%u: %zu destination bytes wrong\n", family_name(f).data(),
+                         method_name(o.methods[k]).data(), n, size, u.bad_bytes);
+        }
+        std::fflush(stdout);
       }
       std::fprintf(stderr, "noncontig: %s N=%u done (%.1f s)\n", family_name(f).data(), n,
                    ms_since(study_start) / 1000);

@@ -17,7 +17,7 @@ namespace noncontig {
 
 namespace {
 
-constexpr int kCqDepth = 4096;
+constexpr int kCqDepth = 2 * kMaxBatchWrs + 64;
 constexpr uint32_t kQueueDepth = kMaxBatchWrs + 64;
 
 uint8_t* map_region(size_t bytes) {
