@@ -59,7 +59,7 @@ struct Options {
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: noncontig [--server | --client HOST] [--port P] [--dev NAME] [--gid IDX]\n"
-               "                 [--spin-us 50 (then block on the completion channel; -1: spin only)]\n"
+               "                 [--spin-us 1000 (then block on the completion channel; -1: spin only)]\n"
                "                 [--quick] [--ns 1,2,4] [--sizes 8,4096] [--families write,read,send]\n"
                "                 [--methods sgl,pack,multi] [--tput-ms 60] [--lat-ms 30] [--warm-ms 10]\n"
                "                 [--rounds 3 (each method once a round; times are per point)]\n"

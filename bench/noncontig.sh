@@ -54,7 +54,7 @@ study() {
   shift
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done
   shift
-  say "$name: noncontig $* (progress in $out/$name.log)"
+  say "running noncontig $* > $out/$name.csv (progress in $name.log)"
   env ${envs[@]+"${envs[@]}"} timeout -k 5 "$limit" "$build/bin/uroce" run -- "$prog" --port "$port" "$@" \
     >"$out/$name.csv" 2>"$out/$name.log" || rc=$?
   if ((rc != 0)); then

@@ -17,7 +17,7 @@ struct EndpointOptions {
   uint8_t port = 1;
   // An empty CQ is polled for spin_us, then waited for through the completion channel
   // (negative: spin only). Spinning alone starves the peer on a busy 2-core machine.
-  int spin_us = 50;
+  int spin_us = 1000;
 };
 
 class Endpoint {
