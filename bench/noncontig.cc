@@ -10,9 +10,11 @@
 // The client prints one CSV row per (family, method, N, S): throughput (payload bytes N*S a
 // transfer, windows of transfers in flight) and the latency of one transfer at a time (until
 // the data is in its final layout and the initiator knows: for WRITE and SEND this includes
-// the receiver's unpack and its zero-byte reply). See noncontig_transfer.h for the methods
-// and docs/noncontig.md for the study. Every point's destination is checked byte by byte
-// (gaps between buffers included); the exit status is 1 if any byte was wrong.
+// the receiver's unpack and its zero-byte reply). Each point runs in rounds, every method once
+// a round: mbps and lat_us are the best round's (throughput; median latency), mbps_med and
+// mbps_min the median and worst round's, lat_med_us and lat_p90_us over all rounds' samples. See noncontig_transfer.h
+// for the methods and docs/noncontig.md for the study. Every point's destination is checked byte by byte (gaps between
+// buffers included); the exit status is 1 if any byte was wrong.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -223,26 +225,30 @@ RunResult run_point(int fd, Client& client, const Point& p, const Options& o, do
   return r;
 }
 
-// One method's runs at one point, over the rounds.
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
+}
+
+// One method's runs at one point, over the rounds. Other jobs on the machine only ever slow
+// a round down, so the best round is the estimate of what the method costs; the median of
+// the rounds and of all samples are printed beside it.
 struct Summary {
-  std::vector<double> round_mbps;  // throughput of each round, 1e6 B/s
-  std::vector<double> lat_us;      // every latency sample of every round
+  std::vector<double> round_mbps;     // throughput of each round, 1e6 B/s
+  std::vector<double> round_lat_med;  // median latency of each round, us
+  std::vector<double> lat_us;         // every latency sample of every round
   size_t batches = 0;
   size_t bad_bytes = 0;
   void add(const RunResult& t, const RunResult& l, double batch_bytes) {
     double us = 0;
     for (double b : t.batch_us) us += b;
     round_mbps.push_back(double(t.batch_us.size()) * batch_bytes / us);
+    round_lat_med.push_back(percentile(l.batch_us, 0.5));
     lat_us.insert(lat_us.end(), l.batch_us.begin(), l.batch_us.end());
     batches += t.batch_us.size();
     bad_bytes += t.bad_bytes + l.bad_bytes;
   }
 };
-
-double percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
-}
 
 // The study; CSV on stdout. Returns the exit status.
 int run_client(const Options& o) {
@@ -257,7 +263,7 @@ int run_client(const Options& o) {
     return 2;
   Client client(ep, peer);
   std::printf(
-      "family,method,n,size,bytes,window,rounds,batches,mbps,mbps_min,mbps_max,lat_iters,lat_med_us,"
+      "family,method,n,size,bytes,window,rounds,batches,mbps,mbps_med,mbps_min,lat_iters,lat_us,lat_med_us,"
       "lat_p90_us,check\n");
   std::fflush(stdout);
   uint64_t seed = 0x5EED0000;
@@ -289,11 +295,12 @@ int run_client(const Options& o) {
         for (size_t k = 0; k < o.methods.size(); ++k) {
           const Summary& u = sums[k];
           failures += u.bad_bytes != 0;
-          std::vector<double> bw = u.round_mbps;
-          std::sort(bw.begin(), bw.end());
-          std::printf("%s,%s,%u,%u,%zu,%u,%u,%zu,%.3f,%.3f,%.3f,%zu,%.3f,%.3f,%s\n", family_name(f).data(),
+          const std::vector<double>& bw = u.round_mbps;
+          std::printf("%s,%s,%u,%u,%zu,%u,%u,%zu,%.3f,%.3f,%.3f,%zu,%.3f,%.3f,%.3f,%s\n", family_name(f).data(),
                       method_name(o.methods[k]).data(), n, size, size_t(n) * size, throughput_window(n, size), o.rounds,
-                      u.batches, percentile(bw, 0.5), bw.front(), bw.back(), u.lat_us.size(), percentile(u.lat_us, 0.5),
+                      u.batches, *std::max_element(bw.begin(), bw.end()), percentile(bw, 0.5),
+                      *std::min_element(bw.begin(), bw.end()), u.lat_us.size(),
+                      *std::min_element(u.round_lat_med.begin(), u.round_lat_med.end()), percentile(u.lat_us, 0.5),
                       percentile(u.lat_us, 0.9), u.bad_bytes ? ("bad:" + std::to_string(u.bad_bytes)).c_str() : "ok");
           if (u.bad_bytes)
             std::fprintf(stderr, "noncontig: %s %s N=%u S=%u: %zu destination bytes wrong\n", family_name(f).data(),

@@ -4,7 +4,7 @@
   noncontig_plot.py CSV OUTDIR [--label same-host] [--no-plots]
 
 Prints one table per family (throughput in MB/s = 1e6 B/s of payload, median latency in us,
-for every N and S, one column pair per method), then the crossovers: for each family and N,
+both of the best round, for every N and S, one column per method and figure), then the crossovers: for each family and N,
 the sizes S between which the order of sgl and pack (and of sgl and multi) flips, for
 throughput and for latency. Writes OUTDIR/<prefix>table.txt, OUTDIR/<prefix>crossovers.csv
 and, with matplotlib, OUTDIR/<prefix>{write,read,send}_bw.png and _lat.png: one subplot per N,
@@ -33,7 +33,7 @@ def load(path):
         for r in csv.DictReader(f):
             for k in ("n", "size", "bytes", "window", "batches", "lat_iters"):
                 r[k] = int(r[k])
-            for k in ("mbps", "lat_med_us", "lat_p90_us"):
+            for k in ("mbps", "mbps_med", "mbps_min", "lat_us", "lat_med_us", "lat_p90_us"):
                 r[k] = float(r[k])
             rows.append(r)
     return rows
@@ -63,7 +63,7 @@ def table(rows, label):
         if not keys:
             continue
         out.append(f"\n{fam.upper()} ({label}): throughput MB/s (1e6 B/s of payload) | median latency us"
-                   " (one transfer at a time)")
+                   " (one transfer at a time); best of the rounds")
         head = f"{'N':>3} {'S':>6} {'N*S':>6} |" + "".join(f" {m:>9}" for m in METHODS) + " |" + "".join(
             f" {m:>9}" for m in METHODS) + " | best bw"
         out.append(head)
@@ -71,7 +71,7 @@ def table(rows, label):
         for k in keys:
             ms = by[k]
             bw = [ms[m]["mbps"] if m in ms else float("nan") for m in METHODS]
-            lat = [ms[m]["lat_med_us"] if m in ms else float("nan") for m in METHODS]
+            lat = [ms[m]["lat_us"] if m in ms else float("nan") for m in METHODS]
             present = [m for m in METHODS if m in ms]
             best = max(present, key=lambda m: ms[m]["mbps"]) if present else "-"
             bad = [m for m in present if ms[m]["check"] != "ok"]
@@ -106,7 +106,7 @@ def crossover_rows(rows):
         for n in sorted({k[1] for k in by if k[0] == fam}):
             sizes = sorted(k[2] for k in by if k[0] == fam and k[1] == n)
             for other in ("pack", "multi"):
-                for metric, high in (("mbps", True), ("lat_med_us", False)):
+                for metric, high in (("mbps", True), ("lat_us", False)):
                     pts = []
                     for s in sizes:
                         ms = by[(fam, n, s)]
@@ -153,7 +153,7 @@ def plots(rows, outdir, prefix, label):
         if not ns:
             continue
         for metric, ylabel, suffix in (("mbps", "throughput, GB/s of payload", "bw"),
-                                       ("lat_med_us", "median latency, us", "lat")):
+                                       ("lat_us", "median latency, us", "lat")):
             cols = min(3, len(ns))
             rws = math.ceil(len(ns) / cols)
             fig, axes = plt.subplots(rws, cols, figsize=(4.2 * cols, 3.2 * rws), squeeze=False, sharey=True)
