@@ -55,6 +55,7 @@ struct Options {
   double warm_ms = 10, tput_ms = 60, lat_ms = 30;
   uint32_t min_batches = 2;  // a round
   uint32_t rounds = 3;
+  uint32_t max_window = kMaxWindow;
   bool quick = false;
 };
 
@@ -65,7 +66,7 @@ void usage(FILE* f) {
                "                 [--quick] [--ns 1,2,4] [--sizes 8,4096] [--families write,read,send]\n"
                "                 [--methods sgl,pack,multi] [--tput-ms 60] [--lat-ms 30] [--warm-ms 10]\n"
                "                 [--rounds 3 (each method once a round; times are per point)]\n"
-               "  --quick: N 1,4; S 8,4096; one short run a point (a correctness check: every method,\n"
+               "  --quick: N 1,4; S 8,4096; windows of 8; one short run a point (a correctness check: every method,\n"
                "           every family, destination bytes checked). CSV rows on stdout.\n");
 }
 
@@ -168,7 +169,7 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.quick) {
     if (o.ns.empty()) o.ns = {1, 4};
     if (o.sizes.empty()) o.sizes = {8, 4096};
-    o.warm_ms = 0, o.tput_ms = 1, o.lat_ms = 1, o.min_batches = 1, o.rounds = 1;
+    o.warm_ms = 0, o.tput_ms = 1, o.lat_ms = 1, o.min_batches = 1, o.rounds = 1, o.max_window = 8;
   }
   if (o.sizes.empty()) o.sizes = {8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288, 1048576};
   return o;
@@ -275,11 +276,12 @@ int run_client(const Options& o) {
     for (uint32_t n : ns_for(o, limit)) {
       for (uint32_t size : o.sizes) {
         std::vector<Summary> sums(o.methods.size());
+        const uint32_t window = std::min(throughput_window(n, size), o.max_window);
         // Rounds: every method once a round, so that a change in the machine's load falls on
         // all methods of a point alike.
         for (uint32_t round = 0; round < o.rounds; ++round) {
           for (size_t k = 0; k < o.methods.size(); ++k) {
-            Point tp{f, o.methods[k], {n, size, throughput_window(n, size)}, ++seed};
+            Point tp{f, o.methods[k], {n, size, window}, ++seed};
             Point lp{f, o.methods[k], {n, size, 1}, ++seed};
             double warm = round == 0 ? o.warm_ms : 0;
             RunResult t = run_point(fd, client, tp, o, warm, o.tput_ms / o.rounds);
@@ -297,8 +299,8 @@ int run_client(const Options& o) {
           failures += u.bad_bytes != 0;
           const std::vector<double>& bw = u.round_mbps;
           std::printf("%s,%s,%u,%u,%zu,%u,%u,%zu,%.3f,%.3f,%.3f,%zu,%.3f,%.3f,%.3f,%s\n", family_name(f).data(),
-                      method_name(o.methods[k]).data(), n, size, size_t(n) * size, throughput_window(n, size), o.rounds,
-                      u.batches, *std::max_element(bw.begin(), bw.end()), percentile(bw, 0.5),
+                      method_name(o.methods[k]).data(), n, size, size_t(n) * size, window, o.rounds, u.batches,
+                      *std::max_element(bw.begin(), bw.end()), percentile(bw, 0.5),
                       *std::min_element(bw.begin(), bw.end()), u.lat_us.size(),
                       *std::min_element(u.round_lat_med.begin(), u.round_lat_med.end()), percentile(u.lat_us, 0.5),
                       percentile(u.lat_us, 0.9), u.bad_bytes ? ("bad:" + std::to_string(u.bad_bytes)).c_str() : "ok");

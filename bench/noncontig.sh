@@ -20,7 +20,7 @@
 #   BUILD_DIR   build to use (default build/)      OUT   output dir (default build/bench-noncontig)
 #   PORT        TCP control port (default 18995)   UDP=0 skip the UDP subset
 #   ARGS        extra arguments for noncontig, e.g. ARGS="--ns 1,8 --tput-ms 100"
-#   UDP_ARGS    the UDP subset (default "--ns 1,8,32 --sizes 32,2048,131072,1048576")
+#   UDP_ARGS    the UDP subset (default "--ns 1,8,32 --sizes 32,4096,1048576")
 #   RUN_TIMEOUT seconds per noncontig run (default 600)
 set -euo pipefail
 
@@ -32,7 +32,7 @@ out=${OUT:-$build/bench-noncontig}
 port=${PORT:-18995}
 limit=${RUN_TIMEOUT:-600}
 read -ra extra <<<"${ARGS:-}"
-read -ra udp_args <<<"${UDP_ARGS:---ns 1,8,32 --sizes 32,2048,131072,1048576}"
+read -ra udp_args <<<"${UDP_ARGS:---ns 1,8,32 --sizes 32,4096,1048576}"
 
 say() { printf 'noncontig: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }

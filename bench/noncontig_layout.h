@@ -19,8 +19,8 @@ inline constexpr uint32_t kMaxN = 32;                    // buffers per transfer
 inline constexpr uint32_t kMaxSize = 1u << 20;           // S, bytes
 inline constexpr uint32_t kMinSize = 8;                  // S, bytes (a multiple of 8)
 inline constexpr size_t kBatchBytes = size_t(32) << 20;  // payload of one batch at most
-inline constexpr uint32_t kMaxWindow = 512;              // transfers in flight (a batch)
-inline constexpr uint32_t kMaxBatchWrs = 4096;           // WRs of one batch (multi: N a transfer)
+inline constexpr uint32_t kMaxWindow = 4096;             // transfers in flight (a batch)
+inline constexpr uint32_t kMaxBatchWrs = 16384;          // WRs of one batch (multi: N a transfer)
 inline constexpr uint32_t kGap = 64;                     // untouched bytes between buffers
 
 std::string_view family_name(Family f);

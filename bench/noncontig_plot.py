@@ -4,9 +4,11 @@
   noncontig_plot.py CSV OUTDIR [--label same-host] [--no-plots]
 
 Prints one table per family (throughput in MB/s = 1e6 B/s of payload, median latency in us,
-both of the best round, for every N and S, one column per method and figure), then the crossovers: for each family and N,
-the sizes S between which the order of sgl and pack (and of sgl and multi) flips, for
-throughput and for latency. Writes OUTDIR/<prefix>table.txt, OUTDIR/<prefix>crossovers.csv
+both of the best round, for every N and S, one column per method and figure), then the
+crossovers: for each family and N, sgl against pack (and against multi), for throughput and
+for latency, each S classed as sgl ahead, the other ahead (by more than 15 %) or a tie; the
+crossover is the smallest S from which sgl is never behind, and the largest S up to which the
+other is never behind. Writes OUTDIR/<prefix>table.txt, OUTDIR/<prefix>crossovers.csv
 and, with matplotlib, OUTDIR/<prefix>{write,read,send}_bw.png and _lat.png: one subplot per N,
 S on the x axis, one line per method; OUTDIR/<prefix>ratio.png: sgl's throughput over pack's
 and over multi's, one line per N, one subplot per family (the crossovers are where it crosses 1).
@@ -81,22 +83,35 @@ def table(rows, label):
     return "\n".join(out)
 
 
-def crossings(points, better_when_high):
-    """points: [(size, a, b)] sorted by size. Returns [(s_lo, s_hi, s_est, who_wins_above)] where
-    the sign of a-vs-b flips between s_lo and s_hi; s_est interpolates log(a/b) in log(S)."""
+TIE = 1.15  # within 15 % either way: a tie (noise on this machine is larger than that)
+
+
+def classify(points, better_when_high):
+    """points: [(size, sgl, other)] -> [(size, 'sgl' | 'other' | 'tie')]."""
     out = []
-    prev = None
     for s, a, b in points:
         if a <= 0 or b <= 0 or math.isnan(a) or math.isnan(b):
             continue
-        r = math.log(a / b) if better_when_high else math.log(b / a)  # > 0: a better
-        if prev is not None and (prev[1] > 0) != (r > 0):
-            s0, r0 = prev
-            t = r0 / (r0 - r) if r0 != r else 0.5
-            est = math.exp(math.log(s0) + t * (math.log(s) - math.log(s0)))
-            out.append((s0, s, est, "a" if r > 0 else "b"))
-        prev = (s, r)
+        r = a / b if better_when_high else b / a  # > 1: sgl better
+        out.append((s, "sgl" if r > TIE else "other" if r < 1 / TIE else "tie"))
     return out
+
+
+def crossover(cls):
+    """The smallest S from which on sgl is never behind (and ahead at least once), and the
+    largest S up to which the other is never behind (and ahead at least once)."""
+    sgl_from = other_upto = None
+    for i in range(len(cls)):
+        tail = [c for _, c in cls[i:]]
+        if "other" not in tail and "sgl" in tail:
+            sgl_from = cls[i][0]
+            break
+    for j in range(len(cls) - 1, -1, -1):
+        head = [c for _, c in cls[:j + 1]]
+        if "sgl" not in head and "other" in head:
+            other_upto = cls[j][0]
+            break
+    return sgl_from, other_upto
 
 
 def crossover_rows(rows):
@@ -107,35 +122,44 @@ def crossover_rows(rows):
             sizes = sorted(k[2] for k in by if k[0] == fam and k[1] == n)
             for other in ("pack", "multi"):
                 for metric, high in (("mbps", True), ("lat_us", False)):
-                    pts = []
-                    for s in sizes:
-                        ms = by[(fam, n, s)]
-                        if "sgl" in ms and other in ms:
-                            pts.append((s, ms["sgl"][metric], ms[other][metric]))
-                    if not pts:
+                    pts = [(s, by[(fam, n, s)]["sgl"][metric], by[(fam, n, s)][other][metric]) for s in sizes
+                           if "sgl" in by[(fam, n, s)] and other in by[(fam, n, s)]]
+                    cls = classify(pts, high)
+                    if not cls:
                         continue
-                    xs = crossings(pts, high)
-                    wins = sum(1 for _, a, b in pts if (a > b) == high)
+                    sgl_from, other_upto = crossover(cls)
                     result.append({
                         "family": fam, "n": n, "versus": other,
                         "metric": "throughput" if metric == "mbps" else "latency",
-                        "sgl_wins": wins, "points": len(pts),
-                        "crossovers": ";".join(
-                            f"{human(lo)}..{human(hi)} (~{human(int(round(est)))}): "
-                            f"{'sgl' if w == 'a' else other} better above"
-                            for lo, hi, est, w in xs),
+                        "sgl_ahead": " ".join(human(s) for s, c in cls if c == "sgl"),
+                        "other_ahead": " ".join(human(s) for s, c in cls if c == "other"),
+                        "sgl_from": human(sgl_from) if sgl_from else "",
+                        "other_upto": human(other_upto) if other_upto else "",
                     })
     return result
 
 
 def describe(c):
-    if c["crossovers"]:
-        return c["crossovers"]
-    if c["sgl_wins"] == c["points"]:
-        return "none: sgl better at every S"
-    if c["sgl_wins"] == 0:
-        return f"none: {c['versus']} better at every S"
-    return "none"
+    parts = []
+    if c["other_upto"]:
+        parts.append(f"{c['versus']} ahead or tied up to {c['other_upto']}")
+    if c["sgl_from"]:
+        parts.append(f"sgl ahead or tied from {c['sgl_from']} on")
+    if not parts:
+        parts.append("no clean crossover" if c["sgl_ahead"] and c["other_ahead"] else
+                     "tied everywhere" if not c["sgl_ahead"] and not c["other_ahead"] else
+                     "sgl never behind" if c["sgl_ahead"] else f"{c['versus']} never behind")
+    return "; ".join(parts) + f"  [sgl ahead at: {c['sgl_ahead'] or '-'}; {c['versus']} ahead at: {c['other_ahead'] or '-'}]"
+
+
+def save(fig, path):
+    """Saves a figure as a small PNG (a 64-colour palette when Pillow is there)."""
+    fig.savefig(path, dpi=72)
+    try:
+        from PIL import Image
+        Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
+    except ImportError:
+        pass
 
 
 def plots(rows, outdir, prefix, label):
@@ -179,7 +203,7 @@ def plots(rows, outdir, prefix, label):
             fig.suptitle(f"uroce, {fam.upper()} of N buffers of S bytes ({label})", fontsize=10)
             fig.tight_layout()
             path = os.path.join(outdir, f"{prefix}{fam}_{suffix}.png")
-            fig.savefig(path, dpi=72)
+            save(fig, path)
             plt.close(fig)
             written.append(path)
     # The crossovers at a glance: sgl's throughput over pack's (and over multi's), one line per
@@ -206,7 +230,7 @@ def plots(rows, outdir, prefix, label):
     fig.suptitle(f"uroce: above 1 the N-entry SGL is faster ({label})", fontsize=10)
     fig.tight_layout()
     path = os.path.join(outdir, f"{prefix}ratio.png")
-    fig.savefig(path, dpi=72)
+    save(fig, path)
     plt.close(fig)
     written.append(path)
     return written
@@ -226,16 +250,16 @@ def main():
     os.makedirs(a.outdir, exist_ok=True)
     text = table(rows, a.label)
     cross = crossover_rows(rows)
-    lines = [f"\nCrossovers ({a.label}): where sgl and the other method swap places"]
+    lines = [f"\nCrossovers ({a.label}): 'ahead' = better by more than {round((TIE - 1) * 100)} %, else a tie"]
     for c in cross:
-        lines.append(f"  {c['family']:<5} N={c['n']:<3} sgl vs {c['versus']:<5} {c['metric']:<10} "
-                     f"(sgl better at {c['sgl_wins']}/{c['points']} S): {describe(c)}")
+        lines.append(f"  {c['family']:<5} N={c['n']:<3} sgl vs {c['versus']:<5} {c['metric']:<10}: {describe(c)}")
     text += "\n" + "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.outdir, f"{a.prefix}table.txt"), "w") as f:
         f.write(text)
     with open(os.path.join(a.outdir, f"{a.prefix}crossovers.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["family", "n", "versus", "metric", "sgl_wins", "points", "crossovers"])
+        w = csv.DictWriter(f, fieldnames=["family", "n", "versus", "metric", "sgl_from", "other_upto", "sgl_ahead",
+                                          "other_ahead"])
         w.writeheader()
         w.writerows(cross)
     if not a.no_plots:

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "noncontig_control.h"
 #include "noncontig_endpoint.h"
@@ -66,7 +67,7 @@ class Client {
 
 class Server {
  public:
-  explicit Server(Endpoint& ep) : ep_(ep) {}
+  explicit Server(Endpoint& ep) : ep_(ep), wrs_(kMaxBatchWrs), sges_(kMaxBatchWrs) {}
   // Before a point: the pattern into the READ source, zeros into the destination slots,
   // the RECVs of the first batch. False after an error.
   [[nodiscard]] bool prepare(const Point& p);
@@ -80,8 +81,8 @@ class Server {
   [[nodiscard]] bool reply();
 
   Endpoint& ep_;
-  std::array<ibv_recv_wr, kMaxBatchWrs> wrs_{};
-  std::array<ibv_sge, kMaxBatchWrs> sges_{};
+  std::vector<ibv_recv_wr> wrs_;
+  std::vector<ibv_sge> sges_;
 };
 
 // Bytes of `window` scattered slots that differ from the pattern, gaps included.
