@@ -42,6 +42,7 @@ namespace noncontig {
 namespace {
 
 constexpr int kControlMs = 60000;  // bound on every wait on the control connection
+constexpr int kConnectMs = 10000;  // how long the client retries while the server starts
 
 struct Options {
   enum class Role { kPair, kServer, kClient } role = Role::kPair;
@@ -253,7 +254,7 @@ struct Summary {
 
 // The study; CSV on stdout. Returns the exit status.
 int run_client(const Options& o) {
-  int fd = control_connect(o.host.c_str(), o.port, kControlMs);
+  int fd = control_connect(o.host.c_str(), o.port, kConnectMs);
   if (fd < 0) return 2;
   Endpoint ep;
   Hello peer{};
