@@ -23,8 +23,8 @@ CmEvent* make_event(CmId* id, rdma_cm_event_type type, int status, const EventPa
   if (p.private_data && len) std::memcpy(e->private_data, p.private_data, len);
   if (p.ud) {
     rdma_ud_param& ud = e->ev.param.ud;
-    ud.private_data = len ? e->private_data : nullptr;
-    ud.private_data_len = uint8_t(len);
+    ud.private_data = p.ud_context ? p.ud_context : len ? e->private_data : nullptr;
+    ud.private_data_len = p.ud_context ? 0 : uint8_t(len);
     ud.ah_attr = p.ah_attr;
     ud.qp_num = p.qp_num;
     ud.qkey = p.qkey;

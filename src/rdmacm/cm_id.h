@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/container_of.h"
 #include "rdmacm/cm_devices.h"
@@ -135,6 +136,14 @@ struct CmId {
   // Local ECE (rdma_set_local_ece), offered in REQ/REP.
   uint32_t ece_vendor_id = 0;
   uint32_t ece_options = 0;
+
+  // Multicast groups joined (multicast_api.cc): the IPv4 group, and the QP
+  // attached to it (null for a send-only join or an id without a QP).
+  struct Multicast {
+    uint32_t group;
+    ibv_qp* attached_qp;
+  };
+  std::vector<Multicast> multicast;
 
   // Pending timer (see CmService::arm_timer).
   std::optional<TimerMap::iterator> timer;

@@ -92,7 +92,11 @@ struct EventParams {
   bool ud = false;
   ibv_ah_attr ah_attr{};
   uint32_t qkey = 0;
+  void* ud_context = nullptr;  // MULTICAST_JOIN: the join's context, as param.ud.private_data
 };
+
+// Leaves every multicast group of `id` (multicast_api.cc; mutex held).
+void leave_all_multicast(CmId* id);
 
 class CmService {
  public:

@@ -91,6 +91,7 @@ UROCE_API int rdma_destroy_id(rdma_cm_id* id) {
       id->event = nullptr;
     }
     std::unique_lock lock(s.mu);
+    uroce::rdmacm::leave_all_multicast(CmId::from(id));
     s.destroy_id(CmId::from(id), lock);
     return 0;
   });
