@@ -121,7 +121,7 @@ void CmService::send_req(CmId* id) {
   req.responder_resources = c.responder_resources;
   req.initiator_depth = c.initiator_depth;
   req.remote_cm_response_timeout = kCmResponseTimeout;
-  req.transport_type = id->abi.qp_type == IBV_QPT_UC ? kTransportUc : kTransportRc;
+  req.transport_type = transport_of(id->abi.qp_type);
   req.flow_control = c.flow_control;
   req.starting_psn = c.local_psn;
   req.local_cm_response_timeout = kCmResponseTimeout;

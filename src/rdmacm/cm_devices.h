@@ -16,9 +16,10 @@ namespace uroce::rdmacm {
 
 struct CmDevice {
   ibv_context* verbs = nullptr;
-  ibv_pd* pd = nullptr;  // the id->pd of ids on this device
-  uint64_t guid_be = 0;  // node GUID, network order
-  uint16_t lid = 0;      // port 1 LID: the device's UDP port (design §3)
+  ibv_pd* pd = nullptr;      // the id->pd of ids on this device
+  ibv_xrcd* xrcd = nullptr;  // the XRC domain of XRC ids on this device (opened on first use)
+  uint64_t guid_be = 0;      // node GUID, network order
+  uint16_t lid = 0;          // port 1 LID: the device's UDP port (design §3)
   ibv_mtu active_mtu = IBV_MTU_1024;
   ibv_mtu max_mtu = IBV_MTU_4096;
   uint8_t max_initiator_depth = 0;      // max_qp_init_rd_atom

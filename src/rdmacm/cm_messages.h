@@ -68,6 +68,12 @@ enum class RejectedMessage : uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 // IBA transport service types in the REQ.
 constexpr uint8_t kTransportRc = 0;
 constexpr uint8_t kTransportUc = 1;
+constexpr uint8_t kTransportXrc = 3;  // IBA 12.6.5: REQ Transport Service Type
+// The REQ's transport service type for QPs of type `t` (an XRC initiator
+// connects to an XRC target).
+inline uint8_t transport_of(ibv_qp_type t) {
+  return t == IBV_QPT_UC ? kTransportUc : t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV ? kTransportXrc : kTransportRc;
+}
 
 struct ReqMessage {
   uint32_t local_comm_id = 0;

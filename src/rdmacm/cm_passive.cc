@@ -145,7 +145,7 @@ void CmService::on_req(TcpLink* link, uint64_t tid, const ReqMessage& req) {
     reject_link(link, tid, req, RejReason::kInvalidServiceId);
     return;
   }
-  const uint8_t want_transport = l->abi.qp_type == IBV_QPT_UC ? kTransportUc : kTransportRc;
+  const uint8_t want_transport = transport_of(l->abi.qp_type);
   if (l->abi.qp_type == IBV_QPT_UD || req.transport_type != want_transport) {
     reject_link(link, tid, req, RejReason::kInvalidTransportType);
     return;

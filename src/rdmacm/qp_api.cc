@@ -2,6 +2,7 @@
 // completion channels rdma_create_qp makes when the application gives none
 // carry the id as their context: rdma_get_send_comp/rdma_get_recv_comp
 // (inline in <rdma/rdma_verbs.h>) assert exactly that.
+#include <fcntl.h>
 #include <rdma/rdma_cma.h>
 
 #include <cerrno>
@@ -70,6 +71,26 @@ int init_new_qp(CmId* cm, ibv_qp* qp) {
   return 0;
 }
 
+// The XRC domain librdmacm gives XRC ids that bring none (ucma_get_xrcd): one
+// per device, private (no file), opened on first use. Null + errno.
+ibv_xrcd* device_xrcd(CmId* cm) {
+  auto& s = CmService::get();
+  std::lock_guard lock(s.mu);
+  uroce::rdmacm::CmDevice* dev = cm->port.device;
+  if (!dev) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (!dev->xrcd) {
+    ibv_xrcd_init_attr a{};
+    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    a.fd = -1;
+    a.oflags = O_CREAT;
+    dev->xrcd = ibv_open_xrcd(dev->verbs, &a);
+  }
+  return dev->xrcd;
+}
+
 }  // namespace
 
 UROCE_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
@@ -92,6 +113,16 @@ UROCE_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     if (!attr->send_cq) attr->send_cq = id->send_cq;
     if (!attr->recv_cq) attr->recv_cq = id->recv_cq;
     if (id->srq && !attr->srq) attr->srq = id->srq;
+    if (attr->qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+      // An XRC target lives in a domain, not a PD (its receives are the XRC SRQs').
+      attr->xrcd = device_xrcd(CmId::from(id));
+      if (!attr->xrcd) {
+        int err = errno ? errno : ENOMEM;
+        if (made_cqs) destroy_cqs(id);
+        return err;
+      }
+      attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    }
     ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
     if (!qp) {
       int err = errno ? errno : ENOMEM;
@@ -106,8 +137,8 @@ UROCE_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     }
     auto& s = CmService::get();
     std::lock_guard lock(s.mu);
-    id->pd = qp->pd;
-    id->qp = qp;  // from now on the CM programs it (rdma_accept, REP)
+    if (qp->pd) id->pd = qp->pd;  // an XRC target has none: the id keeps the device's
+    id->qp = qp;                  // from now on the CM programs it (rdma_accept, REP)
     return 0;
   });
 }
@@ -156,9 +187,30 @@ UROCE_API int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
       attr->pd = id->pd;
       attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
-    if (attr->srq_type == IBV_SRQT_XRC) return EOPNOTSUPP;  // XRC over rdma_cm: not implemented
+    bool made_cq = false;
+    if (attr->srq_type == IBV_SRQT_XRC) {
+      // As librdmacm: the device's XRC domain, and the id's receive CQ (made
+      // here if the id has none) for the SRQ's completions.
+      if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
+        attr->xrcd = device_xrcd(CmId::from(id));
+        if (!attr->xrcd) return errno ? errno : ENOMEM;
+        attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD;
+      }
+      if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+        if (!id->recv_cq) {
+          if (int err = create_cqs(id, 0, attr->attr.max_wr)) return err;
+          made_cq = true;
+        }
+        attr->cq = id->recv_cq;
+        attr->comp_mask |= IBV_SRQ_INIT_ATTR_CQ;
+      }
+    }
     ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
-    if (!srq) return errno ? errno : ENOMEM;
+    if (!srq) {
+      int err = errno ? errno : ENOMEM;
+      if (made_cq) destroy_cqs(id);
+      return err;
+    }
     if (!id->pd) id->pd = attr->pd;
     id->srq = srq;
     return 0;
@@ -173,7 +225,8 @@ UROCE_API int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* att
   ibv_srq_init_attr_ex ex{};
   std::memcpy(&ex, attr, sizeof *attr);
   ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-  ex.srq_type = IBV_SRQT_BASIC;
+  // An XRC target id gets an XRC SRQ (librdmacm's rdma_create_srq does the same).
+  ex.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
   ex.pd = pd;
   int ret = rdma_create_srq_ex(id, &ex);
   std::memcpy(attr, &ex, sizeof *attr);

@@ -17,7 +17,8 @@ int CmService::init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const 
   // The attached QP's own type wins over the id's (an RC id may carry a UC QP).
   const ibv_qp_type type = id->abi.qp ? id->abi.qp->qp_type : id->abi.qp_type;
   const bool ud = type == IBV_QPT_UD;
-  const bool rc = type == IBV_QPT_RC;
+  // XRC initiators and targets are RC send and receive halves (IBA 9.8).
+  const bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
   std::memset(attr, 0, sizeof *attr);
   attr->qp_state = want;
   switch (want) {
@@ -53,7 +54,7 @@ int CmService::init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const 
       attr->dest_qp_num = c.remote_qpn;
       attr->rq_psn = c.remote_psn;
       *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (rc) {
+      if (rc && type != IBV_QPT_XRC_SEND) {  // an initiator has no receive side
         attr->max_dest_rd_atomic = c.responder_resources;
         attr->min_rnr_timer = 0;  // as the kernel CM (roce-facts §7.4)
         *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -64,7 +65,10 @@ int CmService::init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const 
       if (ud) return 0;  // sq_psn 0
       if (!c.remote_known) return EINVAL;
       attr->sq_psn = c.local_psn;
-      if (rc) {
+      if (type == IBV_QPT_XRC_RECV) {  // a target sends only responses
+        attr->timeout = c.local_ack_timeout;
+        *mask |= IBV_QP_TIMEOUT;
+      } else if (rc) {
         attr->timeout = c.local_ack_timeout;
         attr->retry_cnt = c.retry_count;
         attr->rnr_retry = c.rnr_retry_count;
@@ -81,7 +85,9 @@ int CmService::program_qp_rts(CmId* id) {
   ibv_qp* qp = id->abi.qp;
   if (!qp) return 0;
   // INIT -> INIT first: the access flags depend on the negotiated resources.
+  // An XRC target only receives: RTR is as far as it goes (as ibv_xsrq_pingpong).
   for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    if (s == IBV_QPS_RTS && qp->qp_type == IBV_QPT_XRC_RECV) break;
     ibv_qp_attr attr{};
     attr.qp_state = s;
     int mask = 0;
