@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/config.h"
@@ -94,6 +95,18 @@ Context::~Context() {
   if (async_write_fd_ >= 0) close(async_write_fd_);
 }
 
+uint32_t max_mcast_groups() {
+  static const uint32_t groups = [] {
+    unsigned n = 20;  // the kernel's default
+    if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/igmp_max_memberships", "re")) {
+      if (std::fscanf(f, "%u", &n) != 1) n = 20;
+      std::fclose(f);
+    }
+    return uint32_t(n);
+  }();
+  return groups;
+}
+
 bool Context::take_dm_bytes(uint64_t bytes) {
   uint64_t used = dm_bytes_.load();
   do {
@@ -142,6 +155,9 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
   a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
+  a->max_mcast_grp = int(max_mcast_groups());
+  a->max_mcast_qp_attach = int(kMaxMcastQpAttach);
+  a->max_total_mcast_qp_attach = a->max_mcast_grp * a->max_mcast_qp_attach;
   a->max_mw = int(kMaxMw);
   a->max_srq = int(kMaxSrq);
   a->max_srq_wr = int(kMaxSrqWr);

@@ -27,6 +27,10 @@ inline constexpr uint32_t kMaxSrq = 1024;
 inline constexpr uint32_t kMaxSrqWr = 1 << 15;
 inline constexpr uint32_t kMaxSrqSge = 32;
 inline constexpr uint32_t kMaxAh = 16384;
+// UD multicast: QPs per group (rxe's 56). Groups per context: the kernel's
+// per-socket limit of IP multicast memberships (net.ipv4.igmp_max_memberships).
+inline constexpr uint32_t kMaxMcastQpAttach = 56;
+uint32_t max_mcast_groups();
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kVendorId = 0xFFFFFF;    // no IEEE OUI: a software device
 inline constexpr uint32_t kVendorPartId = 0x5552;  // "UR"

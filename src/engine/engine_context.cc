@@ -249,9 +249,12 @@ int EngineContext::attach_mcast(EngineQp* qp, uint32_t group) {
   std::unique_lock lock(qps_mu_);
   auto it = mcast_.find(group);
   if (it != mcast_.end()) {
-    if (std::find(it->second.begin(), it->second.end(), qp) == it->second.end()) it->second.push_back(qp);
+    if (std::find(it->second.begin(), it->second.end(), qp) != it->second.end()) return 0;
+    if (it->second.size() >= core::kMaxMcastQpAttach) return ENOMEM;  // max_mcast_qp_attach
+    it->second.push_back(qp);
     return 0;
   }
+  if (mcast_.size() >= core::max_mcast_groups()) return ENOMEM;  // max_mcast_grp
   auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get());
   if (int e = udp ? udp->set_group(group, true) : ENODEV) return e;
   mcast_[group].push_back(qp);

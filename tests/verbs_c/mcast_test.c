@@ -109,6 +109,10 @@ int main(void) {
     printf("setup failed: errno %d\n", errno);
     return 1;
   }
+  struct ibv_device_attr dattr;
+  CHECK(ibv_query_device(m1.ctx, &dattr) == 0 && dattr.max_mcast_grp > 0 && dattr.max_mcast_qp_attach > 0 &&
+            dattr.max_total_mcast_qp_attach == dattr.max_mcast_grp * dattr.max_mcast_qp_attach,
+        "multicast limits not reported");
   union ibv_gid group = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 18, 7, 1}};
   union ibv_gid unicast = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}};
   CHECK(ibv_attach_mcast(m1.qp, &group, 0) == 0, "attach m1");
