@@ -33,12 +33,14 @@ if [[ ${1:-} == -o ]]; then sender_only=(-o); shift; fi
 mkdir -p "$outdir"
 rlog=$outdir/$name.receiver.log slog=$outdir/$name.sender.log
 fail() { echo "run_mckey: FAIL: $*" >&2; echo "--- receiver"; cat "$rlog"; echo "--- sender"; cat "$slog" 2>/dev/null; exit 1; }
-# Line-buffered, so that the receiver's "receiving data transfers" shows before it ends.
-"${rx[@]}" timeout 30 stdbuf -oL "$launcher" run mckey -m 239.1.2.3 -b "$rx_ip" "$@" >"$rlog" 2>&1 &
+"${rx[@]}" timeout 30 "$launcher" run mckey -m 239.1.2.3 -b "$rx_ip" "$@" >"$rlog" 2>&1 &
 receiver=$!
 [[ -n ${netns_a:-} ]] || trap 'kill $receiver 2>/dev/null || true' EXIT
-for _ in $(seq 200); do grep -q "receiving data transfers" "$rlog" && break; sleep 0.05; done
-grep -q "receiving data transfers" "$rlog" || fail "the receiver did not join"
+# The receiver has joined once its host's kernel lists 239.1.2.3 (0x030201EF in the byte
+# order of /proc/net/igmp) among the groups joined (mckey's stdout is block-buffered).
+joined() { "${rx[@]}" grep -qi "030201EF" /proc/net/igmp; }
+for _ in $(seq 200); do joined && break; sleep 0.05; done
+joined || fail "the receiver did not join"
 "${tx[@]}" timeout 30 "$launcher" run mckey -m 239.1.2.3 -b "$tx_ip" -s "${sender_only[@]}" "$@" >"$slog" 2>&1 ||
   fail "the sender failed"
 wait $receiver || fail "the receiver failed"
