@@ -235,12 +235,10 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
-  for (auto it = mcast_.begin(); it != mcast_.end();) {  // a destroyed QP leaves its groups
-    std::erase(it->second, qp);
-    uint32_t group = it->first;
-    ++it;
-    if (mcast_[group].empty()) leave_group_locked(group);
-  }
+  std::vector<uint32_t> emptied;  // a destroyed QP leaves its groups
+  for (auto& [group, members] : mcast_)
+    if (std::erase(members, qp) && members.empty()) emptied.push_back(group);
+  for (uint32_t group : emptied) leave_group_locked(group);
   live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
 }
 
