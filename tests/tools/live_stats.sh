@@ -61,8 +61,10 @@ out2=$("$launcher" stats "$client")
 qp2=$(qp_block "$out2")
 moved2=$(moved "$qp2")
 ((moved2 > moved1)) || fail "counters did not advance: $moved1 -> $moved2 packets sent + WRITEs placed"
-port_moved=$(moved "$out2")
-((port_moved >= moved2)) || fail "port totals $port_moved < the QP's $moved2"
+# Counters are read one by one (no snapshot): the port's totals follow the QP's a moment
+# later, so compare the QP's from this read with the port's from a later one.
+port_moved=$(moved "$("$launcher" stats "$client")")
+((port_moved >= moved2)) || fail "port totals $port_moved < the QP's $moved2 of an earlier read"
 
 # The server's QP is connected to the client's and the other way round.
 client_qpn=$(grep -Eo '^  qp 0x[0-9a-f]+' <<<"$qp2" | awk '{ print $2 }')
