@@ -32,6 +32,16 @@ constexpr int kTimerTickMs = 1;
 constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
 constexpr size_t kRxBurst = 64;
 constexpr uint32_t kReadBudgetPerQp = TxBatch::kMaxPackets;  // READ response packets per QP per turn: one sendmmsg
+// While an application thread polls, the progress thread naps this long
+// between looks at whether it still does, and sends ACKs that have waited
+// for the application's next post longer than kAckDelay.
+constexpr int kNapUs = 200;
+constexpr auto kAckDelay = std::chrono::microseconds(100);
+// After the progress thread had to receive datagrams itself because no
+// application thread was polling, it keeps watching the sockets this long
+// (a WRITE target that spins on memory polls its CQ between WRITEs, but
+// only the progress thread can take the WRITEs).
+constexpr auto kSelfReceiveHold = std::chrono::milliseconds(50);
 }  // namespace
 
 EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish)
@@ -235,6 +245,7 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   std::unique_lock lock(qps_mu_);
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
+  std::erase(deferred_acks_, qp);
   std::vector<uint32_t> emptied;  // a destroyed QP leaves its groups
   for (auto& [group, members] : mcast_)
     if (std::erase(members, qp) && members.empty()) emptied.push_back(group);
@@ -451,16 +462,28 @@ void request_short_slice() {
 void EngineContext::progress_loop() {
   request_short_slice();
   auto next_timers = Clock::now();
-  auto last_active = next_timers;  // a timer armed or a datagram received
-  bool timers_armed = true;        // until run_timers says otherwise
-  bool busy = false;               // more to receive or send at once
+  auto last_active = next_timers;         // a timer armed or a datagram received
+  auto self_receive_until = next_timers;  // see kSelfReceiveHold
+  uint64_t rx_at_nap = 0;                 // stats.rx_packets at the last nap's end
+  bool timers_armed = true;               // until run_timers says otherwise
+  bool busy = false;                      // more to receive or send at once
   // UROCE_POLL=spin:N: after a datagram, poll the socket for N us more
   // before sleeping (see docs/architecture.md, "How the progress thread waits").
   const auto spin = std::chrono::microseconds(core::config().progress_spin_us);
   auto spin_until = next_timers;
   while (!stop_.load(std::memory_order_relaxed)) {
     size_t received = 0;
-    if (!busy && (spin.count() == 0 || Clock::now() >= spin_until)) {
+    // Poller mode: an application thread polls a CQ and receives for itself,
+    // so arrivals must not wake this thread (on a core it shares with the
+    // poller, each wake-up preempts the poller and takes the packet from it
+    // in two context switches). It naps on its eventfd alone and looks again.
+    bool leave_to_poller = !busy && Clock::now() >= self_receive_until && poller_active(Clock::now());
+    bool napped = leave_to_poller;
+    if (leave_to_poller) {
+      napping_.store(true);
+      if (poller_active(Clock::now())) transport_->nap(kNapUs);
+      napping_.store(false, std::memory_order_relaxed);
+    } else if (!busy && (spin.count() == 0 || Clock::now() >= spin_until)) {
       int timeout = kTimerTickMs;
       // Deep sleep only after a quiet while: a ping-pong disarms its timer
       // after every message, and waking this thread at every post would
@@ -477,13 +500,36 @@ void EngineContext::progress_loop() {
       deep_sleep_.store(false, std::memory_order_relaxed);
     }
     uint64_t drain_target;  // read after the wait, which a drain request ends
+    bool drain_due;
     {
       std::lock_guard lock(drain_mu_);
       drain_target = drain_requested_;
+      drain_due = drain_done_ < drain_target;
     }
-    {
+    auto now = Clock::now();
+    bool take_turn = true;
+    bool for_poller = !drain_due && now >= self_receive_until && poller_active(now);
+    if (for_poller) {
+      // The poller receives. Only if nobody has received anything since the
+      // last nap does this thread look itself: a poller that stopped polling
+      // (it spins on memory, say) must not leave datagrams waiting.
+      uint64_t rx_now = stats.rx_packets.load(std::memory_order_relaxed);
+      take_turn = rx_now == rx_at_nap;
+      rx_at_nap = rx_now;
+      if (!take_turn) {
+        // Only ACKs the poller left waiting too long go from here.
+        std::unique_lock rx(rx_mu_, std::try_to_lock);
+        if (rx.owns_lock()) flush_deferred_acks(kAckDelay);
+        busy = false;
+      }
+    }
+    if (take_turn) {
       std::lock_guard rx(rx_mu_);
-      busy = receive_turn(&received);
+      busy = receive_turn(&received, Turn::kProgress);
+      // Datagrams that waited through a nap: the application polls its CQ
+      // but not for these (a WRITE target spinning on memory between its
+      // posts). Watch the sockets for a while.
+      if (received && napped) self_receive_until = now + kSelfReceiveHold;
     }
     if (!busy) {  // every datagram that had arrived is processed
       std::lock_guard lock(drain_mu_);
@@ -492,7 +538,7 @@ void EngineContext::progress_loop() {
         drain_cv_.notify_all();
       }
     }
-    auto now = Clock::now();
+    now = Clock::now();
     if (now >= next_timers) {  // after a deep sleep, at once
       timers_armed = run_timers(now);
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
@@ -502,20 +548,37 @@ void EngineContext::progress_loop() {
   }
 }
 
-bool EngineContext::receive_turn(size_t* received) {
+bool EngineContext::receive_turn(size_t* received, Turn turn) {
+  flush_deferred_acks();
   size_t n = transport_->recv_burst(rx_, 0);
   *received = n;
-  if (n) process_burst(std::span(rx_.data(), n));
+  if (n) process_burst(std::span(rx_.data(), n), turn);
   bool reads_pending = send_reads();
   return reads_pending || transport_->more_ready();
 }
 
 bool EngineContext::poll_receive() {
+  note_poller();
   std::unique_lock rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return false;
   size_t received;
-  receive_turn(&received);
+  receive_turn(&received, Turn::kApplication);
   return true;
+}
+
+void EngineContext::flush_deferred_acks(Clock::duration older_than) {
+  if (deferred_acks_.empty()) return;
+  if (older_than != Clock::duration::zero() && Clock::now() - acks_deferred_at_ < older_than) return;
+  std::shared_lock lock(qps_mu_);
+  TxBatch& tx = TxBatch::local();
+  tx.use(transport_.get());
+  for (EngineQp* qp : deferred_acks_) {
+    std::lock_guard ql(qp->mu);
+    qp->in_ack_list = false;
+    responder_flush_ack(*qp, tx);  // nothing if the QP's post has sent it
+  }
+  deferred_acks_.clear();
+  tx.flush();
 }
 
 bool EngineContext::any_timer_armed() {
@@ -551,18 +614,30 @@ bool EngineContext::send_reads() {
   return !reading_.empty();
 }
 
-void EngineContext::process_burst(std::span<transport::RxDatagram> burst) {
+void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn) {
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   std::shared_lock lock(qps_mu_);
   for (auto& d : burst) dispatch(d, touched_);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
+  // In an application's turn, an RC QP's ACK waits instead for the
+  // application's next post on the QP, which sends it first, in the same
+  // system call as the reply that usually follows (ACK before the reply, as
+  // on hardware), or for the next turn (deferred_acks_).
   for (EngineQp* qp : touched_) {
     std::lock_guard ql(qp->mu);
+    if (turn == Turn::kApplication && qp->type == IBV_QPT_RC && qp->resp.ack_pending) {
+      if (!qp->in_ack_list) {
+        if (deferred_acks_.empty()) acks_deferred_at_ = Clock::now();
+        qp->in_ack_list = true;
+        deferred_acks_.push_back(qp);
+      }
+      continue;
+    }
     responder_flush_ack(*qp, tx);
   }
   tx.flush();
-  // ACK before completion: the burst's receive completions become visible
+  // ACK before completion (but see above): the burst's receive completions become visible
   // only now that the ACKs covering them have left.
   for (EngineQp* qp : touched_) {
     std::lock_guard ql(qp->mu);

@@ -104,9 +104,12 @@ class EngineContext : public core::Context {
   // Runs relayed requests for other processes' target QPs (progress thread only).
   EngineQp& relay_proxy();
 
+  // Who holds the receive turn: the progress thread, or an application
+  // thread polling a CQ (whose RC ACKs may wait for its next post, below).
+  enum class Turn { kProgress, kApplication };
   // Receive path: one burst of datagrams (the thread holding the receive
   // turn, or tests).
-  void process_burst(std::span<transport::RxDatagram> burst);
+  void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress);
   // Runs every QP's timers; true if some timer is still armed.
   bool run_timers(Clock::time_point now);
 
@@ -116,6 +119,19 @@ class EngineContext : public core::Context {
   // So a polling application receives its packets itself, with no hand-off
   // to the progress thread (docs/architecture.md, "Who receives").
   bool poll_receive();
+  // An application thread is in a verb (posting, polling): it is likely to
+  // poll again soon (see poller_active). Any thread, relaxed.
+  void note_poller() { poll_stamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+  // The application is about to wait without polling (ibv_req_notify_cq):
+  // the progress thread watches the sockets again at once.
+  void poller_leaves() {
+    poll_stamp_.store(0);
+    if (napping_.load()) transport_->wake();
+  }
+  // Sends the ACKs that application turns left waiting (deferred_acks_);
+  // with `older_than`, only if the oldest has waited that long. Caller holds
+  // rx_mu_.
+  void flush_deferred_acks(Clock::duration older_than = Clock::duration::zero());
   // A timer was armed (posting or receiving thread): wakes the progress
   // thread if it sleeps without a deadline.
   void timer_armed() {
@@ -142,7 +158,13 @@ class EngineContext : public core::Context {
       std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);
   // One receive turn (caller holds rx_mu_): a burst, then READ responses.
   // True if more is ready to receive or send at once.
-  bool receive_turn(size_t* received);
+  bool receive_turn(size_t* received, Turn turn);
+  // Whether an application thread is polling a CQ of this context now (it
+  // called poll_receive within kPollerFresh): it then receives for itself.
+  bool poller_active(Clock::time_point now) const {
+    return now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
+  }
+  static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   bool any_timer_armed();
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched);
   bool route_to_owner(transport::RxDatagram& d);
@@ -182,7 +204,18 @@ class EngineContext : public core::Context {
   // Set (seq_cst) by the progress thread before it sleeps with no deadline,
   // after which it re-checks the timers; whoever arms a timer then wakes it.
   std::atomic<bool> deep_sleep_{false};
-  std::vector<EngineQp*> touched_;    // under rx_mu_
+  std::vector<EngineQp*> touched_;  // under rx_mu_
+  // RC QPs whose ACK an application turn left for the application's next
+  // post on the QP to carry (requester_run sends it first), or for the next
+  // turn: see process_burst. Under rx_mu_ and qps_mu_ (shared); each QP's
+  // in_ack_list says it is here.
+  std::vector<EngineQp*> deferred_acks_;
+  Clock::time_point acks_deferred_at_{};  // when the oldest entry was added
+  // Clock::now() of the last poll_receive, in ticks (any thread, relaxed).
+  std::atomic<Clock::rep> poll_stamp_{0};
+  // Set (seq_cst) by the progress thread before it naps in poller mode, after
+  // which it looks at poll_stamp_ again: poller_leaves then wakes it.
+  std::atomic<bool> napping_{false};
   std::vector<core::Srq*> xrc_srqs_;  // by index; guarded by qps_mu_
   std::unique_ptr<EngineQp> relay_proxy_;
 };

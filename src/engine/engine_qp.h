@@ -194,6 +194,10 @@ class EngineQp : public core::Qp {
   QpTimers timers;
   bool in_touched_list = false;  // progress thread only
   bool in_read_list = false;     // progress thread only: READ responses pending
+  // In EngineContext::deferred_acks_: an application turn left the ACK of
+  // this RC QP's responder pending (written under mu and the receive turn;
+  // read under mu). requester_run sends it before the QP's next request.
+  bool in_ack_list = false;
   // ACK before completion: a reliable QP's receive completions are held here
   // until the ACK that covers their message has been handed to the transport
   // (responder_publish), so that a reply the application sends in reaction

@@ -381,7 +381,17 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
 }  // namespace
 
 void requester_run(EngineQp& qp, TxBatch& tx) {
-  if (qp.state() != IBV_QPS_RTS || qp.req.rnr_wait) return;
+  bool acked = qp.in_ack_list && qp.resp.ack_pending;
+  if (acked) {
+    // The ACK an application turn left for this post goes first, in the
+    // same burst (EngineContext::process_burst).
+    tx.use(&qp.engine()->transport());
+    responder_flush_ack(qp, tx);
+  }
+  if (qp.state() != IBV_QPS_RTS || qp.req.rnr_wait) {
+    if (acked) tx.flush();
+    return;
+  }
   tx.use(&qp.engine()->transport());
   bool sent = false;
   while (send_burst(qp, tx, &sent)) {

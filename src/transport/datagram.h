@@ -74,6 +74,13 @@ class DatagramTransport {
   // thread (which takes the receiver's turn, see recv_burst). Thread-safe.
   virtual void wait(int timeout_ms) noexcept { (void)timeout_ms; }
 
+  // Waits up to timeout_us for wake() alone: arriving datagrams do not end it
+  // (for a receiver that leaves them to another thread polling this
+  // transport). Decorators need not override it. Thread-safe.
+  virtual void nap(int timeout_us) noexcept {
+    if (DatagramTransport* inner = decorated()) inner->nap(timeout_us);
+  }
+
   virtual uint16_t local_port() const noexcept = 0;
   // The port shared by every transport of the host (RoCEv2's 4791, joined
   // with SO_REUSEPORT), whose datagrams it also receives; 0 when none.

@@ -383,6 +383,14 @@ void UdpTransport::wait(int timeout_ms) noexcept {
   if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
 }
 
+void UdpTransport::nap(int timeout_us) noexcept {
+  pollfd p = {wake_fd_, POLLIN, 0};
+  timespec t = {timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
+  if (ppoll(&p, 1, &t, nullptr) <= 0) return;
+  uint64_t v;
+  (void)!read(wake_fd_, &v, sizeof v);
+}
+
 void UdpTransport::wake() noexcept {
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof one);

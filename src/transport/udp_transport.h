@@ -31,6 +31,7 @@ class UdpTransport final : public DatagramTransport {
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   void wake() noexcept override;
   void wait(int timeout_ms) noexcept override;
+  void nap(int timeout_us) noexcept override;
   uint16_t local_port() const noexcept override { return port_; }
   uint16_t host_port() const noexcept override { return host_fd_ >= 0 ? host_port_ : 0; }
   unsigned max_gso_segments() const noexcept override {

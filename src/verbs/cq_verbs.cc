@@ -115,6 +115,11 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-int req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only != 0); }
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  // The application will wait for an event instead of polling: the progress
+  // thread must receive from now on (EngineContext, "poller mode").
+  EngineContext::from(cq->context)->poller_leaves();
+  return Cq::from(cq)->arm(solicited_only != 0);
+}
 
 }  // namespace uroce::verbs

@@ -185,6 +185,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     qp->flush_send_queue();
   else
     engine::requester_run(*qp, engine::TxBatch::local());
+  qp->engine()->note_poller();  // a posting application polls next, usually
   return err;
 }
 

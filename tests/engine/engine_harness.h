@@ -329,8 +329,9 @@ class EngineTest : public ::testing::Test {
     return p;
   }
 
-  // Delivers packets to the engine as one receive burst.
-  void deliver(const std::vector<Craft>& burst) {
+  // Delivers packets to the engine as one receive burst (by default in the
+  // progress thread's turn).
+  void deliver(const std::vector<Craft>& burst, EngineContext::Turn turn = EngineContext::Turn::kProgress) {
     std::vector<std::vector<uint8_t>> bufs;
     for (const Craft& c : burst) bufs.push_back(build(c));
     std::vector<transport::RxDatagram> rx;
@@ -345,9 +346,11 @@ class EngineTest : public ::testing::Test {
       d.dst_port = burst[i].dst_port.value_or(kLocalPort);
       rx.push_back(d);
     }
-    engine->process_burst(std::span(rx.data(), rx.size()));
+    engine->process_burst(std::span(rx.data(), rx.size()), turn);
   }
-  void deliver(const Craft& c) { deliver(std::vector<Craft>{c}); }
+  void deliver(const Craft& c, EngineContext::Turn turn = EngineContext::Turn::kProgress) {
+    deliver(std::vector<Craft>{c}, turn);
+  }
 
   // Decodes (and clears) the capture; checks addressing, parse and ICRC of
   // each.

@@ -398,6 +398,55 @@ TEST_F(Hardening, AckLeavesBeforeReceiveCompletion) {
   EXPECT_EQ(wc[0].wr_id, 11u);
 }
 
+// Receive SEND_ONLY(AckReq) in an application thread's turn (it polls its CQ)
+// / Expect the completion at once and no ACK yet; then the application's
+// reply on the QP / Expect the ACK first and the reply after it, in one burst.
+TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 11);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}},
+          EngineContext::Turn::kApplication);
+  EXPECT_TRUE(take().empty());
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 11u);
+
+  std::vector<uint8_t> src(8, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  int bursts = 0;
+  transport->on_send = [&](size_t) { ++bursts; };
+  send(1, src, mr, 8);
+  transport->on_send = nullptr;
+  EXPECT_EQ(bursts, 1);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 2u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(0));
+  EXPECT_EQ(tx[1].opcode, kSendOnly);
+
+  // The next turn finds nothing left to acknowledge.
+  engine->flush_deferred_acks();
+  EXPECT_TRUE(take().empty());
+}
+
+// Receive two SENDs in an application's turn and no reply follows / Expect
+// one ACK covering both at the start of the next turn.
+TEST_F(Hardening, ApplicationTurnAckGoesWithTheNextTurn) {
+  std::vector<uint8_t> a(16, 0), b(16, 0);
+  recv_buf(a, 1);
+  recv_buf(b, 2);
+  deliver({Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}},
+           Craft{.opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {2}}},
+          EngineContext::Turn::kApplication);
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(poll(*rcq).size(), 2u);
+  engine->flush_deferred_acks();
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(1));
+}
+
 // --- tombstones and QP numbers ---------------------------------------------------
 
 // Destroy connected QPs / Expect their tombstones bounded in count and gone
