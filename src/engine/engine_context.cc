@@ -246,6 +246,7 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
   std::erase(deferred_acks_, qp);
+  count_sender(*qp, false);
   std::vector<uint32_t> emptied;  // a destroyed QP leaves its groups
   for (auto& [group, members] : mcast_)
     if (std::erase(members, qp) && members.empty()) emptied.push_back(group);
@@ -564,6 +565,15 @@ bool EngineContext::poll_receive() {
   size_t received;
   receive_turn(&received, Turn::kApplication);
   return true;
+}
+
+void EngineContext::count_sender(EngineQp& qp, bool sending) {
+  if (sending == qp.req.counted_sending) return;
+  qp.req.counted_sending = sending;
+  if (sending)
+    senders_.fetch_add(1, std::memory_order_relaxed);
+  else
+    senders_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {

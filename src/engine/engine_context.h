@@ -119,6 +119,13 @@ class EngineContext : public core::Context {
   // So a polling application receives its packets itself, with no hand-off
   // to the progress thread (docs/architecture.md, "Who receives").
   bool poll_receive();
+  // Reliable QPs of this context with requests not yet acknowledged. They
+  // share one window of unacknowledged packets (requester.cc): eight QPs
+  // streaming at once must not queue eight windows at the receiver, whose
+  // ACKs would then come later than the tail-loss probe.
+  uint32_t senders() const { return senders_.load(std::memory_order_relaxed); }
+  // Counts the QP in or out of senders() (caller holds qp.mu).
+  void count_sender(EngineQp& qp, bool sending);
   // An application thread is in a verb (posting, polling): it is likely to
   // poll again soon (see poller_active). Any thread, relaxed.
   void note_poller() { poll_stamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
@@ -213,6 +220,7 @@ class EngineContext : public core::Context {
   Clock::time_point acks_deferred_at_{};  // when the oldest entry was added
   // Clock::now() of the last poll_receive, in ticks (any thread, relaxed).
   std::atomic<Clock::rep> poll_stamp_{0};
+  std::atomic<uint32_t> senders_{0};
   // Set (seq_cst) by the progress thread before it naps in poller mode, after
   // which it looks at poll_stamp_ again: poller_leaves then wakes it.
   std::atomic<bool> napping_{false};

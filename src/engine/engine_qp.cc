@@ -103,6 +103,7 @@ void EngineQp::enter_error() {
   counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
   if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   timers.retransmit_armed = false;
+  engine()->count_sender(*this, false);
   flush_send_queue();
   flush_recv_queue();
   raise_last_wqe_reached();

@@ -24,8 +24,11 @@ namespace {
 using wire::Operation;
 
 // At most 512 unacknowledged PSNs (rxe: 128; 2 MiB at MTU 4096 keeps a 5 GB/s
-// stream going through ~400 us of ACK delay); AckReq at least every 64 packets.
+// stream going through ~400 us of ACK delay), shared by the context's QPs that
+// have requests in flight (EngineContext::senders), each keeping at least 32;
+// AckReq at least every 64 packets.
 constexpr uint32_t kWindowPsns = 512;
+constexpr uint32_t kMinWindowPsns = 32;
 constexpr uint32_t kMaxPacketsPerAckReq = 64;
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
@@ -350,9 +353,11 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       if (is_read(w)) ++qp.req.reads_outstanding;
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
+    uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
+    uint32_t window = std::max(kMinWindowPsns, kWindowPsns / senders);
     uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
     // The window bounds unacknowledged PSNs; UC has no acknowledgements.
-    if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > kWindowPsns) break;
+    if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > window) break;
 
     if (is_read(w)) {
       if (core::is_atomic(w.opcode))
@@ -400,6 +405,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   }
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
   if (sent) arm_retransmit(qp);
+  if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
   tx.flush();
 }
 

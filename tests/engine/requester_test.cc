@@ -616,5 +616,40 @@ TEST_F(Requester, InlineSendCopiesAtPost) {
   EXPECT_EQ(tx[0].payload, inl);
 }
 
+// Post a 1 MiB SEND on one QP / Expect 512 packets (the whole window), no
+// more until an ACK. Then a second QP of the context streams too / Expect the
+// two to share the window: the first, acknowledged, sends up to 256.
+TEST_F(Requester, QpsStreamingAtOnceShareTheWindow) {
+  std::vector<uint8_t> big(1 << 20, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), 512u);
+  EXPECT_EQ(engine->senders(), 1u);
+
+  // A second QP, connected like the first, starts a stream of its own.
+  core::QpCaps caps{64, 64, 4, 4, 64};
+  EngineQp* first = qp;
+  qp =
+      new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false, engine->allocate_qp_num(), nullptr);
+  engine->register_qp(qp);
+  bring_up();
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), 256u);  // 512 shared by two senders
+  EXPECT_EQ(engine->senders(), 2u);
+  engine->unregister_qp(qp);
+  delete qp;
+  qp = first;
+  EXPECT_EQ(engine->senders(), 1u);
+
+  // Acknowledge the first QP's first 100 packets: it may have 512 in flight
+  // again (it is the only sender left), so it sends 100 more.
+  ack(wire::psn_add(sq_psn, 99));
+  EXPECT_EQ(take().size(), 100u);
+}
+
 }  // namespace
 }  // namespace uroce::engine::test
