@@ -103,6 +103,13 @@ class EngineContext : public core::Context {
   core::Srq* find_xrc_srq(uint32_t srq_num);
   // Runs relayed requests for other processes' target QPs (progress thread only).
   EngineQp& relay_proxy();
+  // XRC target QPs whose creator's handle was destroyed while other handles
+  // (ibv_open_qp) remain: kept registered and answering until no live process
+  // holds a handle, then reclaimed by the progress thread (or at close).
+  void keep_xrc_target(EngineQp* qp);
+  // ibv_open_qp handles of this context (`open` false: destroyed), dropped
+  // at close as the kernel closes a context's objects.
+  void track_xrc_handle(EngineQp* handle, bool open);
 
   // Receive path: one burst of datagrams (the thread holding the receive
   // turn, or tests).
@@ -165,6 +172,13 @@ class EngineContext : public core::Context {
   std::mutex tombstone_mu_;
   bool answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt);
   void prune_tombstones(Clock::time_point now);
+  // Kept XRC targets and opened handles (guarded by xrc_mu_).
+  std::mutex xrc_mu_;
+  std::vector<EngineQp*> xrc_kept_;
+  std::vector<EngineQp*> xrc_opened_;
+  std::atomic<bool> have_kept_xrc_{false};  // the progress thread keeps ticking to reclaim them
+  void reclaim_xrc_targets(bool all);
+  void close_xrc_handles();
   void linger();
   std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_mu_
   std::mutex drain_mu_;
