@@ -187,6 +187,12 @@ void EngineContext::print_stats() const {
                  (unsigned long long)placement_->copier().taken_back());
 }
 
+int EngineContext::query_port(uint8_t port, ibv_port_attr* attr) const {
+  if (int e = core::Context::query_port(port, attr)) return e;
+  attr->qkey_viol_cntr = uint32_t(std::min<uint64_t>(stats.rx_qkey_violations.load(std::memory_order_relaxed), 0xFFFF));
+  return 0;
+}
+
 void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) {
   registry_ = std::move(r);
   live_->header().slot = registry_ ? registry_->slot() : 0;

@@ -140,6 +140,11 @@ class EngineContext : public core::Context {
 
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
+  // core::Context::query_port plus the port's counters: qkey_viol_cntr is
+  // the UD packets dropped for a wrong Q_Key (16 bits, saturating, as IBA's
+  // PortInfo:QKeyViolations).
+  int query_port(uint8_t port, ibv_port_attr* attr) const;
+
  private:
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish);
   ~EngineContext();
