@@ -140,9 +140,16 @@ void Context::query_device(ibv_device_attr* a) const {
   a->hw_ver = kHwVersion;
   a->max_qp = int(kMaxQp);
   a->max_qp_wr = int(kMaxQpWr);
+  // What uroce does (docs/architecture.md, "Decisions"): RNR NAKs, the port
+  // event, ibv_modify_srq resizing, type 1 and 2B windows, XRC, address
+  // handles for port 1 only (ibv_create_ah: EINVAL), a Q_Key violation counter
+  // (ibv_query_port's qkey_viol_cntr). Not: CHANGE_PHY_PORT (one port),
+  // AUTO_PATH_MIG (alternate paths are stored, never used), BAD_PKEY_CNTR (no
+  // P_Key is checked), MEM_MGT_EXTENSIONS (no fast registration),
+  // CURR_QP_STATE_MOD (IBV_QP_CUR_STATE must equal the state), checksum offloads.
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
-                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
+                        IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_BAD_QKEY_CNTR | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
   a->max_sge = int(kMaxSge);
   a->max_sge_rd = int(kMaxSge);
   a->max_cq = int(kMaxCq);
@@ -151,7 +158,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_pd = int(kMaxPd);
   a->max_qp_rd_atom = int(kMaxRdAtomic);
   a->max_ee_rd_atom = 0;
-  a->max_res_rd_atom = int(kMaxRdAtomic) * 1024;
+  a->max_res_rd_atom = int(kMaxRdAtomic * kMaxQp);  // no device-wide pool: every QP may have its own
   a->max_qp_init_rd_atom = int(kMaxRdAtomic);
   a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among every QP of the process (std::atomic_ref)
   a->max_ah = int(kMaxAh);
@@ -163,7 +170,7 @@ void Context::query_device(ibv_device_attr* a) const {
   a->max_srq_wr = int(kMaxSrqWr);
   a->max_srq_sge = int(kMaxSrqSge);
   a->max_pkeys = 1;
-  a->local_ca_ack_delay = 15;
+  a->local_ca_ack_delay = kLocalCaAckDelay;
   a->phys_port_cnt = 1;
 }
 

@@ -23,6 +23,10 @@ inline constexpr uint64_t kMaxMrSize = uint64_t(1) << 40;
 inline constexpr uint64_t kMaxDmSize = 256 * 1024;
 inline constexpr uint32_t kMaxPd = 4096;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: max_qp_rd_atom / max_qp_init_rd_atom
+// The CA's ACK delay bound, 4.096 us * 2^15 (rxe's value; uroce acknowledges
+// at the end of each receive burst, far sooner): ibv_query_device's
+// local_ca_ack_delay and the CM REP's target ACK delay.
+inline constexpr uint8_t kLocalCaAckDelay = 15;
 inline constexpr uint32_t kMaxSrq = 1024;
 inline constexpr uint32_t kMaxSrqWr = 1 << 15;
 inline constexpr uint32_t kMaxSrqSge = 32;

@@ -153,7 +153,7 @@ void MrTable::unbind_locked(Mr* mw) {
   mw->parent = nullptr;
 }
 
-int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b) {
+int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b, uint32_t qpn) {
   std::unique_lock lock(mu_);
   if (!mw->is_window || (b.new_rkey >> 8) != (mw->ibmr.lkey >> 8)) return EINVAL;
   if (mw->pd != pd) return EINVAL;
@@ -180,6 +180,7 @@ int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b) {
   mw->length = b.length;
   mw->access = b.access & ~unsigned(IBV_ACCESS_ZERO_BASED);
   mw->bound = true;
+  mw->bound_qpn = mw->ibmw.type == IBV_MW_TYPE_2 ? qpn : 0;
   mw->ibmr.lkey = mw->ibmr.rkey = b.new_rkey;
   return 0;
 }
@@ -215,12 +216,13 @@ int MrTable::remove(Mr* mr) {
 }
 
 KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
-                               const Mr** out) const {
+                               const Mr** out, uint32_t qpn) const {
   uint32_t index = key >> 8;
   if (index == 0 || index >= slots_.size()) return KeyCheck::kBadKey;
   const Mr* mr = slots_[index];
   if (!mr || mr->ibmr.lkey != key) return KeyCheck::kBadKey;
   if (mr->is_window && (!mr->bound || !remote)) return KeyCheck::kBadKey;  // windows: bound, remote keys only
+  if (mr->is_window && mr->bound_qpn != 0 && mr->bound_qpn != qpn) return KeyCheck::kBadKey;  // type 2: its QP only
   if (pd && mr->pd != pd) return KeyCheck::kPdMismatch;
   uint64_t base = remote ? mr->iova : mr->local_base();
   if (va < base || len > mr->length || va - base > mr->length - len) return KeyCheck::kOutOfBounds;
@@ -229,10 +231,11 @@ KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t
   return KeyCheck::kOk;
 }
 
-KeyCheck MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote) const {
+KeyCheck MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
+                        uint32_t qpn) const {
   std::shared_lock lock(mu_);
   const Mr* mr = nullptr;
-  return check_locked(key, pd, va, len, need, remote, &mr);
+  return check_locked(key, pd, va, len, need, remote, &mr, qpn);
 }
 
 bool MrTable::scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t offset, const uint8_t* data,

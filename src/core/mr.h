@@ -45,6 +45,10 @@ struct Mr {
   ibv_mw ibmw{};  // ABI object of a window
   bool is_window = false;
   bool bound = false;
+  // Type 2 windows are bound through a QP's send queue and usable only by
+  // requests arriving on that QP (IBA 10.6.7.2, the QP association of
+  // IBV_DEVICE_MEM_WINDOW_TYPE_2B; the PD association is pd).
+  uint32_t bound_qpn = 0;
   Mr* parent = nullptr;
   int windows = 0;  // MR: windows bound to it (deregistration -> EBUSY)
 
@@ -138,26 +142,29 @@ class MrTable {
   [[nodiscard]] int remove(Mr* mr);  // EBUSY while windows are bound to it
 
   [[nodiscard]] Result<Mr*> add_window(Pd* pd, ibv_mw_type type);
-  // Binds (or, with length 0, unbinds) a window; EINVAL for a bad MR, range,
-  // access or key (the caller reports IBV_WC_MW_BIND_ERR).
-  [[nodiscard]] int bind_window(Mr* mw, const Pd* pd, const MwBind& bind);
+  // Binds (or, with length 0, unbinds) a window through QP `qpn`; EINVAL for
+  // a bad MR, range, access or key (the caller reports IBV_WC_MW_BIND_ERR).
+  [[nodiscard]] int bind_window(Mr* mw, const Pd* pd, const MwBind& bind, uint32_t qpn);
   // Local or remote invalidation of a type 2 window's key (EINVAL if none).
   [[nodiscard]] int invalidate(uint32_t rkey, const Pd* pd);
 
   // Checks [va, va+len) against the MR named by `key` and, when allowed, calls
   // f(mr, host_pointer) under the shared lock (copies through the pointer go
   // through core/mr_access.h with that MR). `remote` selects rkey semantics
-  // (va is an iova) vs lkey semantics (va is a local address).
+  // (va is an iova) vs lkey semantics (va is a local address); `qpn` is the
+  // QP a remote request arrived on (a type 2 window answers only its own).
   template <class F>
-  KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote, F&& f) const {
+  KeyCheck with_range(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote, uint32_t qpn,
+                      F&& f) const {
     std::shared_lock lock(mu_);
     const Mr* mr = nullptr;
-    KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr);
+    KeyCheck c = check_locked(key, pd, va, len, need, remote, &mr, qpn);
     if (c == KeyCheck::kOk) f(*mr, mr->host_at(va, remote));
     return c;
   }
 
-  KeyCheck check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote) const;
+  KeyCheck check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
+                 uint32_t qpn = 0) const;
 
   // Copies `len` bytes into a scatter list (local keys, LOCAL_WRITE), starting
   // `offset` bytes into it. False, with nothing past the failing entry
@@ -168,7 +175,7 @@ class MrTable {
   // Holds the table shared while a caller copies through several ranges.
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
   KeyCheck check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
-                        const Mr** out) const;
+                        const Mr** out, uint32_t qpn = 0) const;
   // Sets (or, with null, clears) the observer; told of the MRs already
   // registered at once.
   void set_observer(MrObserver* observer);

@@ -51,7 +51,9 @@ Qp::Qp(Context* c, Pd* p, Cq* scq, Cq* rcq, ibv_qp_type t, const QpCaps& cp, boo
 
 Qp::~Qp() = default;
 
-int Qp::check_values(const ibv_qp_attr& a, int mask) const {
+namespace {
+
+int check_values(size_t gid_count, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
@@ -62,7 +64,7 @@ int Qp::check_values(const ibv_qp_attr& a, int mask) const {
     // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
     if (!a.ah_attr.is_global) return EINVAL;
     if (a.ah_attr.port_num != 0 && a.ah_attr.port_num != 1) return EINVAL;
-    if (a.ah_attr.grh.sgid_index >= ctx->gid_count()) return EINVAL;
+    if (a.ah_attr.grh.sgid_index >= gid_count) return EINVAL;
     uint32_t ip;
     if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return EINVAL;  // IPv6 GIDs: not supported yet
   }
@@ -79,12 +81,14 @@ int Qp::check_values(const ibv_qp_attr& a, int mask) const {
   return 0;
 }
 
-int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
+}  // namespace
+
+int modify_qp_attrs(ibv_qp_type type, size_t gid_count, ibv_qp_attr& attr, const ibv_qp_attr& a, int mask) {
   ibv_qp_state cur = attr.qp_state;
   ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   if (int e = check_modify_mask(type, cur, next, mask)) return e;
-  if (int e = check_values(a, mask)) return e;
+  if (int e = check_values(gid_count, a, mask)) return e;
 
   if (mask & IBV_QP_ACCESS_FLAGS) attr.qp_access_flags = a.qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) attr.pkey_index = a.pkey_index;
@@ -106,7 +110,12 @@ int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
   attr.qp_state = next;
   attr.cur_qp_state = next;
-  ibqp.qp_base.state = next;
+  return 0;
+}
+
+int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
+  if (int e = modify_qp_attrs(type, ctx->gid_count(), attr, a, mask)) return e;
+  ibqp.qp_base.state = attr.qp_state;
   return 0;
 }
 

@@ -33,6 +33,13 @@ struct QpCaps {
 // uroce provides; EINVAL when a limit is exceeded.
 int validate_qp_caps(ibv_qp_type type, const ibv_qp_cap& requested, QpCaps* out);
 
+// The rules of ibv_modify_qp on the attributes alone: checks a modify of a
+// `type` QP whose current attributes are `cur` (the state machine, the masks,
+// the value limits; `gid_count`: the device's GID table) and stores the new
+// attributes there. Returns an errno; `cur` is unchanged on error. Also used
+// for XRC target QPs, whose attributes live in their domain's shared memory.
+int modify_qp_attrs(ibv_qp_type type, size_t gid_count, ibv_qp_attr& cur, const ibv_qp_attr& a, int mask);
+
 class Qp {
  public:
   Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, ibv_qp_type type, const QpCaps& caps, bool sq_sig_all,
@@ -74,7 +81,6 @@ class Qp {
   static Qp* from(ibv_qp* q) { return UROCE_CONTAINER_OF(reinterpret_cast<ibv_qp_ex*>(q), Qp, ibqp); }
 
  private:
-  int check_values(const ibv_qp_attr& a, int mask) const;
   int check_send_opcode(const ibv_send_wr& wr) const;
 };
 

@@ -148,6 +148,7 @@ void EngineContext::close() {
   stop_.store(true);
   transport_->wake();
   if (thread_.joinable()) thread_.join();
+  close_xrc_handles();
   if (placement_) mrs.set_observer(nullptr);
   if (core::config().stats_at_exit) print_stats();
   if (auto* c = transport::find_layer<transport::CaptureTransport>(transport_.get()))
@@ -194,6 +195,12 @@ void EngineContext::print_stats() const {
                  (unsigned long long)placement_->placed_reads(), (unsigned long long)placement_->placed_bytes(),
                  (unsigned long long)placement_->declined(), (unsigned long long)placement_->copier().split_copies(),
                  (unsigned long long)placement_->copier().taken_back());
+}
+
+int EngineContext::query_port(uint8_t port, ibv_port_attr* attr) const {
+  if (int e = core::Context::query_port(port, attr)) return e;
+  attr->qkey_viol_cntr = uint32_t(std::min<uint64_t>(stats.rx_qkey_violations.load(std::memory_order_relaxed), 0xFFFF));
+  return 0;
 }
 
 void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) {
@@ -327,6 +334,62 @@ void EngineContext::unregister_xrc_srq(core::Srq* srq) {
 core::Srq* EngineContext::find_xrc_srq(uint32_t srq_num) {
   if (xrc_srq_port(srq_num) != lid() || xrc_srq_index(srq_num) >= xrc_srqs_.size()) return nullptr;
   return xrc_srqs_[xrc_srq_index(srq_num)];
+}
+
+void EngineContext::keep_xrc_target(EngineQp* qp) {
+  std::lock_guard lock(xrc_mu_);
+  xrc_kept_.push_back(qp);
+  have_kept_xrc_.store(true);
+  timer_armed();  // out of a deep sleep: the progress thread reclaims it
+}
+
+void EngineContext::track_xrc_handle(EngineQp* handle, bool open) {
+  std::lock_guard lock(xrc_mu_);
+  if (open)
+    xrc_opened_.push_back(handle);
+  else
+    std::erase(xrc_opened_, handle);
+}
+
+void EngineContext::reclaim_xrc_targets(bool all) {
+  std::vector<EngineQp*> gone;
+  {
+    std::lock_guard lock(xrc_mu_);
+    std::erase_if(xrc_kept_, [&](EngineQp* qp) {
+      if (!all && !xrc_target_unheld(*qp)) return false;
+      gone.push_back(qp);
+      return true;
+    });
+    have_kept_xrc_.store(!xrc_kept_.empty());
+  }
+  for (EngineQp* qp : gone) {  // as ibv_destroy_qp destroys a target
+    unregister_qp(qp);
+    xrc_target_detach(*qp);
+    release(core::Resource::kQp);
+    delete qp;
+  }
+}
+
+// At close (the progress thread has stopped): this context's opened handles
+// are dropped and its kept targets reclaimed; a target QP the application did
+// not destroy ends with its context (other handles on it then get EIO).
+void EngineContext::close_xrc_handles() {
+  std::vector<EngineQp*> opened;
+  {
+    std::lock_guard lock(xrc_mu_);
+    opened.swap(xrc_opened_);
+  }
+  for (EngineQp* h : opened) {
+    (void)xrc_target_close(*h);
+    delete h;
+  }
+  reclaim_xrc_targets(true);
+  std::shared_lock lock(qps_mu_);
+  for (auto& [num, qp] : qps_) {
+    if (!qp->xrc) continue;
+    qp->xrc->domain->remove_local_handle(qp);
+    qp->xrc->domain->release_slot(qp->xrc->slot, qp->xrc->home_port, qp->xrc->qp_num);
+  }
 }
 
 EngineQp& EngineContext::relay_proxy() {
@@ -490,7 +553,7 @@ void EngineContext::progress_loop() {
       // after every message, and waking this thread at every post would
       // cost a system call and a context switch on the critical path.
       if (!timers_armed && !have_tombstones_.load(std::memory_order_relaxed) &&
-          Clock::now() - last_active >= kQuietBeforeDeepSleep) {
+          !have_kept_xrc_.load(std::memory_order_relaxed) && Clock::now() - last_active >= kQuietBeforeDeepSleep) {
         deep_sleep_.store(true);
         if (any_timer_armed())  // armed before the flag was seen: no deep sleep
           deep_sleep_.store(false);
@@ -734,6 +797,10 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     return;
   }
   std::lock_guard ql(qp.mu);
+  if (qp.xrc && !xrc_target_sync(qp)) {  // an XRC target whose last handle is gone
+    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (!from_connected_path(qp, d)) {
     stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -774,6 +841,7 @@ bool EngineContext::run_timers(Clock::time_point now) {
   if (now >= next_prune_) {
     next_prune_ = now + kPruneInterval;
     if (have_tombstones_.load(std::memory_order_relaxed)) prune_tombstones(now);
+    if (have_kept_xrc_.load(std::memory_order_relaxed)) reclaim_xrc_targets(false);
   }
   return armed;
 }

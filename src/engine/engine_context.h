@@ -103,6 +103,13 @@ class EngineContext : public core::Context {
   core::Srq* find_xrc_srq(uint32_t srq_num);
   // Runs relayed requests for other processes' target QPs (progress thread only).
   EngineQp& relay_proxy();
+  // XRC target QPs whose creator's handle was destroyed while other handles
+  // (ibv_open_qp) remain: kept registered and answering until no live process
+  // holds a handle, then reclaimed by the progress thread (or at close).
+  void keep_xrc_target(EngineQp* qp);
+  // ibv_open_qp handles of this context (`open` false: destroyed), dropped
+  // at close as the kernel closes a context's objects.
+  void track_xrc_handle(EngineQp* handle, bool open);
 
   // Who holds the receive turn: the progress thread, or an application
   // thread polling a CQ (whose RC ACKs may wait for its next post, below).
@@ -156,6 +163,11 @@ class EngineContext : public core::Context {
 
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
+  // core::Context::query_port plus the port's counters: qkey_viol_cntr is
+  // the UD packets dropped for a wrong Q_Key (16 bits, saturating, as IBA's
+  // PortInfo:QKeyViolations).
+  int query_port(uint8_t port, ibv_port_attr* attr) const;
+
  private:
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish);
   ~EngineContext();
@@ -194,6 +206,13 @@ class EngineContext : public core::Context {
   std::mutex tombstone_mu_;
   bool answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt);
   void prune_tombstones(Clock::time_point now);
+  // Kept XRC targets and opened handles (guarded by xrc_mu_).
+  std::mutex xrc_mu_;
+  std::vector<EngineQp*> xrc_kept_;
+  std::vector<EngineQp*> xrc_opened_;
+  std::atomic<bool> have_kept_xrc_{false};  // the progress thread keeps ticking to reclaim them
+  void reclaim_xrc_targets(bool all);
+  void close_xrc_handles();
   void linger();
   std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_mu_
   std::mutex drain_mu_;

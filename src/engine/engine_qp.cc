@@ -28,30 +28,32 @@ void EngineQp::count_sent(uint32_t bytes) {
 
 core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
+Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr) {
+  Path path;
+  uint32_t dst_ip = 0;
+  core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
+  ctx.gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
+  path.dst = ctx.direct_endpoint(transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)}, attr.dest_qp_num);
+  path.mtu = core::mtu_bytes(attr.path_mtu);
+  path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, ctx.lid(), path.dst.port};
+  return path;
+}
+
 int EngineQp::modify(const ibv_qp_attr& a, int mask) {
-  if (xrc) xrc_target_sync_state(*this);
+  // XRC targets (and handles on them): the attributes are the domain's.
+  if (xrc) return xrc_target_modify(*this, a, mask);
   ibv_qp_state before = state();
   if (int e = apply_modify(a, mask)) return e;
   ibv_qp_state after = state();
 
-  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD) {
-    uint32_t dst_ip = 0;
-    core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
-    ctx->gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
-    path.dst = engine()->direct_endpoint(transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)},
-                                         attr.dest_qp_num);
-    path.mtu = core::mtu_bytes(attr.path_mtu);
-    path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
-  }
+  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD)
+    path = resolve_connected_path(*engine(), attr);
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
   if (DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this);
   counters->state.store(after, std::memory_order_relaxed);
   counters->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
-  if (after == before) {
-    if (xrc) xrc_target_publish(*this, false);
-    return 0;
-  }
+  if (after == before) return 0;
 
   switch (after) {
     case IBV_QPS_RESET:
@@ -91,7 +93,6 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     default:
       break;
   }
-  if (xrc) xrc_target_publish(*this, after == IBV_QPS_RTR || after == IBV_QPS_RESET);
   return 0;
 }
 
@@ -110,7 +111,8 @@ void EngineQp::enter_error() {
 }
 
 void EngineQp::raise_event(ibv_event_type type) {
-  if (relay_proxy) return;  // the target QP belongs to another process
+  // XRC targets: every handle on the QP, in whatever process, gets it.
+  if (xrc || relay_proxy) return xrc_target_defer_event(type);
   ibv_async_event ev{};
   ev.element.qp = &ibqp.qp_base;
   ev.event_type = type;

@@ -56,6 +56,10 @@ struct Path {
   wire::Ipv4Flow flow;  // for the ICRC of packets we send on this path
 };
 
+// The path of a connected QP with attributes `attr` (at RTR: the address
+// vector, destination QP and path MTU), as context `ctx` sends on it.
+Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr);
+
 struct RequesterState {
   uint32_t index = 0;   // SQ index of the WQE being transmitted
   uint32_t offset = 0;  // bytes of that WQE already packetized

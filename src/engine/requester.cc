@@ -264,7 +264,7 @@ bool run_local_op(EngineQp& qp, core::SendWqe& w) {
   ++qp.req.index;
   qp.req.offset = 0;
   if (w.opcode == IBV_WR_BIND_MW) {
-    if (qp.ctx->mrs.bind_window(w.bind_mw, qp.pd, w.bind) != 0) {
+    if (qp.ctx->mrs.bind_window(w.bind_mw, qp.pd, w.bind, qp.qp_num()) != 0) {
       fail_local(qp, w, IBV_WC_MW_BIND_ERR);
       return false;
     }

@@ -143,7 +143,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
     auto lock = qp.ctx->mrs.read_lock();
     const core::Mr* mr = nullptr;
     if (job.length && qp.ctx->mrs.check_locked(job.rkey, access_pd(qp), job.va + job.sent, job.length - job.sent,
-                                               IBV_ACCESS_REMOTE_READ, true, &mr) != core::KeyCheck::kOk)
+                                               IBV_ACCESS_REMOTE_READ, true, &mr, qp.qp_num()) != core::KeyCheck::kOk)
       failed = true;
     for (uint32_t i = job.sent / mtu; !failed && i < npkts && sent < budget; ++i, ++sent) {
       uint32_t n = std::min(mtu, job.length - job.sent);
@@ -367,7 +367,7 @@ RespState check_rkey(Request& r) {
     // IBA 9.4.5 (Atomic Operations): an atomic's VA must be 8-byte aligned, else
     // NAK invalid request (rxe: ERR_MISALIGNED_ATOMIC).
     if (a.va() & 7) return RespState::kErrInvalidRequest;
-    if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true) !=
+    if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, r.qp.qp_num()) !=
         core::KeyCheck::kOk)
       return RespState::kErrRemoteAccess;
     return RespState::kExecute;
@@ -378,7 +378,8 @@ RespState check_rkey(Request& r) {
   uint32_t len = reth.dma_len();
   if (len != 0) {
     unsigned need = (r.flags & wire::kOpRead) ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-    if (r.qp.ctx->mrs.check(reth.rkey(), access_pd(r.qp), reth.va(), len, need, true) != core::KeyCheck::kOk)
+    if (r.qp.ctx->mrs.check(reth.rkey(), access_pd(r.qp), reth.va(), len, need, true, r.qp.qp_num()) !=
+        core::KeyCheck::kOk)
       return is_rc(r.qp) ? RespState::kErrRemoteAccess : RespState::kDrop;
   }
   if (write_start) {
@@ -404,7 +405,7 @@ bool scatter_send(EngineQp& qp, const uint8_t* data, uint32_t len) {
 bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data, uint32_t len) {
   bool copied = false;
   auto c =
-      qp.ctx->mrs.with_range(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true,
+      qp.ctx->mrs.with_range(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true, qp.qp_num(),
                              [&](const core::Mr& mr, uint8_t* dst) { copied = core::copy_to_mr(mr, dst, data, len); });
   return c == core::KeyCheck::kOk && copied;
 }
@@ -414,7 +415,7 @@ bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data
 // IBV_ODP_SUPPORT_ATOMIC): their memory may vanish under a plain access.
 bool atomic_payload(EngineQp& qp, const wire::AtomicEth& a, bool cas, uint64_t* orig) {
   bool done = false;
-  auto c = qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true,
+  auto c = qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, qp.qp_num(),
                                   [&](const core::Mr& mr, uint8_t* dst) {
                                     if (core::is_on_demand(mr)) return;
                                     *orig = execute_atomic(dst, cas, a.swap_add(), a.compare());

@@ -325,7 +325,7 @@ bool XrcDomain::has_srq(uint32_t srq_num) const {
   return false;
 }
 
-TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, uint32_t* index) {
+TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, const ibv_qp_attr& attr, uint32_t* index) {
   spin_lock(header_->lock);
   TargetSlot* found = nullptr;
   for (uint32_t i = 0; i < kSlots && !found; ++i) {
@@ -335,7 +335,11 @@ TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, uint32
     s.owner_pid = uint32_t(getpid());
     s.qp_num = qp_num;
     s.home_port = home_port;
-    s.attrs = TargetAttrs{};
+    s.attr_gen = 0;
+    s.qp_attr = attr;
+    s.path = TargetPath{};
+    s.holders = {};
+    s.holders[0] = TargetHolder{uint32_t(getpid()), home_port, 1};
     s.resp = ResponderState{};
     *index = i;
     found = &s;
@@ -344,15 +348,38 @@ TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, uint32
   return found;
 }
 
-void XrcDomain::release_slot(TargetSlot* slot) {
+namespace {
+// Caller holds the header's and the slot's locks.
+void clear_slot(TargetSlot& s) {
+  s.owner_pid = 0;
+  s.qp_num = 0;
+  s.home_port = 0;
+  s.holders = {};
+}
+}  // namespace
+
+void XrcDomain::release_slot(TargetSlot* slot, uint16_t home_port, uint32_t qp_num) {
   spin_lock(header_->lock);
   {
     SlotLock l(*slot);
-    slot->owner_pid = 0;
-    slot->qp_num = 0;
-    slot->home_port = 0;
+    if (slot->home_port == home_port && slot->qp_num == qp_num && slot->owner_pid != 0) clear_slot(*slot);
   }
   spin_unlock(header_->lock);
+}
+
+bool XrcDomain::drop_handle(TargetSlot* slot, uint16_t home_port, uint32_t qp_num, uint16_t port) {
+  bool gone = true;
+  spin_lock(header_->lock);
+  {
+    SlotLock l(*slot);
+    if (slot->home_port == home_port && slot->qp_num == qp_num && slot->owner_pid != 0) {
+      drop_holder(*slot, port);
+      gone = live_holders(*slot) == 0;
+      if (gone) clear_slot(*slot);
+    }
+  }
+  spin_unlock(header_->lock);
+  return gone;
 }
 
 TargetSlot* XrcDomain::find_slot(uint32_t index, uint16_t home_port, uint32_t qp_num) {
@@ -362,6 +389,79 @@ TargetSlot* XrcDomain::find_slot(uint32_t index, uint16_t home_port, uint32_t qp
   uint32_t pid = std::atomic_ref<uint32_t>(s.owner_pid).load(std::memory_order_relaxed);
   if (pid == 0 || s.home_port != home_port || s.qp_num != qp_num) return nullptr;
   return &s;
+}
+
+core::Result<XrcDomain::OpenedTarget> XrcDomain::open_target(uint32_t qp_num, uint16_t port) {
+  using R = core::Result<OpenedTarget>;
+  if (qp_num == 0) return R::error(EINVAL);
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    TargetSlot& s = slots_[i];
+    // Unlocked reads pick the candidates; the lock decides.
+    if (std::atomic_ref<uint32_t>(s.owner_pid).load(std::memory_order_relaxed) == 0 ||
+        std::atomic_ref<uint32_t>(s.qp_num).load(std::memory_order_relaxed) != qp_num)
+      continue;
+    SlotLock l(s);
+    if (!slot_holds(s, s.home_port, qp_num) || live_holders(s) == 0) continue;
+    if (!add_holder(s, port)) return R::error(ENOMEM);
+    return OpenedTarget{&s, i, s.home_port};
+  }
+  return R::error(EINVAL);
+}
+
+void XrcDomain::add_local_handle(const LocalHandle& h) {
+  std::lock_guard lock(local_mu_);
+  local_.push_back(h);
+}
+
+void XrcDomain::remove_local_handle(EngineQp* handle) {
+  std::lock_guard lock(local_mu_);
+  std::erase_if(local_, [handle](const LocalHandle& h) { return h.handle == handle; });
+}
+
+void XrcDomain::for_local_handles(uint32_t index, uint16_t home_port, uint32_t qp_num, uint16_t port,
+                                  void (*fn)(EngineQp&, void*), void* arg) {
+  std::lock_guard lock(local_mu_);
+  for (const LocalHandle& h : local_)
+    if (h.index == index && h.home_port == home_port && h.qp_num == qp_num && h.port == port) fn(*h.handle, arg);
+}
+
+bool add_holder(TargetSlot& s, uint16_t port) {
+  const uint32_t self = uint32_t(getpid());
+  TargetHolder* free_entry = nullptr;
+  for (TargetHolder& h : s.holders) {
+    if (h.count != 0 && h.pid == self && h.port == port) {
+      if (h.count == UINT16_MAX) return false;
+      ++h.count;
+      return true;
+    }
+    // Entries of dead processes are free again.
+    if (!free_entry && (h.count == 0 || !process_alive(h.pid))) free_entry = &h;
+  }
+  if (!free_entry) return false;
+  *free_entry = TargetHolder{self, port, 1};
+  return true;
+}
+
+void drop_holder(TargetSlot& s, uint16_t port) {
+  const uint32_t self = uint32_t(getpid());
+  for (TargetHolder& h : s.holders) {
+    if (h.count == 0 || h.pid != self || h.port != port) continue;
+    if (--h.count == 0) h = TargetHolder{};
+    return;
+  }
+}
+
+uint32_t live_holders(const TargetSlot& s) {
+  const uint32_t self = uint32_t(getpid());
+  uint32_t n = 0;
+  for (const TargetHolder& h : s.holders)
+    if (h.count != 0 && (h.pid == self || process_alive(h.pid))) n += h.count;
+  return n;
+}
+
+bool slot_holds(const TargetSlot& s, uint16_t home_port, uint32_t qp_num) {
+  return s.owner_pid != 0 && s.home_port == home_port && s.qp_num == qp_num &&
+         (s.owner_pid == uint32_t(getpid()) || process_alive(s.owner_pid));
 }
 
 }  // namespace uroce::engine

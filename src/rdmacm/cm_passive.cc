@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/device.h"
+#include "core/limits.h"
 #include "core/log.h"
 #include "rdmacm/cm_service.h"
 
@@ -258,7 +259,7 @@ int CmService::accept(CmId* id, const rdma_conn_param* param) {
   rep.starting_psn = c.local_psn;
   rep.responder_resources = c.responder_resources;
   rep.initiator_depth = c.initiator_depth;
-  rep.target_ack_delay = 15;  // the device's local_ca_ack_delay
+  rep.target_ack_delay = core::kLocalCaAckDelay;  // the device's local_ca_ack_delay
   rep.flow_control = param && param->flow_control;
   rep.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
   rep.srq = c.srq;

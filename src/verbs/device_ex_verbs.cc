@@ -13,9 +13,9 @@ using uroce::engine::EngineContext;
 
 namespace uroce::verbs {
 
-// Everything beyond orig_attr that uroce has, and zero for what it has not
-// (TSO, RSS, WQs, packet pacing, tag matching, CQ moderation, device memory,
-// PCI atomics).
+// Everything beyond orig_attr that uroce has (ODP, completion timestamps,
+// device memory), and zero for what it has not (TSO, RSS, WQs, raw packet QPs,
+// packet pacing, tag matching, CQ moderation, PCI atomics, ODP atomics).
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size) {
   if (!context || !attr) return EINVAL;
@@ -33,8 +33,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ |
                                               (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
-  a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
-  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  // UC and UD QPs take receives from an SRQ too (the responder's receive path is one).
+  a.odp_caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   // XRC: as RC, receives through SRQs.
   a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps | IBV_ODP_SUPPORT_SRQ_RECV;
   a.completion_timestamp_mask = core::kCompletionTimestampMask;

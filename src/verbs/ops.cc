@@ -23,6 +23,7 @@ void install_context_ops(verbs_context& vctx) {
   vctx.reg_dm_mr = reg_dm_mr;
   vctx.open_xrcd = open_xrcd;
   vctx.close_xrcd = close_xrcd;
+  vctx.open_qp = open_qp;
   vctx.create_srq_ex = create_srq_ex;
   vctx.get_srq_num = get_srq_num;
 }

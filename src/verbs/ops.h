@@ -28,6 +28,8 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
 ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
+// ibv_open_qp: a handle on an existing XRC target QP of a domain.
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 // Creates a basic SRQ for `*attr` and reports the granted attributes there.

@@ -108,7 +108,7 @@ UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_q
   if (!ibqp || !attr) return EINVAL;
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
-  if (qp->xrc) uroce::engine::xrc_target_sync_state(*qp);
+  if (qp->xrc) return uroce::engine::xrc_target_query(*qp, attr, init_attr);  // any handle on a target
   qp->query(attr, init_attr);
   return 0;
 }
@@ -145,6 +145,19 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   if (!ibqp) return EINVAL;
   EngineQp* qp = engine_qp(ibqp);
   EngineContext* ctx = qp->engine();
+  // XRC targets: a handle drops its reference; the QP goes with the last one
+  // (ib_close_qp). An opened handle is no QP of its context.
+  if (qp->xrc) {
+    switch (uroce::engine::xrc_target_close(*qp)) {
+      case uroce::engine::HandleClose::kHandleOnly:
+        delete qp;
+        return 0;
+      case uroce::engine::HandleClose::kQpKept:
+        return 0;
+      case uroce::engine::HandleClose::kDestroyQp:
+        break;
+    }
+  }
   drain_sends(*qp);
   ctx->unregister_qp(qp);  // after this the progress thread never sees it again
   ctx->add_tombstone(*qp);

@@ -99,6 +99,24 @@ ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
   });
 }
 
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
+  return abi_guard<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
+    if (!context || !attr) return fail<ibv_qp>(EINVAL);
+    // As rdma-core's ibv_cmd_open_qp: unknown bits, then NUM, XRCD and TYPE
+    // required (qp_context is taken as given, as there).
+    if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED) return fail<ibv_qp>(EOPNOTSUPP);
+    constexpr uint32_t kRequired = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if ((attr->comp_mask & kRequired) != kRequired) return fail<ibv_qp>(EINVAL);
+    // As the kernel's ib_uverbs_open_qp / ib_open_qp: an XRC domain of this
+    // context, a target QP type, a QP number the domain has a target QP of.
+    if (!attr->xrcd || attr->xrcd->context != context || attr->qp_type != IBV_QPT_XRC_RECV) return fail<ibv_qp>(EINVAL);
+    auto qp = engine::xrc_target_open(*EngineContext::from(context), *engine_xrcd(attr->xrcd), attr->qp_num,
+                                      attr->qp_context);
+    if (!qp.ok()) return fail<ibv_qp>(qp.err());
+    return &(*qp)->ibqp.qp_base;
+  });
+}
+
 int close_xrcd(ibv_xrcd* ibxrcd) {
   if (!ibxrcd) return EINVAL;
   EngineXrcd* x = engine_xrcd(ibxrcd);

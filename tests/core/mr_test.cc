@@ -140,12 +140,14 @@ TEST_F(MrTableTest, LocalBoundsUseHostAddress) {
 TEST_F(MrTableTest, WithRangeMapsIovaToHost) {
   Mr* mr = add(LW | RW, 0x10000, 4096);
   uint8_t* seen = nullptr;
-  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 100, 8, RW, true, [&](const Mr&, uint8_t* p) { seen = p; }),
-            KeyCheck::kOk);
+  EXPECT_EQ(
+      table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 100, 8, RW, true, 0, [&](const Mr&, uint8_t* p) { seen = p; }),
+      KeyCheck::kOk);
   EXPECT_EQ(seen, buf.data() + 100);
   seen = nullptr;
-  EXPECT_EQ(table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 4090, 8, RW, true, [&](const Mr&, uint8_t* p) { seen = p; }),
-            KeyCheck::kOutOfBounds);
+  EXPECT_EQ(
+      table.with_range(mr->ibmr.rkey, &pd, 0x10000 + 4090, 8, RW, true, 0, [&](const Mr&, uint8_t* p) { seen = p; }),
+      KeyCheck::kOutOfBounds);
   EXPECT_EQ(seen, nullptr);
   EXPECT_EQ(table.remove(mr), 0);
 }

@@ -609,13 +609,12 @@ TEST_F(XrcTargetQp, FatalErrorThroughRelayLeavesTargetInErr) {
   EXPECT_EQ(target[0], 0);
 
   // Nothing has reached the target QP itself since (the state is the slot's);
-  // ibv_query_qp and ibv_modify_qp take it from there first.
+  // ibv_query_qp and ibv_modify_qp take it from there.
   {
     std::lock_guard lock(qp->mu);
     ibv_qp_attr attr{};
     ibv_qp_init_attr init{};
-    xrc_target_sync_state(*qp);
-    qp->query(&attr, &init);
+    ASSERT_EQ(xrc_target_query(*qp, &attr, &init), 0);
     EXPECT_EQ(attr.qp_state, IBV_QPS_ERR) << "ibv_query_qp of the target";
     attr = ibv_qp_attr{};
     attr.qp_state = IBV_QPS_RTS;
@@ -630,6 +629,54 @@ TEST_F(XrcTargetQp, FatalErrorThroughRelayLeavesTargetInErr) {
                   << " syndrome 0x" << unsigned(p.syndrome.value_or(0)) << std::dec << " psn " << p.psn;
   EXPECT_TRUE(poll(*cq_a).empty());
   EXPECT_EQ(qp->state(), IBV_QPS_ERR);
+}
+
+// A handle opened on the target (ibv_open_qp, here in the same context) changes
+// its RNR timer (RTS->RTS) / Expect the target itself to answer with the new
+// timer, both handles to report it, and the target to stop answering once its
+// own handle (closed first: kept) and then the opened one are gone.
+TEST_F(XrcTargetQp, ModifyThroughOpenedHandleReachesTarget) {
+  ASSERT_EQ(engine->reserve(core::Resource::kQp), 0);  // as ibv_create_qp: reclaiming the QP releases it
+  auto opened = xrc_target_open(*engine, *xrcd, qp->qp_num(), nullptr);
+  ASSERT_TRUE(opened.ok()) << opened.err();
+  EngineQp* h = *opened;
+  EXPECT_EQ(h->qp_num(), qp->qp_num());
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  {
+    std::lock_guard lock(h->mu);
+    ASSERT_EQ(xrc_target_query(*h, &a, &init), 0);
+    EXPECT_EQ(a.qp_state, IBV_QPS_RTS);
+    EXPECT_EQ(a.min_rnr_timer, min_rnr_timer);
+    a = ibv_qp_attr{};
+    a.min_rnr_timer = 20;
+    ASSERT_EQ(h->modify(a, IBV_QP_MIN_RNR_TIMER), 0);
+  }
+  deliver(send_only(rq(0), srq_a->srq_num, pattern(8, 1)));  // SRQ A is empty
+  expect_single_ack(rnr_nak(20), rq(0));
+  {
+    std::lock_guard lock(qp->mu);
+    ASSERT_EQ(xrc_target_query(*qp, &a, &init), 0);
+    EXPECT_EQ(a.min_rnr_timer, 20);
+  }
+
+  // The creator's handle goes first: the QP is kept (still registered) for h.
+  EXPECT_EQ(xrc_target_close(*qp), HandleClose::kQpKept);
+  deliver(send_only(rq(0), srq_a->srq_num, pattern(8, 1)));
+  expect_single_ack(rnr_nak(20), rq(0));
+  // The last handle: the QP is gone; the kept object no longer answers.
+  EXPECT_EQ(xrc_target_close(*h), HandleClose::kHandleOnly);
+  delete h;
+  EXPECT_TRUE(xrc_target_unheld(*qp));
+  deliver(send_only(rq(0), srq_a->srq_num, pattern(8, 1)));
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(engine->stats.rx_no_qp.load(), 1u);
+  // The context reclaims it (as its progress thread does, at the next prune).
+  engine->run_timers(Clock::now() + std::chrono::seconds(1));
+  EXPECT_EQ(engine->in_use(core::Resource::kQp), 0u);
+  qp = new EngineQp(engine, nullptr, nullptr, nullptr, IBV_QPT_XRC_RECV, core::QpCaps{1, 1, 1, 1, 0}, false,
+                    engine->allocate_qp_num(), nullptr);  // what TearDown destroys
+  engine->register_qp(qp);
 }
 
 // A target made as create_target makes it (no PD, no CQs, no receive queue) /

@@ -21,7 +21,8 @@
  *   mw          ibv_wr_bind_mw, ibv_wr_local_inv, ibv_wr_send_inv: refused with EOPNOTSUPP
  *               without type 2 memory windows; with them, a window bound, written
  *               through, invalidated remotely and locally, and then refused.
- *   device_ex   ibv_query_device_ex (orig_attr, ODP caps, clock), ibv_query_rt_values_ex,
+ *   device_ex   ibv_query_device_ex (orig_attr, capability flags, ODP caps, clock, zero caps
+ *               for what uroce lacks), ibv_query_rt_values_ex,
  *               ibv_query_gid_ex / ibv_query_gid_table, an ODP MR and ibv_advise_mr with
  *               its error cases.
  *
@@ -799,6 +800,31 @@ static void case_device_ex(struct ext_side* a, struct ext_side* b) {
   CHECK(!(ax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC), "rc_odp_caps reports ATOMIC");
   CHECK((ax.device_cap_flags_ex & 0xFFFFFFFFull) == (uint64_t)(unsigned)orig.device_cap_flags,
         "device_cap_flags_ex does not extend device_cap_flags");
+  /* The capability flags say what uroce does (ud_test: UD_AV_PORT_ENFORCE and the
+   * qkey_viol_cntr; mw_test: type 2B windows; srq_test: resizing) and nothing else: one
+   * port (no CHANGE_PHY_PORT), no automatic path migration, no P_Key counter, no fast
+   * registration, IBV_QP_CUR_STATE only equal to the state, no checksum offload. */
+  const unsigned want_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                              IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_BAD_QKEY_CNTR | IBV_DEVICE_MEM_WINDOW |
+                              IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
+  CHECK((unsigned)orig.device_cap_flags == want_flags, "device_cap_flags 0x%x, expected 0x%x",
+        (unsigned)orig.device_cap_flags, want_flags);
+  CHECK(ax.device_cap_flags_ex == want_flags, "device_cap_flags_ex 0x%llx has bits above 31 or differs",
+        (unsigned long long)ax.device_cap_flags_ex);
+  CHECK(orig.max_res_rd_atom == orig.max_qp * orig.max_qp_rd_atom, "max_res_rd_atom %d, max_qp %d x max_qp_rd_atom %d",
+        orig.max_res_rd_atom, orig.max_qp, orig.max_qp_rd_atom);
+  CHECK(orig.atomic_cap == IBV_ATOMIC_HCA && orig.max_raw_ipv6_qp == 0 && orig.max_raw_ethy_qp == 0,
+        "atomic_cap %d, raw QPs %d/%d", (int)orig.atomic_cap, orig.max_raw_ipv6_qp, orig.max_raw_ethy_qp);
+  /* UC and UD receive through SRQs too (ud_test: a UD QP on an SRQ with an ODP MR). */
+  uint32_t ud_odp = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  CHECK(ax.odp_caps.per_transport_caps.ud_odp_caps == ud_odp, "ud_odp_caps 0x%x",
+        ax.odp_caps.per_transport_caps.ud_odp_caps);
+  CHECK(ax.odp_caps.per_transport_caps.uc_odp_caps == (ud_odp | IBV_ODP_SUPPORT_WRITE), "uc_odp_caps 0x%x",
+        ax.odp_caps.per_transport_caps.uc_odp_caps);
+  CHECK(ax.raw_packet_caps == 0 && ax.rss_caps.max_rwq_indirection_tables == 0 && ax.max_wq_type_rq == 0 &&
+            ax.packet_pacing_caps.qp_rate_limit_max == 0 && ax.tm_caps.max_num_tags == 0 &&
+            ax.pci_atomic_caps.fetch_add == 0 && ax.tso_caps.supported_qpts == 0,
+        "raw packet / RSS / WQ / pacing / tag matching / PCI atomic / TSO caps reported");
   CHECK(ax.cq_mod_caps.max_cq_count == 0 && ax.tso_caps.max_tso == 0 && ax.comp_mask == 0,
         "unsupported features reported as present");
   /* Device memory and implicit ODP are offered (dm_test.c checks them). */

@@ -5,7 +5,9 @@
  *             A writes inside the window (data verified), then past its end ->
  *             IBV_WC_REM_ACCESS_ERR, memory beyond the window untouched.
  *   type2     IBV_WR_BIND_MW with a read-only window: A reads through it; a WRITE through
- *             it -> IBV_WC_REM_ACCESS_ERR (the window grants read only).
+ *             it -> IBV_WC_REM_ACCESS_ERR (the window grants read only); a READ arriving
+ *             on another QP of B (same PD) -> IBV_WC_REM_ACCESS_ERR (a type 2 window is
+ *             associated with the QP that bound it: IBV_DEVICE_MEM_WINDOW_TYPE_2B).
  *   local_inv IBV_WR_LOCAL_INV on B invalidates the window: A's READ -> REM_ACCESS_ERR.
  *   send_inv  A's IBV_WR_SEND_WITH_INV names the window: B's receive completion has
  *             IBV_WC_WITH_INV and invalidated_rkey; A's READ with that key then fails.
@@ -141,6 +143,52 @@ static void case_type1(void) {
   setup_close(&s);
 }
 
+/* A second QP on `base`'s context, PD and CQ, in INIT as vp_open leaves one. */
+static int second_qp(const struct vp_side* base, const struct vp_params* p, uint32_t psn, struct vp_side* out) {
+  *out = *base;
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = ia.recv_cq = base->cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = p->sq_depth;
+  ia.cap.max_recv_wr = p->rq_depth;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = p->max_sge;
+  out->qp = ibv_create_qp(base->pd, &ia);
+  if (!out->qp) return -1;
+  out->self.qpn = out->qp->qp_num;
+  out->self.psn = psn;
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  return ibv_modify_qp(out->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ? -1 : 0;
+}
+
+/* A READ through `key` arriving on B's second QP B2 (A2 -> B2): the window was bound on
+ * B's first QP. */
+static enum ibv_wc_status read_via_other_qp(struct setup* s, uint64_t addr, uint32_t key) {
+  struct vp_params p;
+  vp_default_params(&p);
+  struct vp_side a2, b2;
+  if (second_qp(&s->a, &p, 0x30, &a2) || second_qp(&s->b, &p, 0x40, &b2) || vp_connect(&a2, &p, &b2.self) ||
+      vp_connect(&b2, &p, &a2.self))
+    exit(1);
+  struct ibv_sge sge = {(uintptr_t)s->abuf, 32, s->amr->lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = key;
+  enum ibv_wc_status st = ibv_post_send(a2.qp, &wr, &bad) ? IBV_WC_GENERAL_ERR : wait_status(s->a.cq, NULL);
+  ibv_destroy_qp(a2.qp);
+  ibv_destroy_qp(b2.qp);
+  return st;
+}
+
 static void case_type2(void) {
   struct setup s;
   setup_open(&s, kFull);
@@ -153,9 +201,12 @@ static void case_type2(void) {
   uint64_t base = (uintptr_t)s.bbuf + WIN_OFF;
   CHECK(rdma(&s, IBV_WR_RDMA_READ, base, key, WIN_LEN) == IBV_WC_SUCCESS, "READ through the window");
   CHECK(!memcmp(s.abuf, s.bbuf + WIN_OFF, WIN_LEN), "data read through the window differs");
+  enum ibv_wc_status other = read_via_other_qp(&s, base, key);
+  CHECK(other == IBV_WC_REM_ACCESS_ERR, "READ through the window on another QP of B: %s", ibv_wc_status_str(other));
   st = rdma(&s, IBV_WR_RDMA_WRITE, base, key, 16);
   CHECK(st == IBV_WC_REM_ACCESS_ERR, "WRITE through a read-only window: %s", ibv_wc_status_str(st));
-  printf("type2: READ through the window verified, WRITE -> %s\n", ibv_wc_status_str(st));
+  printf("type2: READ through the window verified, on another QP of B -> %s, WRITE -> %s\n", ibv_wc_status_str(other),
+         ibv_wc_status_str(st));
   ibv_dealloc_mw(mw);
   setup_close(&s);
 }

@@ -7,9 +7,11 @@
  *     header checksum, source = A's GID, destination = B's GID); byte_len = 40 + payload;
  *     the completion has IBV_WC_GRH, IBV_WC_WITH_IMM, src_qp = A's QPN, slid = A's LID.
  *   - B answers through ibv_create_ah_from_wc; A receives the reply.
- *   - A WR Q_Key with bit 31 set sends the QP's own Q_Key; a wrong Q_Key is dropped.
- *   - Bad input: AH without GRH, with a GID index past the table, or a non-IPv4 GID ->
- *     EINVAL; a UD message over the MTU, RDMA WRITE on UD, no AH -> EINVAL at post.
+ *   - A WR Q_Key with bit 31 set sends the QP's own Q_Key; a wrong Q_Key is dropped and
+ *     counted in the receiver's qkey_viol_cntr (ibv_query_port).
+ *   - A UD QP on an SRQ whose buffer is an ODP MR receives (ud_odp_caps SRQ_RECV).
+ *   - Bad input: AH without GRH, with a GID index past the table, a non-IPv4 GID, or for
+ *     port 2 -> EINVAL; a UD message over the MTU, RDMA WRITE on UD, no AH -> EINVAL at post.
  *
  * Usage: ud_test. Exit 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
@@ -122,6 +124,44 @@ static void check_grh(const uint8_t* g, const union ibv_gid* src, const union ib
 
 static int wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, int ms) { return vp_poll(cq, wc, ms); }
 
+/* A UD QP of B on an SRQ whose buffer is an ODP MR (ud_odp_caps: SUPPORT_RECV and
+ * SUPPORT_SRQ): A's SEND lands in the SRQ's WQE, GRH and data intact. */
+static void srq_odp(struct ud_side* a, struct ud_side* b) {
+  static uint8_t rbuf[GRH + 256];
+  struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+  struct ibv_srq* srq = ibv_create_srq(b->pd, &sa);
+  struct ibv_mr* mr = srq ? ibv_reg_mr(b->pd, rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) : NULL;
+  struct ibv_qp_init_attr ia = {.send_cq = b->cq, .recv_cq = b->cq, .srq = srq, .qp_type = IBV_QPT_UD};
+  ia.cap.max_send_wr = 1;
+  ia.cap.max_send_sge = 1;
+  struct ibv_qp* qp = mr ? ibv_create_qp(b->pd, &ia) : NULL;
+  struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY};
+  int rc = !qp || ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  qa.qp_state = IBV_QPS_RTR;
+  rc = rc || ibv_modify_qp(qp, &qa, IBV_QP_STATE);
+  CHECK(!rc, "UD QP on an SRQ with an ODP MR: setup failed (%s)", strerror(errno));
+  struct ibv_ah* ah = rc ? NULL : ah_to(a, b);
+  if (ah) {
+    struct ibv_sge sge = {(uintptr_t)rbuf, sizeof rbuf, mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = 77, .sg_list = &sge, .num_sge = 1}, *bad;
+    CHECK(ibv_post_srq_recv(srq, &wr, &bad) == 0, "ibv_post_srq_recv");
+    for (int i = 0; i < 200; i++) a->buf[2048 + i] = (uint8_t)(i * 7 + 1);
+    CHECK(post_send(a, ah, qp->qp_num, QKEY, 200, IBV_WR_SEND) == 0, "post_send to the SRQ's QP");
+    struct ibv_wc wc;
+    CHECK(wait_wc(a->cq, &wc, 5000) == 1 && wc.status == IBV_WC_SUCCESS, "A's send to the SRQ's QP");
+    int got = wait_wc(b->cq, &wc, 5000) == 1;
+    CHECK(got && wc.status == IBV_WC_SUCCESS && wc.wr_id == 77 && wc.qp_num == qp->qp_num && wc.byte_len == GRH + 200 &&
+              !memcmp(rbuf + GRH, a->buf + 2048, 200),
+          "the SRQ's receive: status %d wr_id %llu qp_num 0x%x byte_len %u", got ? (int)wc.status : -1,
+          (unsigned long long)wc.wr_id, wc.qp_num, wc.byte_len);
+    printf("ud: a UD QP on an SRQ with an ODP MR received %u bytes\n", wc.byte_len);
+    ibv_destroy_ah(ah);
+  }
+  if (qp) ibv_destroy_qp(qp);
+  if (mr) ibv_dereg_mr(mr);
+  if (srq) ibv_destroy_srq(srq);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct ud_side a, b;
@@ -167,11 +207,16 @@ int main(void) {
               r.src_qp == b.qp->qp_num,
           "A did not receive the reply");
     printf("ud: B -> A through ibv_create_ah_from_wc, remote Q_Key 0x80000000 -> QP's Q_Key\n");
-    /* A wrong Q_Key is dropped: no completion at A. */
+    /* A wrong Q_Key is dropped: no completion at A, and A's port counts the violation
+     * (qkey_viol_cntr, as IBV_DEVICE_BAD_QKEY_CNTR says). */
+    struct ibv_port_attr pa0, pa1;
+    CHECK(ibv_query_port(a.ctx, 1, &pa0) == 0, "ibv_query_port");
     CHECK(post_send(&b, ba, a.qp->qp_num, QKEY + 1, 64, IBV_WR_SEND) == 0, "post_send (bad qkey)");
     CHECK(wait_wc(b.cq, &r, 5000) == 1, "B's send with a wrong Q_Key did not complete");
     CHECK(wait_wc(a.cq, &r, 200) == 0, "a message with a wrong Q_Key was delivered");
-    printf("ud: wrong Q_Key dropped\n");
+    CHECK(ibv_query_port(a.ctx, 1, &pa1) == 0 && pa1.qkey_viol_cntr == pa0.qkey_viol_cntr + 1,
+          "qkey_viol_cntr %u -> %u, expected one more", pa0.qkey_viol_cntr, pa1.qkey_viol_cntr);
+    printf("ud: wrong Q_Key dropped, qkey_viol_cntr %u -> %u\n", pa0.qkey_viol_cntr, pa1.qkey_viol_cntr);
     ibv_destroy_ah(ba);
   }
 
@@ -188,11 +233,16 @@ int main(void) {
   memset(&bad.grh.dgid, 0xFE, sizeof bad.grh.dgid);
   errno = 0;
   CHECK(ibv_create_ah(a.pd, &bad) == NULL && errno == EINVAL, "AH with an IPv6 GID: errno %d", errno);
+  bad.grh.dgid = b.gid;
+  bad.port_num = 2; /* IBV_DEVICE_UD_AV_PORT_ENFORCE: port 1 is the only one */
+  errno = 0;
+  CHECK(ibv_create_ah(a.pd, &bad) == NULL && errno == EINVAL, "AH for port 2: errno %d", errno);
   CHECK(post_send(&a, ab, b.qp->qp_num, QKEY, (uint32_t)a.mtu + 1, IBV_WR_SEND) == EINVAL, "UD send over the MTU");
   CHECK(post_send(&a, ab, b.qp->qp_num, QKEY, 8, IBV_WR_RDMA_WRITE) == EINVAL, "RDMA WRITE on UD");
   CHECK(post_send(&a, NULL, b.qp->qp_num, QKEY, 8, IBV_WR_SEND) == EINVAL, "UD send without an AH");
   printf("ud: bad AH attributes and bad UD work requests rejected with EINVAL\n");
 
+  srq_odp(&a, &b);
   ibv_destroy_ah(ab);
   ud_close(&a);
   ud_close(&b);
