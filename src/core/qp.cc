@@ -62,9 +62,7 @@ int Qp::check_values(const ibv_qp_attr& a, int mask) const {
     // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
     if (!a.ah_attr.is_global) return EINVAL;
     if (a.ah_attr.port_num != 0 && a.ah_attr.port_num != 1) return EINVAL;
-    if (a.ah_attr.grh.sgid_index >= ctx->gid_count()) return EINVAL;
-    uint32_t ip;
-    if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return EINVAL;  // IPv6 GIDs: not supported yet
+    if (!gid_pair_valid(*ctx, a.ah_attr.grh.sgid_index, a.ah_attr.grh.dgid)) return EINVAL;
   }
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > Context::kMaxMtu)) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
@@ -222,7 +220,7 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
     w.bind_mw = Mr::from(wr.bind_mw.mw);
     w.bind = MwBind{wr.bind_mw.rkey, bi.mr ? bi.mr->lkey : 0, bi.addr, bi.length, bi.mw_access_flags};
   } else if (ah) {
-    w.ud = UdDest{ah->dst_ip, ah->src_ip, ah->dst_port, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
+    w.ud = UdDest{ah->attr.grh.dgid, ah->dst_port, ah->attr.grh.sgid_index, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
   } else {
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;

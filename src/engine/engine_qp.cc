@@ -6,6 +6,7 @@
 #include "core/srq.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 
@@ -35,13 +36,15 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   ibv_qp_state after = state();
 
   if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD) {
-    uint32_t dst_ip = 0;
-    core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
-    ctx->gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
-    path.dst = engine()->direct_endpoint(transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)},
-                                         attr.dest_qp_num);
+    // IPv4-mapped or IPv6 GIDs; a link-local one goes out of its source GID's interface.
+    const core::HostAddress* src = ctx->gid_address(attr.ah_attr.grh.sgid_index);
+    uint32_t scope = src ? src->scope() : 0;
+    path.src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
+    path.dst = engine()->direct_endpoint(
+        transport::Endpoint{ip_of(attr.ah_attr.grh.dgid, scope), core::roce_udp_port(attr.ah_attr.dlid)},
+        attr.dest_qp_num);
     path.mtu = core::mtu_bytes(attr.path_mtu);
-    path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, engine()->lid(), path.dst.port};
+    path.flow = ip_flow(path.src_ip, path.dst.ip, engine()->lid(), path.dst.port);
   }
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());

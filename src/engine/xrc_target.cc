@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "wire/icrc.h"
 
@@ -36,7 +37,7 @@ constexpr uint32_t kLoopback = 0x7F000001;
 // request names, or null when it names none of the target's domain (the
 // responder NAKs that as an invalid request).
 void run_on_slot(EngineQp& q, TargetSlot& slot, core::Srq* srq, const wire::PacketView& pkt,
-                 const transport::Endpoint& from, uint32_t to_ip, TxBatch& tx) {
+                 const transport::Endpoint& from, const transport::IpAddress& to_ip, TxBatch& tx) {
   q.attr.qp_state = ibv_qp_state(slot.attrs.state);
   q.ibqp.qp_base.state = q.attr.qp_state;
   q.resp = slot.resp;
@@ -62,7 +63,7 @@ void load_proxy(EngineQp& proxy, const TargetSlot& slot, uint16_t our_port) {
   proxy.path.dst = transport::Endpoint{a.dst_ip, a.dst_port};
   proxy.path.src_ip = a.src_ip;
   proxy.path.mtu = a.mtu;
-  proxy.path.flow = wire::Ipv4Flow{a.src_ip, a.dst_ip, our_port, a.dst_port};
+  proxy.path.flow = ip_flow(a.src_ip, a.dst_ip, our_port, a.dst_port);
 }
 
 // The SRQ `srq_num` of this context if it is an XRC SRQ of `domain`.
@@ -74,13 +75,15 @@ core::Srq* local_srq(EngineContext& ctx, uint32_t srq_num, const XrcDomain* doma
 void relay(EngineQp& qp, const transport::RxDatagram& d, uint16_t owner_port, TxBatch& tx) {
   const XrcTarget& t = *qp.xrc;
   uint8_t* h = tx.begin_packet(transport::Endpoint{kLoopback, owner_port}, kLoopback, sizeof(RelayHeader));
+  // The relay between processes carries IPv4 addresses only (an XRC target
+  // shared by processes of one host: IPv4).
   RelayHeader rh{kRelayMarker,
                  kRelayVersion,
                  qp.engine()->lid(),
                  qp.qp_num(),
                  t.slot_index,
-                 d.src.ip,
-                 d.dst_ip,
+                 d.src.ip.v4(),
+                 d.dst_ip.v4(),
                  d.src.port,
                  d.dst_port ? d.dst_port : qp.engine()->lid(),
                  t.domain->key().dev,
@@ -142,9 +145,9 @@ void xrc_target_publish(EngineQp& qp, bool reset_responder) {
   a.max_dest_rd_atomic = qp.attr.max_dest_rd_atomic;
   a.min_rnr_timer = qp.attr.min_rnr_timer;
   a.mtu = qp.path.mtu;
-  a.dst_ip = qp.path.dst.ip;
+  a.dst_ip = qp.path.dst.ip.v4();  // shared with other processes: IPv4 only
   a.dst_port = qp.path.dst.port;
-  a.src_ip = qp.path.src_ip;
+  a.src_ip = qp.path.src_ip.v4();
   if (reset_responder) s.resp = qp.resp;
 }
 
