@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -40,10 +41,11 @@ struct IpAddress {
     a.scope = a.link_local() ? scope : 0;
     return a;
   }
-  constexpr bool is_v4() const noexcept {
-    for (size_t i = 0; i < 10; ++i)
-      if (bytes[i] != 0) return false;
-    return bytes[10] == 0xFF && bytes[11] == 0xFF;
+  constexpr bool is_v4() const noexcept {  // ::ffff:0:0/96 (two word compares: on every packet's path)
+    constexpr uint64_t kMask = std::bit_cast<uint64_t>(std::array<uint8_t, 8>{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0});
+    constexpr uint64_t kMapped = std::bit_cast<uint64_t>(std::array<uint8_t, 8>{0, 0, 0xFF, 0xFF, 0, 0, 0, 0});
+    auto w = words();
+    return w[0] == 0 && (w[1] & kMask) == kMapped;
   }
   // The IPv4 address, host byte order (meaningful when is_v4()).
   constexpr uint32_t v4() const noexcept {
@@ -52,12 +54,16 @@ struct IpAddress {
   constexpr bool link_local() const noexcept { return bytes[0] == 0xFE && (bytes[1] & 0xC0) == 0x80; }
   // 0.0.0.0 or ::, "any": a source the kernel chooses.
   constexpr bool unspecified() const noexcept {
-    if (is_v4()) return v4() == 0;
-    for (uint8_t b : bytes)
-      if (b != 0) return false;
-    return true;
+    auto w = words();
+    return is_v4() ? v4() == 0 : (w[0] | w[1]) == 0;
   }
-  friend constexpr bool operator==(const IpAddress&, const IpAddress&) = default;
+  friend constexpr bool operator==(const IpAddress& a, const IpAddress& b) noexcept {
+    auto x = a.words(), y = b.words();
+    return x[0] == y[0] && x[1] == y[1] && a.scope == b.scope;
+  }
+
+ private:
+  constexpr std::array<uint64_t, 2> words() const noexcept { return std::bit_cast<std::array<uint64_t, 2>>(bytes); }
 };
 
 // An IP address and UDP port (host byte order).
