@@ -158,10 +158,11 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   uint32_t dest_qp = qp.attr.dest_qp_num;
   wire::IpFlow ud_flow;
   if (qp.type == IBV_QPT_UD) {
-    const core::HostAddress* src = qp.ctx->gid_address(w.ud.sgid_index);  // checked by resolve_ah
-    uint32_t scope = src->scope();
+    // The AH's source GID (checked by resolve_ah against its own context's table).
+    const core::HostAddress* src = qp.ctx->gid_address(w.ud.sgid_index);
+    uint32_t scope = src ? src->scope() : 0;
     dst = qp.engine()->direct_endpoint(transport::Endpoint{ip_of(w.ud.dgid, scope), w.ud.dst_port}, w.ud.remote_qpn);
-    src_ip = ip_of(src->gid, scope);
+    src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
     ud_flow = ip_flow(src_ip, dst.ip, qp.engine()->lid(), dst.port);
     flow = &ud_flow;
     dest_qp = w.ud.remote_qpn;
