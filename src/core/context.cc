@@ -53,7 +53,7 @@ int Context::reserve(Resource r) {
 
 void Context::release(Resource r) { used_[size_t(r)].fetch_sub(1, std::memory_order_relaxed); }
 
-Context::Context(Device* dev) : device(dev), addrs_(host_ipv4_addresses()) {
+Context::Context(Device* dev) : device(dev), addrs_(host_addresses()) {
   ibv_context& c = vctx.context;
   c.device = &dev->ibdev;
   c.cmd_fd = -1;
@@ -118,12 +118,22 @@ bool Context::take_dm_bytes(uint64_t bytes) {
 bool Context::is_host_address(uint32_t ip) const {
   if ((ip >> 24) == 127) return true;
   for (const HostAddress& a : addrs_)
-    if (a.ip == ip) return true;
+    if (!a.ipv6 && a.ip == ip) return true;
+  return false;
+}
+
+bool Context::is_host_address(const ibv_gid& gid) const {
+  uint32_t ip;
+  if (gid_to_ipv4(gid, &ip)) return is_host_address(ip);
+  static const ibv_gid kLoopback6{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+  if (std::memcmp(gid.raw, kLoopback6.raw, 16) == 0) return true;
+  for (const HostAddress& a : addrs_)
+    if (std::memcmp(a.gid.raw, gid.raw, 16) == 0) return true;
   return false;
 }
 
 bool Context::gid_ip(unsigned index, uint32_t* ip) const {
-  if (index >= addrs_.size()) return false;
+  if (index >= addrs_.size() || addrs_[index].ipv6) return false;
   *ip = addrs_[index].ip;
   return true;
 }
@@ -198,7 +208,7 @@ int Context::query_port(uint8_t port, ibv_port_attr* a) const {
 
 int Context::query_gid(uint8_t port, int index, ibv_gid* gid) const {
   if (port != 1 || index < 0 || size_t(index) >= addrs_.size()) return EINVAL;
-  *gid = ipv4_to_gid(addrs_[size_t(index)].ip);
+  *gid = addrs_[size_t(index)].gid;
   return 0;
 }
 

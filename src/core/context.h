@@ -45,10 +45,15 @@ class Context {
 
   const std::vector<HostAddress>& addresses() const { return addrs_; }
   size_t gid_count() const { return addrs_.size(); }
-  // IPv4 address behind a GID index; false if the index is out of range.
+  // IPv4 address behind a GID index; false if the index is out of range or
+  // the GID is an IPv6 address.
   bool gid_ip(unsigned index, uint32_t* ip) const;
+  // The address behind a GID index, or null if out of range.
+  const HostAddress* gid_address(unsigned index) const { return index < addrs_.size() ? &addrs_[index] : nullptr; }
   // Whether `ip` is this host's: a loopback address or one behind a GID.
   bool is_host_address(uint32_t ip) const;
+  // The same for an address as a GID (IPv4-mapped or IPv6; ::1 is loopback).
+  bool is_host_address(const ibv_gid& gid) const;
 
   void query_device(ibv_device_attr* attr) const;
   int query_port(uint8_t port, ibv_port_attr* attr) const;

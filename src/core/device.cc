@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -49,13 +50,69 @@ std::vector<HostAddress> host_ipv4_addresses() {
       h.ifname = a->ifa_name;
       h.loopback = (a->ifa_flags & IFF_LOOPBACK) || (h.ip >> 24) == 127;
       h.if_mtu = interface_mtu(a->ifa_name);
+      h.gid = ipv4_to_gid(h.ip);
+      h.ifindex = if_nametoindex(a->ifa_name);
       out.push_back(h);
     }
     freeifaddrs(list);
   }
   std::stable_partition(out.begin(), out.end(), [](const HostAddress& h) { return !h.loopback; });
-  if (out.empty()) out.push_back(HostAddress{0x7F000001, "lo", 65536, true});
+  if (out.empty()) {
+    HostAddress lo{0x7F000001, "lo", 65536, true};
+    lo.gid = ipv4_to_gid(lo.ip);
+    lo.ifindex = if_nametoindex("lo");
+    out.push_back(lo);
+  }
   return out;
+}
+
+namespace {
+
+// The host's IPv6 addresses, routable ones first, loopback last. getifaddrs
+// lists each interface's addresses as the kernel keeps them (global before
+// link-local), which is also the order its RoCE GID table adds them in
+// (roce_gid_mgmt.c: enum_netdev_ipv6_ips after the IPv4 ones).
+std::vector<HostAddress> host_ipv6_addresses() {
+  std::vector<HostAddress> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET6) continue;
+    if (!(a->ifa_flags & IFF_UP)) continue;
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+    HostAddress h;
+    std::memcpy(h.gid.raw, sin6->sin6_addr.s6_addr, 16);
+    if (!gid_is_unicast_ip(h.gid)) continue;
+    h.ipv6 = true;
+    h.ifname = a->ifa_name;
+    h.loopback = (a->ifa_flags & IFF_LOOPBACK) || IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr);
+    h.if_mtu = interface_mtu(a->ifa_name);
+    h.ifindex = if_nametoindex(a->ifa_name);
+    out.push_back(h);
+  }
+  freeifaddrs(list);
+  std::stable_partition(out.begin(), out.end(), [](const HostAddress& h) { return !h.loopback; });
+  return out;
+}
+
+}  // namespace
+
+std::vector<HostAddress> host_addresses() {
+  std::vector<HostAddress> out = host_ipv4_addresses();
+  std::vector<HostAddress> v6 = host_ipv6_addresses();
+  out.insert(out.end(), v6.begin(), v6.end());
+  return out;
+}
+
+uint32_t HostAddress::scope() const { return ipv6 && gid_is_link_local(gid) ? ifindex : 0; }
+
+bool gid_is_link_local(const ibv_gid& gid) { return gid.raw[0] == 0xFE && (gid.raw[1] & 0xC0) == 0x80; }
+
+bool gid_is_unicast_ip(const ibv_gid& gid) {
+  uint32_t ip;
+  if (gid_to_ipv4(gid, &ip)) return ip != 0 && (ip >> 28) != 0xE;
+  static const ibv_gid kZero{};
+  return std::memcmp(gid.raw, kZero.raw, 16) != 0 && gid.raw[0] != 0xFF;  // not ::, not multicast
 }
 
 ibv_gid ipv4_to_gid(uint32_t ip) {

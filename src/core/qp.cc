@@ -53,7 +53,7 @@ Qp::~Qp() = default;
 
 namespace {
 
-int check_values(size_t gid_count, const ibv_qp_attr& a, int mask) {
+int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
@@ -64,9 +64,7 @@ int check_values(size_t gid_count, const ibv_qp_attr& a, int mask) {
     // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
     if (!a.ah_attr.is_global) return EINVAL;
     if (a.ah_attr.port_num != 0 && a.ah_attr.port_num != 1) return EINVAL;
-    if (a.ah_attr.grh.sgid_index >= gid_count) return EINVAL;
-    uint32_t ip;
-    if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return EINVAL;  // IPv6 GIDs: not supported yet
+    if (!gid_pair_valid(ctx, a.ah_attr.grh.sgid_index, a.ah_attr.grh.dgid)) return EINVAL;
   }
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > Context::kMaxMtu)) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
@@ -83,12 +81,12 @@ int check_values(size_t gid_count, const ibv_qp_attr& a, int mask) {
 
 }  // namespace
 
-int modify_qp_attrs(ibv_qp_type type, size_t gid_count, ibv_qp_attr& attr, const ibv_qp_attr& a, int mask) {
+int modify_qp_attrs(ibv_qp_type type, const Context& ctx, ibv_qp_attr& attr, const ibv_qp_attr& a, int mask) {
   ibv_qp_state cur = attr.qp_state;
   ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   if (int e = check_modify_mask(type, cur, next, mask)) return e;
-  if (int e = check_values(gid_count, a, mask)) return e;
+  if (int e = check_values(ctx, a, mask)) return e;
 
   if (mask & IBV_QP_ACCESS_FLAGS) attr.qp_access_flags = a.qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) attr.pkey_index = a.pkey_index;
@@ -114,7 +112,7 @@ int modify_qp_attrs(ibv_qp_type type, size_t gid_count, ibv_qp_attr& attr, const
 }
 
 int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
-  if (int e = modify_qp_attrs(type, ctx->gid_count(), attr, a, mask)) return e;
+  if (int e = modify_qp_attrs(type, *ctx, attr, a, mask)) return e;
   ibqp.qp_base.state = attr.qp_state;
   return 0;
 }
@@ -231,7 +229,7 @@ int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
     w.bind_mw = Mr::from(wr.bind_mw.mw);
     w.bind = MwBind{wr.bind_mw.rkey, bi.mr ? bi.mr->lkey : 0, bi.addr, bi.length, bi.mw_access_flags};
   } else if (ah) {
-    w.ud = UdDest{ah->dst_ip, ah->src_ip, ah->dst_port, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
+    w.ud = UdDest{ah->attr.grh.dgid, ah->dst_port, ah->attr.grh.sgid_index, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey};
   } else {
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;

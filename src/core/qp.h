@@ -35,10 +35,10 @@ int validate_qp_caps(ibv_qp_type type, const ibv_qp_cap& requested, QpCaps* out)
 
 // The rules of ibv_modify_qp on the attributes alone: checks a modify of a
 // `type` QP whose current attributes are `cur` (the state machine, the masks,
-// the value limits; `gid_count`: the device's GID table) and stores the new
+// the value limits; `ctx`: whose GID table the AV must name) and stores the new
 // attributes there. Returns an errno; `cur` is unchanged on error. Also used
 // for XRC target QPs, whose attributes live in their domain's shared memory.
-int modify_qp_attrs(ibv_qp_type type, size_t gid_count, ibv_qp_attr& cur, const ibv_qp_attr& a, int mask);
+int modify_qp_attrs(ibv_qp_type type, const Context& ctx, ibv_qp_attr& cur, const ibv_qp_attr& a, int mask);
 
 class Qp {
  public:

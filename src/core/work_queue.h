@@ -22,9 +22,9 @@ struct Sge {
 
 // Destination of a UD send (from its address handle).
 struct UdDest {
-  uint32_t dst_ip = 0;
-  uint32_t src_ip = 0;
+  ibv_gid dgid{};  // IPv4-mapped or IPv6
   uint16_t dst_port = 0;
+  uint8_t sgid_index = 0;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
 };

@@ -157,7 +157,9 @@ DirectPlacement::~DirectPlacement() {
   close(fd_);
 }
 
-bool DirectPlacement::is_local(uint32_t ip) const noexcept {
+bool DirectPlacement::is_local(const transport::IpAddress& addr) const noexcept {
+  if (!addr.is_v4()) return false;  // IPv6 peers of this host are reached by packets
+  uint32_t ip = addr.v4();
   if ((ip >> 24) == 127) return true;
   return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
 }
@@ -295,7 +297,7 @@ std::shared_ptr<DirectPlacement::Peer> DirectPlacement::peer_for(unsigned slot) 
   return p;
 }
 
-bool DirectPlacement::reachable(uint32_t dst_ip, uint32_t dest_qpn) noexcept {
+bool DirectPlacement::reachable(const transport::IpAddress& dst_ip, uint32_t dest_qpn) noexcept {
   if (!is_local(dst_ip)) return false;
   std::shared_ptr<Peer> peer = peer_for(qpn_slot(dest_qpn));
   return peer && peer->alive();

@@ -52,6 +52,7 @@
 #include "core/mr.h"
 #include "engine/copy_helper.h"
 #include "engine/host_registry.h"
+#include "transport/datagram.h"
 
 namespace uroce::engine {
 
@@ -86,7 +87,7 @@ class DirectPlacement final : public core::MrObserver {
     ibv_qp_type type;
     uint32_t src_qpn;
     uint32_t dest_qpn;
-    uint32_t dst_ip;
+    transport::IpAddress dst_ip;
     uint32_t rkey;
     uint64_t va;
     uint64_t len;
@@ -97,7 +98,7 @@ class DirectPlacement final : public core::MrObserver {
   bool place(const Op& op) noexcept;
   // Whether place() may succeed for QP `dest_qpn` at `dst_ip`: a local
   // address and a live peer whose window is mapped and who has not refused us.
-  bool reachable(uint32_t dst_ip, uint32_t dest_qpn) noexcept;
+  bool reachable(const transport::IpAddress& dst_ip, uint32_t dest_qpn) noexcept;
 
   uint64_t placed_writes() const { return writes_.load(std::memory_order_relaxed); }
   uint64_t placed_reads() const { return reads_.load(std::memory_order_relaxed); }
@@ -112,7 +113,7 @@ class DirectPlacement final : public core::MrObserver {
   DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own);
   std::shared_ptr<Peer> peer_for(unsigned slot) noexcept;
   std::shared_ptr<Peer> attach(unsigned slot, uint32_t pid) noexcept;
-  bool is_local(uint32_t ip) const noexcept;
+  bool is_local(const transport::IpAddress& ip) const noexcept;  // IPv4 only
   void wait_for_placers() noexcept;
   std::string window_path(uint32_t pid, unsigned slot) const;
 

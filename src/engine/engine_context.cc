@@ -16,6 +16,7 @@
 #include "engine/host_directory.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 #include "transport/capture.h"
@@ -223,7 +224,7 @@ bool EngineContext::start_placement() {
 // 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
 // a slot. QP0/QP1 are special.
 transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn) {
-  if (!registry_ || dst.port != core::config().udp_port || !is_host_address(dst.ip)) return dst;
+  if (!registry_ || dst.port != core::config().udp_port || !is_host_address(gid_of(dst.ip))) return dst;
   uint16_t port = registry_->port_of(qpn_slot(dest_qpn));
   return port ? transport::Endpoint{dst.ip, port} : dst;
 }
@@ -297,7 +298,7 @@ void EngineContext::leave_group_locked(uint32_t group) {
 // WQE of its own (the progress thread or poller holds qps_mu_ shared).
 void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt,
                                       std::vector<EngineQp*>& touched) {
-  auto it = mcast_.find(d.dst_ip);
+  auto it = d.dst_ip.is_v4() ? mcast_.find(d.dst_ip.v4()) : mcast_.end();  // IPv4 groups only
   if (it == mcast_.end() || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) {
     stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -739,7 +740,12 @@ namespace {
 // the packet's place in its GRO batch (a whole GSO message), else any a GSO
 // message can give (wire/icrc.h).
 bool icrc_ok(const transport::RxDatagram& d, const wire::PacketView& pkt, uint16_t local_port) {
-  wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, d.dst_port ? d.dst_port : local_port, d.gso_index};
+  uint16_t dst_port = d.dst_port ? d.dst_port : local_port;
+  if (!d.src.ip.is_v4()) {  // IPv6: no identification to guess
+    wire::Ipv6Flow flow{d.src.ip.bytes, d.dst_ip.bytes, d.src.port, dst_port};
+    return wire::icrc_ipv6(flow, d.data, d.len) == pkt.icrc_wire();
+  }
+  wire::Ipv4Flow flow{d.src.ip.v4(), d.dst_ip.v4(), d.src.port, dst_port, d.gso_index};
   return wire::icrc_ipv4_matches(flow, d.data, d.len, pkt.icrc_wire());
 }
 }  // namespace

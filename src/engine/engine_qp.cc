@@ -6,6 +6,7 @@
 #include "core/srq.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 
@@ -29,13 +30,16 @@ void EngineQp::count_sent(uint32_t bytes) {
 core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
 Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr) {
+  // IPv4-mapped or IPv6 GIDs; a link-local one goes out of its source GID's interface.
   Path path;
-  uint32_t dst_ip = 0;
-  core::gid_to_ipv4(attr.ah_attr.grh.dgid, &dst_ip);
-  ctx.gid_ip(attr.ah_attr.grh.sgid_index, &path.src_ip);
-  path.dst = ctx.direct_endpoint(transport::Endpoint{dst_ip, core::roce_udp_port(attr.ah_attr.dlid)}, attr.dest_qp_num);
+  const core::HostAddress* src = ctx.gid_address(attr.ah_attr.grh.sgid_index);
+  uint32_t scope = src ? src->scope() : 0;
+  path.src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
+  path.dst = ctx.direct_endpoint(
+      transport::Endpoint{ip_of(attr.ah_attr.grh.dgid, scope), core::roce_udp_port(attr.ah_attr.dlid)},
+      attr.dest_qp_num);
   path.mtu = core::mtu_bytes(attr.path_mtu);
-  path.flow = wire::Ipv4Flow{path.src_ip, path.dst.ip, ctx.lid(), path.dst.port};
+  path.flow = ip_flow(path.src_ip, path.dst.ip, ctx.lid(), path.dst.port);
   return path;
 }
 

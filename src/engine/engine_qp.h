@@ -51,9 +51,9 @@ inline bool is_reliable(ibv_qp_type t) { return t == IBV_QPT_RC || t == IBV_QPT_
 // Where the QP's packets go (RC/UC: fixed at RTR from the address vector).
 struct Path {
   transport::Endpoint dst;
-  uint32_t src_ip = 0;
+  transport::IpAddress src_ip;
   uint32_t mtu = 1024;
-  wire::Ipv4Flow flow;  // for the ICRC of packets we send on this path
+  wire::IpFlow flow;  // for the ICRC of packets we send on this path
 };
 
 // The path of a connected QP with attributes `attr` (at RTR: the address

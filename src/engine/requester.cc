@@ -14,6 +14,7 @@
 #include "core/cq.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "wire/psn.h"
 
@@ -155,14 +156,17 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
 
   // RC/UC: the connected path; UD: the WQE's address handle.
   transport::Endpoint dst = qp.path.dst;
-  uint32_t src_ip = qp.path.src_ip;
-  const wire::Ipv4Flow* flow = &qp.path.flow;
+  transport::IpAddress src_ip = qp.path.src_ip;
+  const wire::IpFlow* flow = &qp.path.flow;
   uint32_t dest_qp = qp.attr.dest_qp_num;
-  wire::Ipv4Flow ud_flow;
+  wire::IpFlow ud_flow;
   if (qp.type == IBV_QPT_UD) {
-    dst = qp.engine()->direct_endpoint(transport::Endpoint{w.ud.dst_ip, w.ud.dst_port}, w.ud.remote_qpn);
-    src_ip = w.ud.src_ip;
-    ud_flow = wire::Ipv4Flow{src_ip, dst.ip, qp.engine()->lid(), dst.port};
+    // The AH's source GID (checked by resolve_ah against its own context's table).
+    const core::HostAddress* src = qp.ctx->gid_address(w.ud.sgid_index);
+    uint32_t scope = src ? src->scope() : 0;
+    dst = qp.engine()->direct_endpoint(transport::Endpoint{ip_of(w.ud.dgid, scope), w.ud.dst_port}, w.ud.remote_qpn);
+    src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
+    ud_flow = ip_flow(src_ip, dst.ip, qp.engine()->lid(), dst.port);
     flow = &ud_flow;
     dest_qp = w.ud.remote_qpn;
   }

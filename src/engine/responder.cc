@@ -73,7 +73,7 @@ struct Request {
   uint32_t flags;  // OpcodeInfo flags
   Operation op;
   const transport::Endpoint& from;  // sender's address and UDP port (its LID)
-  uint32_t to_ip;
+  const transport::IpAddress& to_ip;
   ibv_wc_status recv_status = IBV_WC_SUCCESS;  // for a receive WQE failed by this packet
 };
 
@@ -432,7 +432,10 @@ RespState execute(Request& r) {
     s.in_message = InMessage::kSend;
     if (is_ud(qp)) {
       uint8_t grh[core::kGrhSize];
-      core::build_ipv4_grh(r.from.ip, r.to_ip, uint32_t(r.pkt.len), grh);
+      if (r.from.ip.is_v4())
+        core::build_ipv4_grh(r.from.ip.v4(), r.to_ip.v4(), uint32_t(r.pkt.len), grh);
+      else
+        core::build_ipv6_grh(r.from.ip.bytes.data(), r.to_ip.bytes.data(), uint32_t(r.pkt.len), grh);
       if (!scatter_send(qp, grh, core::kGrhSize)) return RespState::kDrop;
       s.recv_offset = core::kGrhSize;
     }
@@ -473,6 +476,7 @@ RespState execute(Request& r) {
 }
 
 inline constexpr uint8_t kWcSlRoceV2Ipv4 = 0x8 | 0x2;
+inline constexpr uint8_t kWcSlRoceV2Ipv6 = 0x8 | 0x1;
 
 // `ud`: the UD request being completed (its sender and the GRH flag), else null.
 // `flags`: IBV_WC_WITH_IMM (value = imm_data, network order) or IBV_WC_WITH_INV
@@ -492,9 +496,9 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
     wc.slid = ud->from.port;
     wc.wc_flags |= IBV_WC_GRH;
     // RoCE has no SL; a RoCE NIC's UD receive reports the packet type there
-    // (mlx5: bit 3 = UDP header, bits 2:0 = L3 type, 2 = IPv4), and UCX reads
-    // it to find the destination address in the GRH area.
-    wc.sl = kWcSlRoceV2Ipv4;
+    // (mlx5: bit 3 = UDP header, bits 2:0 = L3 type, 1 = IPv6, 2 = IPv4), and
+    // UCX reads it to find the destination address in the GRH area.
+    wc.sl = ud->from.ip.is_v4() ? kWcSlRoceV2Ipv4 : kWcSlRoceV2Ipv6;
   }
   if (flags) {
     wc.wc_flags |= flags;
@@ -668,8 +672,8 @@ RespState step(RespState s, Request& r) {
 
 }  // namespace
 
-void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from, uint32_t to_ip,
-                       TxBatch& tx) {
+void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from,
+                       const transport::IpAddress& to_ip, TxBatch& tx) {
   ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);

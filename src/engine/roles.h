@@ -23,8 +23,8 @@ void requester_catch_up(EngineQp& qp);
 
 // Responder (responder.cc): one incoming request packet.
 // `from` and `to_ip` address the datagram (UD: the GRH and the completion's slid).
-void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from, uint32_t to_ip,
-                       TxBatch& tx);
+void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from,
+                       const transport::IpAddress& to_ip, TxBatch& tx);
 // Sends the coalesced ACK, if one is pending.
 void responder_flush_ack(EngineQp& qp, TxBatch& tx);
 // Pushes the QP's deferred receive completions (EngineQp::deferred) to their

@@ -22,7 +22,8 @@ void TxBatch::use(transport::DatagramTransport* t) {
   refresh_gso_limit();
 }
 
-uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, uint32_t src_ip, unsigned header_len) {
+uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                               unsigned header_len) {
   if (count_ == kMaxPackets) flush();
   uint8_t* h = slot(count_);
   std::memset(h, 0, header_len);
@@ -78,16 +79,22 @@ void TxBatch::finish(uint32_t len) {
   ++count_;
 }
 
-uint32_t TxBatch::end_packet(const wire::Ipv4Flow& flow) {
+uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
   if (overflow_) return 0;  // dropped: the slot is reused by the next packet
   uint8_t* p = slot(count_);
   uint32_t len = header_len_ + payload_len_;
   unsigned pad = (4 - (payload_len_ & 3)) & 3;
   std::memset(p + len, 0, pad);  // the ICRC covers the pad
   len += pad;
-  wire::Ipv4Flow f = flow;
-  f.ip_id = uint16_t(flow.ip_id + place(len + wire::kIcrcSize, true));  // the kernel counts on from the first
-  uint32_t crc = wire::icrc_ipv4(f, p, len + wire::kIcrcSize);
+  unsigned index = place(len + wire::kIcrcSize, true);
+  uint32_t crc;
+  if (!flow.ipv6) {
+    wire::Ipv4Flow f = flow.v4;
+    f.ip_id = uint16_t(flow.v4.ip_id + index);  // the kernel counts on from the first
+    crc = wire::icrc_ipv4(f, p, len + wire::kIcrcSize);
+  } else {
+    crc = wire::icrc_ipv6(flow.v6, p, len + wire::kIcrcSize);  // IPv6: no identification
+  }
   std::memcpy(p + len, &crc, 4);  // little-endian on the wire (x86)
   finish(len + wire::kIcrcSize);
   return len + wire::kIcrcSize;

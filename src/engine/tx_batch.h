@@ -49,7 +49,7 @@ class TxBatch {
 
   // Starts a packet of `header_len` bytes (BTH + extended headers), returned
   // zeroed for the caller to fill. Flushes first when the batch is full.
-  uint8_t* begin_packet(const transport::Endpoint& dst, uint32_t src_ip, unsigned header_len);
+  uint8_t* begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len);
   // Appends (copies) payload. False, and the packet is dropped at its end,
   // when it would exceed kMaxPayload.
   bool add_payload(const uint8_t* data, uint32_t len);
@@ -60,7 +60,7 @@ class TxBatch {
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`. Returns the packet's length (0:
   // dropped, the batch had no room).
-  uint32_t end_packet(const wire::Ipv4Flow& flow);
+  uint32_t end_packet(const wire::IpFlow& flow);
   // Ends the packet as it is: no pad, no ICRC (uroce-internal datagrams).
   void end_datagram();
   // Drops the packet begun last (nothing of it is sent).
@@ -74,7 +74,7 @@ class TxBatch {
   // (count 1) or one GSO message of `segment`-byte segments.
   struct Run {
     transport::Endpoint dst;
-    uint32_t src_ip;
+    transport::IpAddress src_ip;
     unsigned first;
     unsigned count;
     uint32_t segment;
@@ -99,7 +99,7 @@ class TxBatch {
   uint32_t payload_len_ = 0;  // of the packet being built
   bool overflow_ = false;     // the packet being built is dropped at its end
   transport::Endpoint dst_;   // of the packet being built
-  uint32_t src_ip_ = 0;       // of the packet being built
+  transport::IpAddress src_ip_;  // of the packet being built
   unsigned run_count_ = 0;
   std::array<Run, kMaxPackets> runs_;
   std::array<iovec, kMaxPackets> iovs_;                       // one per slot

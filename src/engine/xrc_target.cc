@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
+#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "wire/icrc.h"
 
@@ -93,7 +94,7 @@ void load_from_slot(EngineQp& q, const TargetSlot& slot, uint16_t our_port) {
   q.path.dst = transport::Endpoint{p.dst_ip, p.dst_port};
   q.path.src_ip = p.src_ip;
   q.path.mtu = p.mtu;
-  q.path.flow = wire::Ipv4Flow{p.src_ip, p.dst_ip, our_port, p.dst_port};
+  q.path.flow = ip_flow(p.src_ip, p.dst_ip, our_port, p.dst_port);
 }
 
 // Runs one request on a target's shared state with `q`: the target QP itself
@@ -102,7 +103,8 @@ void load_from_slot(EngineQp& q, const TargetSlot& slot, uint16_t our_port) {
 // names none of the target's domain (the responder NAKs that as an invalid
 // request).
 void run_on_slot(EngineQp& q, XrcDomain& domain, TargetSlot& slot, uint32_t index, core::Srq* srq,
-                 const wire::PacketView& pkt, const transport::Endpoint& from, uint32_t to_ip, TxBatch& tx) {
+                 const wire::PacketView& pkt, const transport::Endpoint& from, const transport::IpAddress& to_ip,
+                 TxBatch& tx) {
   q.attr.qp_state = slot.qp_attr.qp_state;
   q.ibqp.qp_base.state = q.attr.qp_state;
   q.resp = slot.resp;
@@ -132,13 +134,15 @@ core::Srq* local_srq(EngineContext& ctx, uint32_t srq_num, const XrcDomain* doma
 void relay(EngineQp& qp, const transport::RxDatagram& d, uint16_t owner_port, TxBatch& tx) {
   const XrcTarget& t = *qp.xrc;
   uint8_t* h = tx.begin_packet(transport::Endpoint{kLoopback, owner_port}, kLoopback, sizeof(RelayHeader));
+  // The relay between processes carries IPv4 addresses only (an XRC target
+  // shared by processes of one host: IPv4).
   RelayHeader rh{kRelayMarker,
                  kRelayVersion,
                  qp.engine()->lid(),
                  qp.qp_num(),
                  t.slot_index,
-                 d.src.ip,
-                 d.dst_ip,
+                 d.src.ip.v4(),
+                 d.dst_ip.v4(),
                  d.src.port,
                  d.dst_port ? d.dst_port : qp.engine()->lid(),
                  t.domain->key().dev,
@@ -234,10 +238,10 @@ int xrc_target_modify(EngineQp& qp, const ibv_qp_attr& a, int mask) {
   if (!handle_valid(t)) return EIO;
   ibv_qp_attr next = s.qp_attr;
   ibv_qp_state before = next.qp_state;
-  if (int e = core::modify_qp_attrs(IBV_QPT_XRC_RECV, ctx.gid_count(), next, a, mask)) return e;
+  if (int e = core::modify_qp_attrs(IBV_QPT_XRC_RECV, ctx, next, a, mask)) return e;
   if (mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) {
     Path p = resolve_connected_path(ctx, next);
-    s.path = TargetPath{p.mtu, p.dst.ip, p.dst.port, p.src_ip};
+    s.path = TargetPath{p.mtu, p.dst.ip.v4(), p.dst.port, p.src_ip.v4()};  // shared by processes: IPv4 only
   }
   ibv_qp_state after = next.qp_state;
   // A fresh responder at RTR (IBA 10.3.1), none at RESET. ERR flushes

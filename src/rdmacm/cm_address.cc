@@ -1,13 +1,15 @@
 // Binding and address/route resolution.
 //
-// RoCE resolves an IP address to a GID (the IPv4-mapped address of the local
-// interface that routes to it) and needs no SA; what the active side still
-// lacks is the remote LID, which for uroce is the UDP port of the peer's
-// device. Resolution therefore opens the CM connection (TCP to the
+// RoCE resolves an IP address to a GID (the address of the local interface
+// that routes to it: IPv4-mapped, or IPv6) and needs no SA; what the active
+// side still lacks is the remote LID, which for uroce is the UDP port of the
+// peer's device. Resolution therefore opens the CM connection (TCP to the
 // destination's rdma_cm port) and reads the listener's ClassPortInfo. A
 // refused connection still resolves (the host answered; rdma_connect then
 // reports no listener); silence until the timeout is ADDR_ERROR/ROUTE_ERROR
-// with -ETIMEDOUT, an unreachable network the connect error.
+// with -ETIMEDOUT, an unreachable network the connect error. A destination
+// with no route at all fails rdma_resolve_addr itself (ENETUNREACH), as the
+// kernel's route lookup (rdma_resolve_ip) does.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,35 +30,61 @@ namespace {
 
 constexpr int kDefaultResolveTimeoutMs = 2000;
 
-// The source address the kernel's routing picks for `dst`.
-int route_source(uint32_t dst, uint32_t* src) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+// The source address the kernel's routing picks for `dst` (IPv4 or IPv6; a
+// link-local one with its interface).
+int route_source(const IpAddr& dst, IpAddr* src) {
+  int fd = socket(dst.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  sockaddr_in d = make_sockaddr(dst, 4791);
+  SockAddr d = make_sockaddr(dst, 4791);
   int err = 0;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&d), sizeof d) != 0) {
+  if (::connect(fd, &d.sa, d.len()) != 0) {
     err = errno;
   } else {
-    sockaddr_in s{};
+    sockaddr_storage s{};
     socklen_t len = sizeof s;
+    IpEndpoint ep;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&s), &len) != 0) {
       err = errno;
+    } else if (endpoint_of(s, &ep)) {
+      *src = ep.ip;
     } else {
-      *src = ntohl(s.sin_addr.s_addr);
+      err = EAFNOSUPPORT;
     }
   }
   close(fd);
   return err;
 }
 
+// The family of socket `fd` (AF_INET or AF_INET6).
+int socket_family(int fd) {
+  int family = AF_INET;
+  socklen_t len = sizeof family;
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) != 0) return AF_INET;
+  return family;
+}
+
+// `ip` as a socket address for a socket of `family`: an IPv4 address on an
+// IPv6 (dual-stack) socket is IPv4-mapped.
+SockAddr sockaddr_for(int family, const IpAddr& ip, uint16_t port) {
+  SockAddr a = make_sockaddr(ip, port);
+  if (family == AF_INET6 && ip.is_v4()) {
+    a = SockAddr{};
+    a.in6.sin6_family = AF_INET6;
+    std::memcpy(a.in6.sin6_addr.s6_addr, ip.bytes.data(), 16);
+    a.in6.sin6_port = htons(port);
+  }
+  return a;
+}
+
 // The path MTU for traffic from `src_ip`: as rxe, the largest IB MTU that fits
 // the interface MTU minus 80 header bytes, at most the device's maximum.
 // Loopback traffic thus gets 4096, while a routable address gets what its
 // interface carries; UROCE_MTU (the port's active MTU) wins when set.
-ibv_mtu path_mtu_for(uint32_t src_ip, const CmDevice& dev) {
+ibv_mtu path_mtu_for(const IpAddr& src_ip, const CmDevice& dev) {
   unsigned if_mtu = 0;
-  for (const core::HostAddress& h : core::host_ipv4_addresses())
-    if (h.ip == src_ip) if_mtu = h.if_mtu;
+  const ibv_gid gid = src_ip.gid();
+  for (const core::HostAddress& h : core::host_addresses())
+    if (std::memcmp(h.gid.raw, gid.raw, 16) == 0) if_mtu = h.if_mtu;
   ibv_mtu mtu = if_mtu ? core::mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256) : dev.active_mtu;
   if (core::config().mtu_override) mtu = dev.active_mtu;
   return mtu > dev.max_mtu ? dev.max_mtu : mtu;
@@ -64,7 +92,7 @@ ibv_mtu path_mtu_for(uint32_t src_ip, const CmDevice& dev) {
 
 }  // namespace
 
-int CmService::attach_device(CmId* id, uint32_t ip) {
+int CmService::attach_device(CmId* id, const IpAddr& ip) {
   auto dp = device_for_ip(ip);
   if (!dp.ok()) return dp.err();
   id->port = *dp;
@@ -78,11 +106,15 @@ void CmService::set_route_addresses(CmId* id) {
   rdma_addr& a = id->abi.route.addr;
   std::memset(&a.src_storage, 0, sizeof a.src_storage);
   std::memset(&a.dst_storage, 0, sizeof a.dst_storage);
-  a.src_sin = make_sockaddr(id->src_ip, id->src_port);
-  if (id->dst_ip || id->dst_port) a.dst_sin = make_sockaddr(id->dst_ip, id->dst_port);
+  SockAddr src = make_sockaddr(id->src_ip, id->src_port);
+  std::memcpy(&a.src_storage, &src, src.len());
+  if (!id->dst_ip.any() || id->dst_port) {
+    SockAddr dst = make_sockaddr(id->dst_ip, id->dst_port);
+    std::memcpy(&a.dst_storage, &dst, dst.len());
+  }
   rdma_ib_addr& ib = a.addr.ibaddr;
-  ib.sgid = id->src_ip ? core::ipv4_to_gid(id->src_ip) : ibv_gid{};
-  ib.dgid = id->dst_ip ? core::ipv4_to_gid(id->dst_ip) : ibv_gid{};
+  ib.sgid = !id->src_ip.any() ? id->src_ip.gid() : ibv_gid{};
+  ib.dgid = !id->dst_ip.any() ? id->dst_ip.gid() : ibv_gid{};
   ib.pkey = htons(0xFFFF);
 }
 
@@ -93,8 +125,8 @@ void CmService::fill_path_record(CmId* id) {
   }
   ibv_sa_path_rec& p = *id->abi.route.path_rec;
   std::memset(&p, 0, sizeof p);
-  p.sgid = core::ipv4_to_gid(id->src_ip);
-  p.dgid = core::ipv4_to_gid(id->dst_ip);
+  p.sgid = id->src_ip.gid();
+  p.dgid = id->dst_ip.gid();
   p.slid = htons(id->port.device ? id->port.device->lid : 0);
   p.dlid = htons(id->conn.remote_lid);
   p.hop_limit = kHopLimit;
@@ -110,38 +142,43 @@ void CmService::fill_path_record(CmId* id) {
   id->abi.route.num_paths = 1;
 }
 
-int CmService::open_bound_socket(CmId* id, uint32_t ip, uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+int CmService::open_bound_socket(CmId* id, const IpAddr& ip, uint16_t port) {
+  int fd = socket(ip.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
+  // The IPv6 wildcard takes IPv4 peers too, unless RDMA_OPTION_ID_AFONLY.
+  int v6only = id->afonly || !ip.any();
+  if (!ip.is_v4()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
   // Always: a listener restarted on its port must not trip over its
   // predecessor's TIME_WAIT connections. Two listeners still conflict (listen
   // fails with EADDRINUSE), as two rdma_cm listeners on one port do.
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a = make_sockaddr(ip, port);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  SockAddr a = make_sockaddr(ip, port);
+  if (::bind(fd, &a.sa, a.len()) != 0) {
     int err = errno;
     close(fd);
     return err;
   }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  IpEndpoint ep;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0 && endpoint_of(bound, &ep)) port = ep.port;
   if (id->sock >= 0) close(id->sock);
   id->sock = fd;
-  id->src_port = ntohs(a.sin_port);
+  id->src_port = port;
   return 0;
 }
 
 int CmService::bind(CmId* id, const sockaddr* addr) {
   if (id->state != CmState::kIdle || id->bound) return EINVAL;
-  Ipv4Endpoint ep;
+  IpEndpoint ep;
   if (int err = parse_sockaddr(addr, &ep)) return err;
   // As the kernel's rdma_bind_addr (cma_any_addr: zero *or loopback*), a loopback
   // address attaches no device: the id's verbs stays NULL until a connection
   // request or rdma_resolve_addr picks one. libfabric's verbs provider relies on
   // it: it binds "localhost" and, finding no device, offers the device's own
   // addresses instead, which the peers of other hosts can reach.
-  if (ep.ip != 0 && (ep.ip >> 24) != IN_LOOPBACKNET) {
+  if (!ep.ip.any() && !ep.ip.loopback()) {
     if (int err = attach_device(id, ep.ip)) return err;
   }
   if (int err = open_bound_socket(id, ep.ip, ep.port)) return err;
@@ -158,18 +195,19 @@ int CmService::start_connect(CmId* id, bool retry_on_fresh_port) {
   if (fd < 0) {
     // A socket of an earlier attempt is spent: a new one, on the id's port if
     // that is free again.
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = socket(id->src_ip.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a = make_sockaddr(id->src_ip, retry_on_fresh_port ? 0 : id->src_port);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    SockAddr a = make_sockaddr(id->src_ip, retry_on_fresh_port ? 0 : id->src_port);
+    if (::bind(fd, &a.sa, a.len()) != 0) {
       a = make_sockaddr(id->src_ip, 0);
-      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      ::bind(fd, &a.sa, a.len());
     }
   }
-  sockaddr_in d = make_sockaddr(id->dst_ip, id->dst_port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&d), sizeof d) != 0 && errno != EINPROGRESS) {
+  // (The id's own socket may be a dual-stack one bound to :: with an IPv4 peer.)
+  SockAddr d = sockaddr_for(socket_family(fd), id->dst_ip, id->dst_port);
+  if (::connect(fd, &d.sa, d.len()) != 0 && errno != EINPROGRESS) {
     int err = errno;
     close(fd);
     if (err != EADDRNOTAVAIL || retry_on_fresh_port) return err;
@@ -185,22 +223,28 @@ int CmService::start_connect(CmId* id, bool retry_on_fresh_port) {
 
 int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
   if (id->state != CmState::kIdle) return EINVAL;
-  Ipv4Endpoint d;
+  IpEndpoint d;
   if (int err = parse_sockaddr(dst, &d)) return err;
-  if (d.ip == 0) return EADDRNOTAVAIL;
+  if (d.ip.any()) return EADDRNOTAVAIL;
   if (!id->bound) {
     if (src) {
       if (int err = bind(id, src)) return err;
     }
+  }
+  // A bound address must be of the destination's IP version (a wildcard
+  // takes either), as the kernel's rdma_resolve_addr.
+  if (!id->src_ip.any() && id->src_ip.is_v4() != d.ip.is_v4()) return EINVAL;
+  IpAddr src_ip = id->src_ip;
+  if (src_ip.any()) {
+    // No route: rdma_resolve_addr fails at once (the kernel's rdma_resolve_ip).
+    if (int err = route_source(d.ip, &src_ip)) return err;
   }
   id->dst_ip = d.ip;
   id->dst_port = d.port;
   id->resolve_timeout_ms = timeout_ms > 0 ? timeout_ms : kDefaultResolveTimeoutMs;
   id->state = CmState::kAddrQuery;
   int err = 0;
-  uint32_t src_ip = id->src_ip;
-  if (src_ip == 0) err = route_source(d.ip, &src_ip);
-  if (!err && !id->port.device) err = attach_device(id, src_ip);
+  if (!id->port.device) err = attach_device(id, src_ip);
   if (!err && !id->bound) {
     err = open_bound_socket(id, src_ip, 0);
     if (!err) id->bound = true;
@@ -211,7 +255,7 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     set_route_addresses(id);
     // A multicast group has no CM to ask (joining it is not implemented; see
     // unsupported.cc): it resolves at once.
-    if (IN_MULTICAST(d.ip)) {
+    if (d.ip.multicast()) {
       finish_resolve(id, 0);
       return 0;
     }

@@ -41,10 +41,9 @@ CmDevice* open_device(ibv_device* dev) {
   d->max_responder_resources = uint8_t(std::min(attr.max_qp_rd_atom, 255));
   d->max_qp_wr = attr.max_qp_wr;
   for (int i = 0; i < port.gid_tbl_len; ++i) {
-    ibv_gid gid;
-    uint32_t ip = 0;
-    if (ibv_query_gid(verbs, 1, i, &gid) != 0 || !core::gid_to_ipv4(gid, &ip)) ip = 0;
-    d->gid_ips.push_back(ip);
+    ibv_gid gid{};
+    if (ibv_query_gid(verbs, 1, i, &gid) != 0) gid = ibv_gid{};
+    d->gids.push_back(gid);
   }
   d->pd = ibv_alloc_pd(verbs);
   if (!d->pd) {
@@ -58,13 +57,15 @@ CmDevice* open_device(ibv_device* dev) {
   return d;
 }
 
-bool is_host_address(uint32_t ip) {
+bool is_host_address(const IpAddr& ip) {
   bool found = false;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;
   for (ifaddrs* a = list; a && !found; a = a->ifa_next) {
-    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
-      found = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr) == ip;
+    IpEndpoint ep;
+    if (a->ifa_addr && (a->ifa_addr->sa_family == AF_INET || a->ifa_addr->sa_family == AF_INET6) &&
+        parse_sockaddr(a->ifa_addr, &ep) == 0)
+      found = ep.ip.bytes == ip.bytes;
   }
   freeifaddrs(list);
   return found;
@@ -92,12 +93,13 @@ core::Result<std::vector<CmDevice*>> cm_devices() {
   return t;
 }
 
-core::Result<DevicePort> device_for_ip(uint32_t ip) {
+core::Result<DevicePort> device_for_ip(const IpAddr& ip) {
   auto devs = cm_devices();
   if (!devs.ok()) return core::Result<DevicePort>::error(devs.err());
+  const ibv_gid gid = ip.gid();
   for (CmDevice* d : *devs) {
-    auto it = std::find(d->gid_ips.begin(), d->gid_ips.end(), ip);
-    if (it != d->gid_ips.end()) return DevicePort{d, uint8_t(it - d->gid_ips.begin())};
+    for (size_t i = 0; i < d->gids.size(); ++i)
+      if (std::memcmp(d->gids[i].raw, gid.raw, 16) == 0) return DevicePort{d, uint8_t(i)};
   }
   // A host address missing from the GID tables was added after the devices
   // were opened: no RoCE device serves it.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "rdmacm/sockaddr_util.h"
 
 namespace uroce::rdmacm {
 
@@ -25,10 +26,10 @@ struct CmDevice {
   uint8_t max_initiator_depth = 0;      // max_qp_init_rd_atom
   uint8_t max_responder_resources = 0;  // max_qp_rd_atom
   int max_qp_wr = 0;
-  std::vector<uint32_t> gid_ips;  // IPv4 address of each GID index (host order)
+  std::vector<ibv_gid> gids;  // each GID index's address (IPv4-mapped or IPv6)
 };
 
-// Where an IPv4 address lives: a device and its GID index.
+// Where an IP address lives: a device and its GID index.
 struct DevicePort {
   CmDevice* device = nullptr;
   uint8_t gid_index = 0;
@@ -38,9 +39,9 @@ struct DevicePort {
 // hold the CmService mutex.
 [[nodiscard]] core::Result<std::vector<CmDevice*>> cm_devices();
 
-// The device whose GID table holds `ip` (host order): ENODEV if none,
-// EADDRNOTAVAIL for an address that is not this host's.
-[[nodiscard]] core::Result<DevicePort> device_for_ip(uint32_t ip);
+// The device whose GID table holds `ip`: ENODEV if none, EADDRNOTAVAIL for an
+// address that is not this host's.
+[[nodiscard]] core::Result<DevicePort> device_for_ip(const IpAddr& ip);
 
 CmDevice* device_for_context(ibv_context* verbs);
 

@@ -14,6 +14,7 @@
 
 #include "core/container_of.h"
 #include "rdmacm/cm_devices.h"
+#include "rdmacm/sockaddr_util.h"
 
 namespace uroce::rdmacm {
 
@@ -106,12 +107,12 @@ struct CmId {
   int events_delivered = 0;
   int events_acked = 0;
 
-  // Addressing. Addresses in host byte order; the ABI copies are in abi.route.
+  // Addressing (ports in host byte order); the ABI copies are in abi.route.
   DevicePort port;  // device is null until the id is bound to an address or resolved
   bool bound = false;
-  uint32_t src_ip = 0;  // 0: wildcard
+  IpAddr src_ip;  // 0.0.0.0 or ::: wildcard (:: takes IPv4 peers too unless afonly)
   uint16_t src_port = 0;
-  uint32_t dst_ip = 0;
+  IpAddr dst_ip;
   uint16_t dst_port = 0;
   int sock = -1;  // bound TCP socket (listener, or the active side's until connect)
   uint64_t listen_token = 0;

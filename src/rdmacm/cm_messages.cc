@@ -337,19 +337,31 @@ std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes) {
 
 void encode_cma_header(const CmaIpHeader& h, std::span<uint8_t, kCmaHeaderSize> out) {
   std::fill(out.begin(), out.end(), uint8_t{0});
-  out[0] = 0;       // cma version
-  out[1] = 4 << 4;  // IP version 4 in the high nibble
+  bool v4 = h.src_ip.is_v4() && h.dst_ip.is_v4();
+  out[0] = 0;                           // cma version
+  out[1] = uint8_t((v4 ? 4 : 6) << 4);  // IP version in the high nibble
   store_be16(out.data() + 2, h.src_port);
-  store_be32(out.data() + 16, h.src_ip);
-  store_be32(out.data() + 32, h.dst_ip);
+  if (v4) {  // IPv4: the last 4 bytes of each 16-byte field
+    store_be32(out.data() + 16, h.src_ip.v4());
+    store_be32(out.data() + 32, h.dst_ip.v4());
+  } else {
+    std::memcpy(out.data() + 4, h.src_ip.bytes.data(), 16);
+    std::memcpy(out.data() + 20, h.dst_ip.bytes.data(), 16);
+  }
 }
 
 std::optional<CmaIpHeader> decode_cma_header(std::span<const uint8_t, kCmaHeaderSize> in) {
-  if (in[0] != 0 || (in[1] >> 4) != 4) return std::nullopt;
+  unsigned version = in[1] >> 4;
+  if (in[0] != 0 || (version != 4 && version != 6)) return std::nullopt;
   CmaIpHeader h;
   h.src_port = load_be16(in.data() + 2);
-  h.src_ip = load_be32(in.data() + 16);
-  h.dst_ip = load_be32(in.data() + 32);
+  if (version == 4) {
+    h.src_ip = load_be32(in.data() + 16);
+    h.dst_ip = load_be32(in.data() + 32);
+  } else {
+    std::memcpy(h.src_ip.bytes.data(), in.data() + 4, 16);
+    std::memcpy(h.dst_ip.bytes.data(), in.data() + 20, 16);
+  }
   return h;
 }
 

@@ -13,6 +13,8 @@
 #include <span>
 #include <variant>
 
+#include "rdmacm/sockaddr_util.h"
+
 namespace uroce::rdmacm {
 
 constexpr size_t kMadSize = 256;
@@ -202,15 +204,15 @@ Mad encode_mad(uint64_t transaction_id, const CmMessage& message);
 std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes);
 
 // The cma IP header at the start of REQ / SIDR_REQ private data (roce-facts
-// §7.6), IPv4 only (addresses in host byte order).
+// §7.6): IP version 4 (both addresses IPv4) or 6 (no scope on the wire).
 constexpr size_t kCmaHeaderSize = 36;
 struct CmaIpHeader {
   uint16_t src_port = 0;
-  uint32_t src_ip = 0;
-  uint32_t dst_ip = 0;
+  IpAddr src_ip;
+  IpAddr dst_ip;
 };
 void encode_cma_header(const CmaIpHeader& h, std::span<uint8_t, kCmaHeaderSize> out);
-// nullopt unless version 0 and IP version 4.
+// nullopt unless version 0 and IP version 4 or 6.
 std::optional<CmaIpHeader> decode_cma_header(std::span<const uint8_t, kCmaHeaderSize> in);
 
 // Service ID of an rdma_cm port (roce-facts §7.5): (port_space << 16) | port.

@@ -82,7 +82,7 @@ void CmService::accept_link(CmId* listener, int fd) {
 
 void CmService::send_greeting(TcpLink* link) {
   PortInfoMessage info;
-  info.redirect_gid = core::ipv4_to_gid(link->local_ip);
+  info.redirect_gid = link->local_ip.gid();
   auto dp = device_for_ip(link->local_ip);
   info.redirect_lid = dp.ok() ? dp->device->lid : 0;
   // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.
@@ -174,7 +174,7 @@ void CmService::on_req(TcpLink* link, uint64_t tid, const ReqMessage& req) {
   child->bound = true;
   child->src_ip = link->local_ip;
   child->src_port = l->src_port;
-  child->dst_ip = hdr->src_ip ? hdr->src_ip : link->peer_ip;
+  child->dst_ip = peer_address(*hdr, *link);
   child->dst_port = hdr->src_port;
   child->tos = l->tos;
   child->ack_timeout = l->ack_timeout;

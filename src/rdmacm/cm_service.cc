@@ -471,9 +471,14 @@ void CmService::log_limited(core::LogLevel level, const char* fmt, ...) {
 }
 
 void CmService::log_link_closed(core::LogLevel level, const TcpLink* link, const char* why) {
-  const uint32_t ip = link->peer_ip;
-  log_limited(level, "rdma_cm: closing the CM connection from %u.%u.%u.%u: %s", ip >> 24, (ip >> 16) & 0xFF,
-              (ip >> 8) & 0xFF, ip & 0xFF, why);
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (link->peer_ip.is_v4()) {
+    in_addr a{htonl(link->peer_ip.v4())};
+    inet_ntop(AF_INET, &a, text, sizeof text);
+  } else {
+    inet_ntop(AF_INET6, link->peer_ip.bytes.data(), text, sizeof text);
+  }
+  log_limited(level, "rdma_cm: closing the CM connection from %s: %s", text, why);
 }
 
 }  // namespace uroce::rdmacm

@@ -50,7 +50,7 @@ void CmService::on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& r
   child->bound = true;
   child->src_ip = link->local_ip;
   child->src_port = l->src_port;
-  child->dst_ip = hdr->src_ip ? hdr->src_ip : link->peer_ip;
+  child->dst_ip = peer_address(*hdr, *link);
   child->dst_port = hdr->src_port;
   child->conn.remote_comm_id = req.request_id;
   child->conn.transaction_id = tid;

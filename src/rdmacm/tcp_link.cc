@@ -109,13 +109,12 @@ int TcpLink::connect_result() {
 }
 
 void TcpLink::learn_addresses() {
-  sockaddr_in a{};
+  sockaddr_storage a{};
   socklen_t len = sizeof a;
-  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sin_family == AF_INET)
-    local_ip = ntohl(a.sin_addr.s_addr);
+  IpEndpoint ep;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && endpoint_of(a, &ep)) local_ip = ep.ip;
   len = sizeof a;
-  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sin_family == AF_INET)
-    peer_ip = ntohl(a.sin_addr.s_addr);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 && endpoint_of(a, &ep)) peer_ip = ep.ip;
 }
 
 }  // namespace uroce::rdmacm

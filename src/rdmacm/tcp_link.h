@@ -16,6 +16,7 @@
 
 #include "rdmacm/cm_messages.h"
 #include "rdmacm/mad_framer.h"
+#include "rdmacm/sockaddr_util.h"
 
 namespace uroce::rdmacm {
 
@@ -45,8 +46,8 @@ class TcpLink {
 
   CmId* owner = nullptr;     // the id this connection belongs to
   CmId* listener = nullptr;  // passive: the listener that accepted it (until a REQ names an id)
-  uint32_t local_ip = 0;     // host order, known once connected
-  uint32_t peer_ip = 0;
+  IpAddr local_ip;           // known once connected (an IPv4 peer of a dual-stack listener: IPv4)
+  IpAddr peer_ip;
   PortInfoMessage peer_port_info;  // active: what the greeting said
   bool have_peer_port_info = false;
   // Passive, until a REQ (or SIDR_REQ) names an id: when the link is closed
@@ -78,5 +79,14 @@ class TcpLink {
   MadFramer in_;
   std::vector<uint8_t> out_;
 };
+
+// The peer of a CM connection as the cma header of its REQ names it (the
+// connection's own peer when the header has the wildcard), with the
+// interface of a link-local address, which the header does not carry.
+inline IpAddr peer_address(const CmaIpHeader& h, const TcpLink& link) {
+  IpAddr a = h.src_ip.any() ? link.peer_ip : h.src_ip;
+  if (a.link_local()) a.scope = a.bytes == link.peer_ip.bytes ? link.peer_ip.scope : link.local_ip.scope;
+  return a;
+}
 
 }  // namespace uroce::rdmacm

@@ -11,7 +11,7 @@ namespace uroce::transport {
 
 namespace {
 
-constexpr uint32_t kIpv4HeaderLen = 20, kUdpHeaderLen = 8;
+constexpr uint32_t kIpv4HeaderLen = 20, kIpv6HeaderLen = 40, kUdpHeaderLen = 8;
 
 // pcap file header (classic format, microsecond timestamps, host byte order).
 struct FileHeader {
@@ -20,7 +20,7 @@ struct FileHeader {
   int32_t zone = 0;
   uint32_t sigfigs = 0;
   uint32_t snaplen = 65535;
-  uint32_t linktype = PcapWriter::kLinkTypeIpv4;
+  uint32_t linktype = PcapWriter::kLinkTypeRaw;
 };
 
 struct RecordHeader {
@@ -36,6 +36,36 @@ void put32(uint8_t* p, uint32_t v) {
   put16(p + 2, uint16_t(v));
 }
 
+// By the destination's family (a source may be left to the kernel).
+uint32_t ip_header_len(const Endpoint& dst) { return dst.ip.is_v4() ? kIpv4HeaderLen : kIpv6HeaderLen; }
+
+// IPv6 header (traffic class and flow label 0, hop limit 64, UDP) and UDP
+// header for a datagram of `len` bytes, which follows at h + 48. IPv6 makes
+// the UDP checksum mandatory, so it is computed (RFC 8200 §8.1).
+void fill_headers6(uint8_t* h, const Endpoint& src, const Endpoint& dst, uint32_t len) {
+  std::memset(h, 0, kIpv6HeaderLen + kUdpHeaderLen);
+  h[0] = 0x60;
+  put16(h + 4, uint16_t(kUdpHeaderLen + len));
+  h[6] = IPPROTO_UDP;
+  h[7] = 64;
+  std::memcpy(h + 8, src.ip.bytes.data(), 16);
+  std::memcpy(h + 24, dst.ip.bytes.data(), 16);
+  uint8_t* u = h + kIpv6HeaderLen;
+  put16(u, src.port);
+  put16(u + 2, dst.port);
+  put16(u + 4, uint16_t(kUdpHeaderLen + len));
+  // Pseudo-header (addresses, UDP length, next header) + UDP header + payload.
+  uint64_t sum = kUdpHeaderLen + len + IPPROTO_UDP;
+  for (unsigned i = 8; i < kIpv6HeaderLen; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
+  const uint8_t* p = u;
+  uint32_t n = kUdpHeaderLen + len;
+  for (; n >= 2; p += 2, n -= 2) sum += uint32_t(p[0]) << 8 | p[1];
+  if (n) sum += uint32_t(p[0]) << 8;
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  uint16_t check = uint16_t(~sum);
+  put16(u + 6, check ? check : 0xFFFF);
+}
+
 // IPv4 header (DF, TTL 64, UDP) and UDP header for a datagram of `len` bytes.
 void fill_headers(uint8_t* h, Endpoint src, Endpoint dst, uint16_t ip_id, uint32_t len) {
   std::memset(h, 0, kIpv4HeaderLen + kUdpHeaderLen);
@@ -45,8 +75,8 @@ void fill_headers(uint8_t* h, Endpoint src, Endpoint dst, uint16_t ip_id, uint32
   put16(h + 6, 0x4000);  // DF, as uroce's sockets send (IP_PMTUDISC_DO)
   h[8] = 64;
   h[9] = IPPROTO_UDP;
-  put32(h + 12, src.ip);
-  put32(h + 16, dst.ip);
+  put32(h + 12, src.ip.v4());
+  put32(h + 16, dst.ip.v4());
   uint32_t sum = 0;
   for (unsigned i = 0; i < kIpv4HeaderLen; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
   while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
@@ -91,7 +121,8 @@ PcapWriter::~PcapWriter() {
 
 void PcapWriter::record(Endpoint src, Endpoint dst, uint16_t ip_id, const iovec* pieces, unsigned npieces,
                         size_t offset, uint32_t len) noexcept {
-  uint32_t wire_len = kIpv4HeaderLen + kUdpHeaderLen + len;
+  uint32_t ip_len = ip_header_len(dst);
+  uint32_t wire_len = ip_len + kUdpHeaderLen + len;
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
   RecordHeader rh{uint32_t(now.tv_sec), uint32_t(now.tv_nsec / 1000), wire_len, wire_len};
@@ -107,8 +138,10 @@ void PcapWriter::record(Endpoint src, Endpoint dst, uint16_t ip_id, const iovec*
     uint8_t* p = pending_.data() + at;
     std::memcpy(p, &rh, sizeof rh);
     p += sizeof rh;
-    fill_headers(p, src, dst, ip_id, len);
-    p += kIpv4HeaderLen + kUdpHeaderLen;
+    uint8_t* headers = p;
+    uint32_t payload_len = len;
+    if (ip_len == kIpv4HeaderLen) fill_headers(p, src, dst, ip_id, len);
+    p += ip_len + kUdpHeaderLen;
     // The datagram's bytes [offset, offset + len) of the gathered pieces.
     for (unsigned i = 0; i < npieces && len > 0; ++i) {
       size_t n = pieces[i].iov_len;
@@ -122,6 +155,7 @@ void PcapWriter::record(Endpoint src, Endpoint dst, uint16_t ip_id, const iovec*
       len -= uint32_t(take);
       offset = 0;
     }
+    if (ip_len == kIpv6HeaderLen) fill_headers6(headers, src, dst, payload_len);  // the checksum covers the payload
     wake = pending_.size() >= kWakeWriterAt && at < kWakeWriterAt;
   }
   if (wake) cv_.notify_one();

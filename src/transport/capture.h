@@ -4,15 +4,17 @@
 // Wireshark/tshark decode (decode UDP on uroce's ports as "infiniband").
 //
 // CaptureTransport decorates the transport stack below fault injection, so
-// the file holds what actually left and arrived. Each record is a raw IPv4
-// packet (link type 228) whose IPv4 and UDP headers are synthesised from the
-// datagram's addresses, with the fields the RoCEv2 ICRC covers as uroce's
-// sender used them: DF set, the identification of a GSO message's k-th
-// segment is k (as the kernel numbers them; 0 for a datagram sent alone),
-// and a received datagram's is its place in the GRO batch it arrived in
-// (wire/icrc.h). So the ICRC of every captured RoCE packet verifies, except
-// for a received segment whose GRO batch was not a whole GSO message.
-// The UDP checksum is 0 (none, allowed over IPv4).
+// the file holds what actually left and arrived. Each record is a raw IP
+// packet (link type 101, LINKTYPE_RAW: IPv4 or IPv6 by its version field)
+// whose IP and UDP headers are synthesised from the datagram's addresses,
+// with the fields the RoCEv2 ICRC covers as uroce's sender used them. IPv4:
+// DF set, the identification of a GSO message's k-th segment is k (as the
+// kernel numbers them; 0 for a datagram sent alone), and a received
+// datagram's is its place in the GRO batch it arrived in (wire/icrc.h); so
+// the ICRC of every captured RoCE packet verifies, except for a received
+// segment whose GRO batch was not a whole GSO message. The UDP checksum is 0
+// (none, allowed over IPv4). IPv6: traffic class and flow label 0, hop limit
+// 64 (all masked by the ICRC), and the UDP checksum, which IPv6 requires.
 //
 // Off the critical path: records are appended to a memory buffer (one copy,
 // under a mutex held for that copy) and a writer thread writes them out. The
@@ -41,7 +43,7 @@ class PcapWriter {
  public:
   static constexpr size_t kMaxPending = 32u << 20;
   static constexpr size_t kWakeWriterAt = 256u << 10;
-  static constexpr uint32_t kLinkTypeIpv4 = 228;
+  static constexpr uint32_t kLinkTypeRaw = 101;  // raw IPv4 or IPv6
 
   // Creates `path` (truncated) with the pcap file header; nullptr + errno.
   static std::unique_ptr<PcapWriter> open(const std::string& path, uint64_t limit_bytes);

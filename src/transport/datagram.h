@@ -8,21 +8,74 @@
 
 #include <sys/uio.h>
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 namespace uroce::transport {
 
-// An IPv4 address and UDP port, host byte order.
+// An IP address: IPv6, or IPv4 as an IPv4-mapped IPv6 address
+// (::ffff:a.b.c.d, the form of a RoCEv2 GID), network byte order. `scope` is
+// the interface index of a link-local IPv6 address (fe80::/10), which needs
+// one to be reached; 0 otherwise. The default is IPv4 0.0.0.0 and an IPv4
+// address (host byte order) converts implicitly, so IPv4 code reads as it did
+// when addresses were 32-bit.
+struct IpAddress {
+  std::array<uint8_t, 16> bytes{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, 0, 0};
+  uint32_t scope = 0;
+
+  constexpr IpAddress() = default;
+  constexpr IpAddress(uint32_t ipv4) noexcept {  // NOLINT(google-explicit-constructor): see above
+    bytes[12] = uint8_t(ipv4 >> 24);
+    bytes[13] = uint8_t(ipv4 >> 16);
+    bytes[14] = uint8_t(ipv4 >> 8);
+    bytes[15] = uint8_t(ipv4);
+  }
+  // From 16 bytes in network order (a GID, sin6_addr); an IPv4-mapped one is
+  // the IPv4 address. The scope is kept only for a link-local address.
+  static constexpr IpAddress from_bytes(const uint8_t* b, uint32_t scope = 0) noexcept {
+    IpAddress a;
+    for (size_t i = 0; i < 16; ++i) a.bytes[i] = b[i];
+    a.scope = a.link_local() ? scope : 0;
+    return a;
+  }
+  constexpr bool is_v4() const noexcept {  // ::ffff:0:0/96 (two word compares: on every packet's path)
+    constexpr uint64_t kMask = std::bit_cast<uint64_t>(std::array<uint8_t, 8>{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0});
+    constexpr uint64_t kMapped = std::bit_cast<uint64_t>(std::array<uint8_t, 8>{0, 0, 0xFF, 0xFF, 0, 0, 0, 0});
+    auto w = words();
+    return w[0] == 0 && (w[1] & kMask) == kMapped;
+  }
+  // The IPv4 address, host byte order (meaningful when is_v4()).
+  constexpr uint32_t v4() const noexcept {
+    return uint32_t(bytes[12]) << 24 | uint32_t(bytes[13]) << 16 | uint32_t(bytes[14]) << 8 | bytes[15];
+  }
+  constexpr bool link_local() const noexcept { return bytes[0] == 0xFE && (bytes[1] & 0xC0) == 0x80; }
+  // 0.0.0.0 or ::, "any": a source the kernel chooses.
+  constexpr bool unspecified() const noexcept {
+    auto w = words();
+    return is_v4() ? v4() == 0 : (w[0] | w[1]) == 0;
+  }
+  friend constexpr bool operator==(const IpAddress& a, const IpAddress& b) noexcept {
+    auto x = a.words(), y = b.words();
+    return x[0] == y[0] && x[1] == y[1] && a.scope == b.scope;
+  }
+
+ private:
+  constexpr std::array<uint64_t, 2> words() const noexcept { return std::bit_cast<std::array<uint64_t, 2>>(bytes); }
+};
+
+// An IP address and UDP port (host byte order).
 struct Endpoint {
-  uint32_t ip = 0;
+  IpAddress ip;
   uint16_t port = 0;
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
 // UDP GSO limits: segments per message (the kernel's UDP_MAX_SEGMENTS is 64
-// on older kernels) and bytes per message (the largest IPv4 UDP payload).
+// on older kernels) and bytes per message (the largest IPv4 UDP payload; an
+// IPv6 one may be 12 bytes longer, which uroce does not use).
 inline constexpr unsigned kMaxGsoSegments = 64;
 inline constexpr uint32_t kMaxGsoBytes = 65535 - 20 - 8;
 
@@ -31,7 +84,7 @@ inline constexpr uint32_t kMaxGsoBytes = 65535 - 20 - 8;
 // segment_size bytes each (the last may be shorter).
 struct TxDatagram {
   Endpoint dst;
-  uint32_t src_ip = 0;  // 0: let the kernel choose
+  IpAddress src_ip;  // unspecified: let the kernel choose
   uint16_t segment_size = 0;
   uint16_t iovcnt = 0;
   const iovec* iov = nullptr;
@@ -46,7 +99,7 @@ struct RxDatagram {
   uint8_t* data = nullptr;
   uint32_t len = 0;
   Endpoint src;
-  uint32_t dst_ip = 0;
+  IpAddress dst_ip;
   uint16_t dst_port = 0;  // the UDP port it arrived at (0: the transport's local_port)
   bool truncated = false;
   uint8_t gso_index = 0;

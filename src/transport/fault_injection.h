@@ -66,7 +66,7 @@ class FaultyTransport final : public DatagramTransport {
   using Clock = std::chrono::steady_clock;
   struct Copy {
     Endpoint dst;
-    uint32_t src_ip;
+    IpAddress src_ip;
     std::vector<uint8_t> bytes;
     Clock::time_point due;
   };

@@ -167,7 +167,9 @@ void ShmTransport::remove_stale_segments(const std::string& dir, const std::stri
   closedir(d);
 }
 
-bool ShmTransport::is_local(uint32_t ip) const noexcept {
+bool ShmTransport::is_local(const IpAddress& addr) const noexcept {
+  if (!addr.is_v4()) return false;  // IPv6 goes through the socket
+  uint32_t ip = addr.v4();
   if ((ip >> 24) == 127) return true;
   return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
 }
@@ -237,7 +239,8 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
   uint32_t total = 0;
   for (unsigned i = 0; i < d.iovcnt; ++i) total += uint32_t(d.iov[i].iov_len);
   uint32_t seg = d.segment_size ? d.segment_size : total;
-  uint32_t src_ip = d.src_ip ? d.src_ip : ((d.dst.ip >> 24) == 127 ? d.dst.ip : kLoopback);
+  uint32_t dst_ip = d.dst.ip.v4();
+  uint32_t src_ip = !d.src_ip.unspecified() ? d.src_ip.v4() : ((dst_ip >> 24) == 127 ? dst_ip : kLoopback);
   unsigned iov = 0;
   size_t iov_off = 0;
   std::lock_guard lock(o.mu);
@@ -255,7 +258,7 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
       iov_off += take;
       if (iov_off == d.iov[iov].iov_len) ++iov, iov_off = 0;
     }
-    ShmRing::Meta meta{src_ip, d.dst.ip, inner_->local_port(), d.dst.port, uint16_t(k), 0};
+    ShmRing::Meta meta{src_ip, dst_ip, inner_->local_port(), d.dst.port, uint16_t(k), 0};
     if (!o.ring.push(meta, parts, lens, n) && !push_waiting(o, meta, parts, lens, n)) return false;
     sent_->fetch_add(1, std::memory_order_relaxed);
     done += len;

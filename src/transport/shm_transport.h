@@ -111,7 +111,7 @@ class ShmTransport final : public DatagramTransport {
 
   ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, std::shared_ptr<Mapping> own,
                ShmDirectory* directory);
-  bool is_local(uint32_t ip) const noexcept;
+  bool is_local(const IpAddress& ip) const noexcept;  // IPv4 only
   Outbound* outbound_for(uint16_t port) noexcept;
   bool push_datagram(Outbound& o, const TxDatagram& d) noexcept;
   bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,

@@ -27,8 +27,15 @@ namespace {
 constexpr size_t kMaxBurst = 64;        // datagrams (or GSO messages) per sendmmsg / recvmmsg
 constexpr size_t kGroMessages = 32;     // recvmmsg buffers with GRO: 64 KiB each
 constexpr uint32_t kGroBuffer = 65536;  // a whole GRO batch
-constexpr size_t kTxControl = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(uint16_t));
-constexpr size_t kRxControl = CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int));
+constexpr size_t kPktinfoSpace = std::max(CMSG_SPACE(sizeof(in_pktinfo)), CMSG_SPACE(sizeof(in6_pktinfo)));
+constexpr size_t kTxControl = kPktinfoSpace + CMSG_SPACE(sizeof(uint16_t));
+constexpr size_t kRxControl = kPktinfoSpace + CMSG_SPACE(sizeof(int));
+
+// A datagram's peer address, either family.
+union SockAddr {
+  sockaddr_in v4;
+  sockaddr_in6 v6;
+};
 
 void set_buffer(int fd, int force_opt, int opt, int bytes) {
   // SO_*BUFFORCE works for root and ignores rmem_max; fall back to the capped option.
@@ -44,6 +51,14 @@ int bind_port(int fd, uint16_t port) {
   return bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
 }
 
+int bind_port6(int fd, uint16_t port) {
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  a.sin6_port = htons(port);
+  return bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+}
+
 // Whether the kernel takes UDP_SEGMENT (Linux 4.18) and UDP_GRO (5.0).
 bool probe_gso(int fd) {
   int zero = 0;
@@ -54,29 +69,55 @@ bool enable_gro(int fd) {
   return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0;
 }
 
+// The source address of an IPv6 datagram (and, for a link-local one, its
+// interface) as a control message.
+size_t put_ipv6_source(cmsghdr* c, const IpAddress& src) {
+  c->cmsg_level = IPPROTO_IPV6;
+  c->cmsg_type = IPV6_PKTINFO;
+  c->cmsg_len = CMSG_LEN(sizeof(in6_pktinfo));
+  in6_pktinfo info{};
+  std::memcpy(&info.ipi6_addr, src.bytes.data(), 16);
+  info.ipi6_ifindex = src.scope;
+  std::memcpy(CMSG_DATA(c), &info, sizeof info);
+  return CMSG_SPACE(sizeof(in6_pktinfo));
+}
+
 // Fills `h` to send `d`, with its control messages in `control`.
-void fill_header(msghdr& h, sockaddr_in& addr, uint8_t* control, const TxDatagram& d) {
-  addr = sockaddr_in{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(d.dst.ip);
-  addr.sin_port = htons(d.dst.port);
+void fill_header(msghdr& h, SockAddr& addr, uint8_t* control, const TxDatagram& d) {
+  bool v4 = d.dst.ip.is_v4();
   h = msghdr{};
+  if (v4) {
+    addr.v4 = sockaddr_in{};
+    addr.v4.sin_family = AF_INET;
+    addr.v4.sin_addr.s_addr = htonl(d.dst.ip.v4());
+    addr.v4.sin_port = htons(d.dst.port);
+    h.msg_namelen = sizeof(sockaddr_in);
+  } else {
+    addr.v6 = sockaddr_in6{};
+    addr.v6.sin6_family = AF_INET6;
+    std::memcpy(&addr.v6.sin6_addr, d.dst.ip.bytes.data(), 16);
+    addr.v6.sin6_port = htons(d.dst.port);
+    addr.v6.sin6_scope_id = d.dst.ip.scope;
+    h.msg_namelen = sizeof(sockaddr_in6);
+  }
   h.msg_name = &addr;
-  h.msg_namelen = sizeof(sockaddr_in);
   h.msg_iov = const_cast<iovec*>(d.iov);
   h.msg_iovlen = d.iovcnt;
-  if (d.src_ip == 0 && d.segment_size == 0) return;
+  if (d.src_ip.unspecified() && d.segment_size == 0) return;
   std::memset(control, 0, kTxControl);
   h.msg_control = control;
   h.msg_controllen = kTxControl;
   size_t used = 0;
   cmsghdr* c = CMSG_FIRSTHDR(&h);
-  if (d.src_ip != 0) {
+  if (!d.src_ip.unspecified() && !v4) {
+    used += put_ipv6_source(c, d.src_ip);
+    c = CMSG_NXTHDR(&h, c);
+  } else if (!d.src_ip.unspecified()) {
     c->cmsg_level = IPPROTO_IP;
     c->cmsg_type = IP_PKTINFO;
     c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
     in_pktinfo info{};
-    info.ipi_spec_dst.s_addr = htonl(d.src_ip);
+    info.ipi_spec_dst.s_addr = htonl(d.src_ip.v4());
     std::memcpy(CMSG_DATA(c), &info, sizeof info);
     used += CMSG_SPACE(sizeof(in_pktinfo));
     c = CMSG_NXTHDR(&h, c);
@@ -96,8 +137,8 @@ void fill_header(msghdr& h, sockaddr_in& addr, uint8_t* control, const TxDatagra
 
 namespace {
 
-// A nonblocking UDP socket with the options both of a transport's sockets
-// need; gso/gro: whether the kernel took UDP_SEGMENT / UDP_GRO.
+// A nonblocking UDP socket with the options every socket of a transport
+// needs; gso/gro: whether the kernel took UDP_SEGMENT / UDP_GRO.
 int open_socket(const UdpConfig& cfg, bool* gso, bool* gro) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
@@ -110,6 +151,27 @@ int open_socket(const UdpConfig& cfg, bool* gso, bool* gro) {
   // DF set: with an unconnected socket the kernel then sends IP ID 0 (design §4).
   int pmtu = IP_PMTUDISC_DO;
   setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
+  set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
+  return fd;
+}
+
+// An IPv6 socket for IPv6 peers only (IPV6_V6ONLY: IPv4 keeps its own
+// socket), with the options of open_socket; -1 when the host has no IPv6.
+// GSO follows the IPv4 socket's (same kernel), and so does GRO, which sizes
+// the receive buffers.
+int open_socket6(const UdpConfig& cfg, bool gro) {
+  if (!cfg.ipv6) return -1;
+  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  int on = 1;
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (gro) (void)enable_gro(fd);
+  // Destination address of received packets (the ICRC covers it).
+  setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on);
+  // No fragmentation by the sender (as DF on IPv4): a too-large packet is refused.
+  int pmtu = IPV6_PMTUDISC_DO;
+  setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
   set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
   set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
   return fd;
@@ -152,6 +214,22 @@ int open_host_socket(const UdpConfig& cfg) {
 
 }  // namespace
 
+// The IPv6 socket on `port` (the private port, or the host's shared with
+// SO_REUSEPORT); -1 when there is none.
+int open_ipv6_on(const UdpConfig& cfg, uint16_t port, bool shared, bool gro) {
+  int fd = open_socket6(cfg, gro);
+  if (fd < 0) return -1;
+  int on = 1;
+  if (shared) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+  if (bind_port6(fd, port) != 0) {
+    std::fprintf(stderr, "uroce: UDP port %u is held by another program for IPv6: no IPv6 there (%s)\n", port,
+                 std::strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 int UdpTransport::set_group(uint32_t group, bool join) noexcept {
   if (host_fd_ < 0) return ENODEV;
   ip_mreqn m{};
@@ -174,7 +252,10 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
     return nullptr;
   }
   int host_fd = open_host_socket(cfg);
-  return std::unique_ptr<UdpTransport>(new UdpTransport(fd, host_fd, wake_fd, port, cfg, gso, gro));
+  auto t = std::unique_ptr<UdpTransport>(new UdpTransport(fd, host_fd, wake_fd, port, cfg, gso, gro));
+  t->fd6_ = open_ipv6_on(cfg, port, false, gro);
+  if (t->fd6_ >= 0 && host_fd >= 0) t->host_fd6_ = open_ipv6_on(cfg, cfg.host_port, true, gro);
+  return t;
 }
 
 UdpTransport::UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro)
@@ -193,6 +274,8 @@ UdpTransport::UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, cons
 UdpTransport::~UdpTransport() {
   close(fd_);
   if (host_fd_ >= 0) close(host_fd_);
+  if (fd6_ >= 0) close(fd6_);
+  if (host_fd6_ >= 0) close(host_fd6_);
   close(wake_fd_);
 }
 
@@ -202,20 +285,31 @@ size_t UdpTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   return done;
 }
 
-// One sendmmsg of up to kMaxBurst datagrams; returns how many are done with
-// (sent, or dropped as a network would drop them).
+// One sendmmsg of up to kMaxBurst datagrams of one address family (the
+// first one's); returns how many are done with (sent, or dropped as a
+// network would drop them).
 size_t UdpTransport::send_some(std::span<TxDatagram> burst) noexcept {
   mmsghdr msgs[kMaxBurst];
-  sockaddr_in addrs[kMaxBurst];
+  SockAddr addrs[kMaxBurst];
   alignas(cmsghdr) uint8_t control[kMaxBurst][kTxControl];
+  bool v4 = burst[0].dst.ip.is_v4();
+  size_t n = 1;
+  while (n < burst.size() && burst[n].dst.ip.is_v4() == v4) ++n;
+  int fd = fd_;
+  if (!v4) {
+    if (fd6_ < 0) return n;  // no IPv6 here: lost, as on a network without a route
+    if (!ipv6_used_.load(std::memory_order_relaxed)) ipv6_used_.store(true, std::memory_order_relaxed);
+    fd = fd6_;
+  }
+  burst = burst.first(n);
   for (size_t i = 0; i < burst.size(); ++i) fill_header(msgs[i].msg_hdr, addrs[i], control[i], burst[i]);
   for (;;) {
-    int sent = sendmmsg(fd_, msgs, unsigned(burst.size()), 0);
+    int sent = sendmmsg(fd, msgs, unsigned(burst.size()), 0);
     if (sent > 0) return size_t(sent);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == ENOBUFS) {
       // Socket buffer full: wait briefly for room rather than dropping.
-      pollfd p{fd_, POLLOUT, 0};
+      pollfd p{fd, POLLOUT, 0};
       if (poll(&p, 1, 10) > 0) continue;
       return 1;
     }
@@ -284,7 +378,7 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
 size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want) noexcept {
   mmsghdr msgs[kMaxBurst];
   iovec iovs[kMaxBurst];
-  sockaddr_in addrs[kMaxBurst];
+  SockAddr addrs[kMaxBurst];
   alignas(cmsghdr) uint8_t control[kMaxBurst][kRxControl];
   for (size_t i = 0; i < want; ++i) {
     iovs[i].iov_base = rx_buffers_.data() + (first + i) * rx_buffer_size_;
@@ -292,7 +386,7 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
     msghdr& h = msgs[i].msg_hdr;
     h = msghdr{};
     h.msg_name = &addrs[i];
-    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_namelen = sizeof(SockAddr);
     h.msg_iov = &iovs[i];
     h.msg_iovlen = 1;
     h.msg_control = control[i];
@@ -307,8 +401,14 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
     m.segment = 0;
     m.offset = 0;
     m.truncated = h.msg_flags & MSG_TRUNC;
-    m.src.ip = ntohl(addrs[i].sin_addr.s_addr);
-    m.src.port = ntohs(addrs[i].sin_port);
+    if (addrs[i].v4.sin_family == AF_INET6) {
+      const sockaddr_in6& a = addrs[i].v6;
+      m.src.ip = IpAddress::from_bytes(a.sin6_addr.s6_addr, a.sin6_scope_id);
+      m.src.port = ntohs(a.sin6_port);
+    } else {
+      m.src.ip = ntohl(addrs[i].v4.sin_addr.s_addr);
+      m.src.port = ntohs(addrs[i].v4.sin_port);
+    }
     m.dst_ip = 0;
     m.dst_port = port;
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
@@ -316,6 +416,10 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
         in_pktinfo info;
         std::memcpy(&info, CMSG_DATA(c), sizeof info);
         m.dst_ip = ntohl(info.ipi_addr.s_addr);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        in6_pktinfo info;
+        std::memcpy(&info, CMSG_DATA(c), sizeof info);
+        m.dst_ip = IpAddress::from_bytes(info.ipi6_addr.s6_addr, uint32_t(info.ipi6_ifindex));
       } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
         int seg;
         std::memcpy(&seg, CMSG_DATA(c), sizeof seg);
@@ -354,12 +458,14 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
   size_t want = rx_messages_.size();
   for (;;) {
     size_t got = recv_into(fd_, port_, 0, want);
-    if (got < want && read_host_socket()) {
+    bool host_due = got < want && read_host_socket();
+    if (host_due) {
       size_t host = recv_into(host_fd_, host_port_, got, want - got);
       host_hot_ = host ? kHostHot : host_hot_ - (host_hot_ > 0);
       if (host == want - got) host_ready_.store(true, std::memory_order_relaxed);  // may have more
       got += host;
     }
+    if (fd6_ >= 0 && got < want) got = recv_ipv6(got, want, host_due);
     if (got > 0) {
       rx_count_ = got;
       rx_next_ = 0;
@@ -373,14 +479,41 @@ size_t UdpTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
   }
 }
 
+size_t UdpTransport::recv_ipv6(size_t got, size_t want, bool host_due) noexcept {
+  constexpr unsigned kIdleSweepEvery = 16;  // of the host socket's rounds, while IPv6 is unused
+  bool used = ipv6_used_.load(std::memory_order_relaxed);
+  bool sweep = host_due && (used || ++ipv6_sweep_ % kIdleSweepEvery == 0);
+  auto take = [](std::atomic<bool>& flag) {
+    return flag.load(std::memory_order_relaxed) && flag.exchange(false, std::memory_order_acq_rel);
+  };
+  if (used || sweep || take(ipv6_ready_)) {
+    size_t n = recv_into(fd6_, port_, got, want - got);
+    if (n > 0 && !used) ipv6_used_.store(true, std::memory_order_relaxed);
+    if (n == want - got) ipv6_ready_.store(true, std::memory_order_relaxed);  // may have more
+    got += n;
+  }
+  if (host_fd6_ >= 0 && got < want && (sweep || take(host6_ready_))) {
+    size_t n = recv_into(host_fd6_, host_port_, got, want - got);
+    if (n > 0) host6_ready_.store(true, std::memory_order_relaxed);  // read it again next time
+    got += n;
+  }
+  return got;
+}
+
 void UdpTransport::wait(int timeout_ms) noexcept {
-  pollfd p[3] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {host_fd_, POLLIN, 0}};  // fd -1: ignored
-  if (poll(p, 3, timeout_ms) <= 0) return;
+  pollfd p[5] = {{fd_, POLLIN, 0},
+                 {wake_fd_, POLLIN, 0},
+                 {host_fd_, POLLIN, 0},
+                 {fd6_, POLLIN, 0},
+                 {host_fd6_, POLLIN, 0}};  // fd -1: ignored
+  if (poll(p, 5, timeout_ms) <= 0) return;
   if (p[1].revents & POLLIN) {
     uint64_t v;
     (void)!read(wake_fd_, &v, sizeof v);
   }
   if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
+  if (p[3].revents & POLLIN) ipv6_ready_.store(true, std::memory_order_release);
+  if (p[4].revents & POLLIN) host6_ready_.store(true, std::memory_order_release);
 }
 
 void UdpTransport::nap(int timeout_us) noexcept {

@@ -1,4 +1,6 @@
-// DatagramTransport over one unconnected IPv4 UDP socket (design §3, §4).
+// DatagramTransport over unconnected UDP sockets (design §3, §4): an IPv4
+// socket on the private port, and beside it an IPv6 one (IPV6_V6ONLY) on the
+// same port for IPv6 peers; the host's port likewise.
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,7 @@ struct UdpConfig {
   // The host's RoCE port, joined with SO_REUSEPORT by every transport of the
   // host (of the same user); 0: none. Never the private port.
   uint16_t host_port = 4791;
+  bool ipv6 = true;  // also IPv6 sockets on both ports, where the host has IPv6
   int socket_buffer_bytes = 32 << 20;
   uint32_t max_datagram = 9216;
   bool gso = true;  // use UDP GSO and GRO where the kernel has them (UROCE_GSO=0: not)
@@ -34,6 +37,8 @@ class UdpTransport final : public DatagramTransport {
   void nap(int timeout_us) noexcept override;
   uint16_t local_port() const noexcept override { return port_; }
   uint16_t host_port() const noexcept override { return host_fd_ >= 0 ? host_port_ : 0; }
+  // Whether IPv6 datagrams can be sent and received (an IPv6 socket is open).
+  bool ipv6() const noexcept { return fd6_ >= 0; }
   unsigned max_gso_segments() const noexcept override {
     return gso_.load(std::memory_order_relaxed) ? kMaxGsoSegments : 1;
   }
@@ -46,6 +51,7 @@ class UdpTransport final : public DatagramTransport {
 
  private:
   UdpTransport(int fd, int host_fd, int wake_fd, uint16_t port, const UdpConfig& cfg, bool gso, bool gro);
+  // One sendmmsg on the socket of the burst's address family.
   size_t send_some(std::span<TxDatagram> burst) noexcept;
   void send_split(const TxDatagram& d) noexcept;
   size_t take_received(std::span<RxDatagram> out) noexcept;
@@ -53,6 +59,8 @@ class UdpTransport final : public DatagramTransport {
   size_t recv_into(int fd, uint16_t port, size_t first, size_t want) noexcept;
   // Whether this receive should also read the host socket.
   bool read_host_socket() noexcept;
+  // Reads the IPv6 sockets into messages from `got` on; returns the new count.
+  size_t recv_ipv6(size_t got, size_t want, bool host_due) noexcept;
 
   // One received (possibly GRO-coalesced) datagram, split by take_received.
   struct RxMessage {
@@ -61,7 +69,7 @@ class UdpTransport final : public DatagramTransport {
     uint32_t segment;  // segment size; len when not coalesced
     uint32_t offset;   // of the next segment to return
     Endpoint src;
-    uint32_t dst_ip;
+    IpAddress dst_ip;
     uint16_t dst_port;
     bool truncated;
   };
@@ -89,6 +97,21 @@ class UdpTransport final : public DatagramTransport {
   std::chrono::steady_clock::time_point host_read_at_{};  // receiver only
   // Receiver thread only: the buffers, and the messages of the last
   // recvmmsg not yet returned (rx_next_ .. rx_count_).
+  // The IPv6 sockets on the private and the host port (-1: none; the host
+  // has no IPv6, or another program holds the port for IPv6). Once IPv6 is
+  // in use (ipv6_used_: a datagram went or came over IPv6) the private one
+  // is read on every receive and the host one whenever the IPv4 host socket
+  // is. Before, each is read when a wait() saw it readable (ipv6_ready_,
+  // host6_ready_) and, for a receiver that never waits here, every 16th
+  // round of the host socket (ipv6_sweep_): so an engine that never meets
+  // an IPv6 peer pays one more system call per 256 receives or so, and one
+  // that does reads IPv6 as promptly as IPv4 after its first datagram.
+  int fd6_ = -1;
+  int host_fd6_ = -1;
+  std::atomic<bool> ipv6_used_{false};
+  std::atomic<bool> ipv6_ready_{false};
+  std::atomic<bool> host6_ready_{false};
+  unsigned ipv6_sweep_ = 0;  // receiver only
   std::vector<uint8_t> rx_buffers_;
   std::vector<RxMessage> rx_messages_;
   size_t rx_count_ = 0;

@@ -11,31 +11,15 @@
 
 namespace uroce::wire {
 
-uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
-  // One 64-byte head: 8 x 0xFF, masked IPv4 header (20), masked UDP header
-  // (8), then the first 28 bytes of the packet (its BTH and 16 more), so that
-  // the head and the rest each go through the folded CRC rather than the
-  // short pieces through zlib's byte loop.
-  constexpr size_t kPseudo = 8 + 20 + 8;
-  uint8_t head[64];
-  std::memset(head, 0xFF, 8);
-  uint8_t* ip = head + 8;
-  ip[0] = 0x45;
-  ip[1] = 0xFF;  // TOS masked
-  store_be16(ip + 2, uint16_t(20 + 8 + roce_len_with_icrc));
-  store_be16(ip + 4, flow.ip_id);
-  store_be16(ip + 6, flow.ip_flags);
-  ip[8] = 0xFF;            // TTL masked
-  ip[9] = 17;              // UDP
-  ip[10] = ip[11] = 0xFF;  // header checksum masked
-  store_be32(ip + 12, flow.src_ip);
-  store_be32(ip + 16, flow.dst_ip);
-  uint8_t* udp = ip + 20;
-  store_be16(udp, flow.src_port);
-  store_be16(udp + 2, flow.dst_port);
-  store_be16(udp + 4, uint16_t(8 + roce_len_with_icrc));
-  udp[6] = udp[7] = 0xFF;  // checksum masked
+namespace {
 
+// The ICRC of a packet whose pseudo-header (8 x 0xFF and the masked IP and
+// UDP headers, kPseudo bytes) starts `head`: the rest of the head is filled
+// with the packet's first bytes, so that the head and the rest each go
+// through the folded CRC rather than the short pieces through zlib's byte
+// loop.
+template <size_t kPseudo>
+uint32_t icrc_after_pseudo(uint8_t (&head)[64], std::span<const iovec> roce) {
   // The packet's first bytes, which may straddle segments.
   size_t got = 0;
   size_t seg = 0, seg_off = 0;
@@ -65,6 +49,63 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
     crc = crc32(crc, base + seg_off, roce[seg].iov_len - seg_off);
   }
   return crc;
+}
+
+// The masked UDP header, 8 bytes at `udp`.
+void put_udp(uint8_t* udp, uint16_t src_port, uint16_t dst_port, size_t roce_len_with_icrc) {
+  store_be16(udp, src_port);
+  store_be16(udp + 2, dst_port);
+  store_be16(udp + 4, uint16_t(8 + roce_len_with_icrc));
+  udp[6] = udp[7] = 0xFF;  // checksum masked
+}
+
+}  // namespace
+
+uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
+  // One 64-byte head: 8 x 0xFF, masked IPv4 header (20), masked UDP header
+  // (8), then the first 28 bytes of the packet (its BTH and 16 more).
+  uint8_t head[64];
+  std::memset(head, 0xFF, 8);
+  uint8_t* ip = head + 8;
+  ip[0] = 0x45;
+  ip[1] = 0xFF;  // TOS masked
+  store_be16(ip + 2, uint16_t(20 + 8 + roce_len_with_icrc));
+  store_be16(ip + 4, flow.ip_id);
+  store_be16(ip + 6, flow.ip_flags);
+  ip[8] = 0xFF;            // TTL masked
+  ip[9] = 17;              // UDP
+  ip[10] = ip[11] = 0xFF;  // header checksum masked
+  store_be32(ip + 12, flow.src_ip);
+  store_be32(ip + 16, flow.dst_ip);
+  put_udp(ip + 20, flow.src_port, flow.dst_port, roce_len_with_icrc);
+  return icrc_after_pseudo<8 + 20 + 8>(head, roce);
+}
+
+uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
+  // 8 x 0xFF, masked IPv6 header (40), masked UDP header (8), then the
+  // packet's first 8 bytes (roce-facts §3.1; rxe_icrc.c masks the same).
+  uint8_t head[64];
+  std::memset(head, 0xFF, 8);
+  uint8_t* ip = head + 8;
+  ip[0] = 0x6F;                                          // version 6; traffic class (high nibble) masked
+  ip[1] = ip[2] = ip[3] = 0xFF;                          // traffic class (low nibble) and flow label masked
+  store_be16(ip + 4, uint16_t(8 + roce_len_with_icrc));  // payload length: UDP header and payload
+  ip[6] = 17;                                            // next header: UDP
+  ip[7] = 0xFF;                                          // hop limit masked
+  std::memcpy(ip + 8, flow.src_ip.data(), 16);
+  std::memcpy(ip + 24, flow.dst_ip.data(), 16);
+  put_udp(ip + 40, flow.src_port, flow.dst_port, roce_len_with_icrc);
+  return icrc_after_pseudo<8 + 40 + 8>(head, roce);
+}
+
+uint32_t icrc_ipv6(const Ipv6Flow& flow, const uint8_t* packet, size_t len_with_icrc) {
+  iovec v{const_cast<uint8_t*>(packet), len_with_icrc - kIcrcSize};
+  return icrc_ipv6(flow, std::span<const iovec>(&v, 1), len_with_icrc);
+}
+
+bool icrc_matches(const IpFlow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received) {
+  if (flow.ipv6) return icrc_ipv6(flow.v6, packet, len_with_icrc) == received;
+  return icrc_ipv4_matches(flow.v4, packet, len_with_icrc, received);
 }
 
 uint32_t icrc_ipv4(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc) {

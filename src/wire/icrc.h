@@ -3,13 +3,16 @@
 // The CRC covers 8 bytes of 0xFF (stand-in for the LRH), the IP header and UDP
 // header with their variant fields masked to ones, the BTH with byte 4 masked,
 // and everything after it up to (not including) the ICRC. uroce only sees the
-// UDP payload, so the IPv4 and UDP headers are reconstructed from the
+// UDP payload, so the IP and UDP headers are reconstructed from the
 // addresses and lengths: uroce senders use an unconnected socket with DF set,
 // which makes the kernel send IPv4 identification 0 and flags DF (design §4).
+// IPv6 has no such field: everything the ICRC covers (payload length, next
+// header, addresses) is known from the datagram.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -34,6 +37,35 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
 // Convenience for a contiguous packet (BTH .. ICRC inclusive).
 uint32_t icrc_ipv4(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc);
 
+// The addressing of a packet over IPv6: addresses in network byte order,
+// ports in host byte order. The ICRC masks traffic class, flow label and hop
+// limit, so they need not be known.
+struct Ipv6Flow {
+  std::array<uint8_t, 16> src_ip{};
+  std::array<uint8_t, 16> dst_ip{};
+  uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+};
+
+uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc);
+uint32_t icrc_ipv6(const Ipv6Flow& flow, const uint8_t* packet, size_t len_with_icrc);
+
+// A packet's addressing over either IP version: `v4` unless `ipv6`. An
+// IPv4 flow converts implicitly.
+struct IpFlow {
+  Ipv4Flow v4;
+  bool ipv6 = false;
+  Ipv6Flow v6;
+
+  IpFlow() = default;
+  IpFlow(const Ipv4Flow& f) : v4(f) {}  // NOLINT(google-explicit-constructor)
+  explicit IpFlow(const Ipv6Flow& f) : ipv6(true), v6(f) {}
+};
+
+inline uint32_t icrc(const IpFlow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
+  return flow.ipv6 ? icrc_ipv6(flow.v6, roce, roce_len_with_icrc) : icrc_ipv4(flow.v4, roce, roce_len_with_icrc);
+}
+
 // IP identification of segments sent with UDP GSO (transport/udp_transport.h).
 //
 // The ICRC covers the IPv4 identification. An unconnected DF socket sends a
@@ -56,6 +88,8 @@ bool icrc_matches_gso_id(uint32_t computed, uint16_t tried, uint32_t received, s
 // A received packet's check: its ICRC `received` is that of the packet
 // (BTH .. ICRC inclusive) with flow.ip_id, or with any GSO identification.
 bool icrc_ipv4_matches(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
+// The same for either IP version (IPv6: the ICRC computed, nothing to guess).
+bool icrc_matches(const IpFlow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
 
 // The change of the ICRC of a packet of `roce_len_with_icrc` bytes when its
 // IPv4 identification changes by XOR `id_xor` (for tests and the above).

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Captures the traffic of an ibv_rc_pingpong pair and of an ibv_xsrq_pingpong pair (XRC:
-# opcodes 0xA0-0xB7, requests with an XRCETH) running over uroce on `lo` and checks it with
-# two independent tools:
+# Captures the traffic of an ibv_rc_pingpong pair, of an ibv_xsrq_pingpong pair (XRC:
+# opcodes 0xA0-0xB7, requests with an XRCETH) and of an ibv_rc_pingpong pair over IPv6
+# (::1, by its GID index; the kernel's own IPv6 headers) running over uroce on `lo` and
+# checks it with two independent tools:
 #   (a) tshark decodes every uroce packet as InfiniBand (RoCEv2), none malformed, no
 #       expert warning or error;
 #   (b) tests/tools/icrc_check.py recomputes every ICRC (zlib.crc32, facts sheet §3.1).
 #
 #   capture_check.sh [--outdir DIR] [--port TCPPORT] [--launcher PATH]
 #
-# The pairs use TCP ports TCPPORT (RC) and TCPPORT+1 (XRC).
+# The pairs use TCP ports TCPPORT (RC), TCPPORT+1 (XRC) and TCPPORT+2 (IPv6).
 #
 # Everything runs in a network namespace of its own whose `lo` takes GSO messages of one
 # segment only (gso_max_segs 1): uroce's GSO messages are then split into datagrams before
@@ -36,6 +37,7 @@ if [[ -z ${CAPTURE_CHECK_NETNS:-} ]]; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+launcher=${UROCE_LAUNCHER:-$here/../../build/bin/uroce}
 outdir=capture_check
 tcp_port=18730
 launcher_args=()
@@ -47,7 +49,7 @@ while (($#)); do
   case $1 in
     --outdir) outdir=$2; shift 2 ;;
     --port) tcp_port=$2; shift 2 ;;
-    --launcher) launcher_args=(--launcher "$2"); shift 2 ;;
+    --launcher) launcher_args=(--launcher "$2"); launcher=$2; shift 2 ;;
     *) echo "capture_check: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -102,6 +104,16 @@ xrc_port=$((tcp_port + 1))
   --outdir "$outdir" --port "$xrc_port" --expect '^success$' \
   --server ibv_xsrq_pingpong -g 0 -s "$size" -n "$iters" -m "$mtu" -p "$xrc_port" \
   --client ibv_xsrq_pingpong -g 0 -s "$size" -n "$iters" -m "$mtu" -p "$xrc_port" 127.0.0.1
+# IPv6: ::1 by its GID index (the namespace's lo has it unless IPv6 is off).
+gid6=$(timeout 20 "$launcher" devices | awk '$1 ~ /^GID\[[0-9]+\]$/ && $2 == "::1," { gsub(/[^0-9]/, "", $1); print $1; exit }')
+[[ -n $gid6 ]] || fail "::1 is not among uroce0's GIDs in the capture namespace"
+v6_port=$((tcp_port + 2))
+"$here/run_pair.sh" ${launcher_args[@]+"${launcher_args[@]}"} --name pingpong6 \
+  --outdir "$outdir" --port "$v6_port" \
+  --expect "^$((2 * size * iters)) bytes in" --expect "^$iters iters in" --expect "GID ::1$" \
+  --reject 'invalid data in page' \
+  --server ibv_rc_pingpong -g "$gid6" -c -s "$size" -n "$iters" -m "$mtu" -p "$v6_port" \
+  --client ibv_rc_pingpong -g "$gid6" -c -s "$size" -n "$iters" -m "$mtu" -p "$v6_port" 127.0.0.1
 
 sleep 0.5
 kill -INT "$dumpcap_pid"
@@ -120,10 +132,11 @@ lid_ports() {  # LOG... -> the distinct ports, one per line
 }
 mapfile -t rc_ports < <(lid_ports "$outdir"/pingpong.*.log)
 mapfile -t xrc_ports < <(lid_ports "$outdir"/xsrq_pingpong.*.log)
-echo "capture_check: UDP ports of the RC pair: ${rc_ports[*]}; of the XRC pair: ${xrc_ports[*]}"
-((${#rc_ports[@]} == 2 && ${#xrc_ports[@]} == 2)) ||
-  fail "expected each pair's two LIDs (UDP ports) in the output, found: ${rc_ports[*]:-none} / ${xrc_ports[*]:-none}"
-ports=("${rc_ports[@]}" "${xrc_ports[@]}")
+mapfile -t v6_ports < <(lid_ports "$outdir"/pingpong6.*.log)
+echo "capture_check: UDP ports of the RC pair: ${rc_ports[*]}; of the XRC pair: ${xrc_ports[*]}; of the IPv6 pair: ${v6_ports[*]}"
+((${#rc_ports[@]} == 2 && ${#xrc_ports[@]} == 2 && ${#v6_ports[@]} == 2)) ||
+  fail "expected each pair's two LIDs (UDP ports) in the output, found: ${rc_ports[*]:-none} / ${xrc_ports[*]:-none} / ${v6_ports[*]:-none}"
+ports=("${rc_ports[@]}" "${xrc_ports[@]}" "${v6_ports[@]}")
 
 decode_as=()
 for p in "${ports[@]}"; do decode_as+=(-d "udp.port==$p,infiniband"); done
@@ -144,8 +157,9 @@ tshark -r "$pcap" "${decode_as[@]}" -Y "$filter" -T fields -E separator=/t \
   >"$outdir/tshark.tsv" 2>"$outdir/tshark.log" \
   || { cat "$outdir/tshark.log" >&2; fail "tshark could not read the capture"; }
 frames=$(wc -l <"$outdir/tshark.tsv")
-bad=$(awk -F'\t' -v rc=" ${rc_ports[*]} " -v xrc=" ${xrc_ports[*]} " '
-  !(index(rc, " " $6 " ") && index(rc, " " $7 " ")) && !(index(xrc, " " $6 " ") && index(xrc, " " $7 " ")) {
+bad=$(awk -F'\t' -v rc=" ${rc_ports[*]} " -v xrc=" ${xrc_ports[*]} " -v v6=" ${v6_ports[*]} " '
+  !(index(rc, " " $6 " ") && index(rc, " " $7 " ")) && !(index(xrc, " " $6 " ") && index(xrc, " " $7 " ")) &&
+  !(index(v6, " " $6 " ") && index(v6, " " $7 " ")) {
     print "frame " $1 ": UDP " $6 " -> " $7 " is not between the two ports of one pair"; next }
   $2 !~ /(^|:)infiniband(:|$)/ { print "frame " $1 ": not decoded as infiniband: " $2; next }
   $3 != ""                     { print "frame " $1 ": malformed: " $5; next }
@@ -165,11 +179,19 @@ fi
 # Every request packet of the exchanges must be there: each side of each pair sends $iters
 # messages of ceil(size/mtu) packets (ACKs come on top); the XRC ones with XRC opcodes
 # (0xA0-0xB7: Wireshark names them "Extended Reliable Connection (XRC)").
-min_frames=$((2 * 2 * iters * ((size + mtu - 1) / mtu)))
+min_frames=$((3 * 2 * iters * ((size + mtu - 1) / mtu)))
 ((frames >= min_frames)) || fail "only $frames frames captured, expected at least $min_frames"
 xrc_frames=$(tshark -r "$pcap" "${decode_as[@]}" -Y "$filter && infiniband.bth.opcode >= 0xa0 && infiniband.bth.opcode <= 0xb7" \
   -T fields -e frame.number 2>/dev/null | wc -l)
 ((xrc_frames >= 2 * iters * ((size + mtu - 1) / mtu))) || fail "only $xrc_frames XRC frames captured"
+# ... and the IPv6 pair's over IPv6, between ::1 and ::1.
+v6_filter="udp.port in {$(IFS=,; echo "${v6_ports[*]}")}"
+v6_frames=$(tshark -r "$pcap" "${decode_as[@]}" -Y "$v6_filter && ipv6.src == ::1 && ipv6.dst == ::1 && infiniband" \
+  -T fields -e frame.number 2>/dev/null | wc -l)
+v6_all=$(tshark -r "$pcap" "${decode_as[@]}" -Y "$v6_filter" -T fields -e frame.number 2>/dev/null | wc -l)
+((v6_frames >= 2 * iters * ((size + mtu - 1) / mtu) && v6_frames == v6_all)) ||
+  fail "the IPv6 pair: $v6_frames of $v6_all frames are RoCEv2 over IPv6 between ::1 and ::1"
+echo "capture_check: the IPv6 pair: $v6_frames frames, all RoCEv2 over IPv6"
 
 # (b) independent ICRC check over the same packets.
 port_args=()

@@ -13,6 +13,9 @@
 #          number of packets (each side sees what the other sent, and its own).
 #          Then with UROCE_PCAP_LIMIT_MB=1 and 64 KiB messages (5 MB of traffic): the
 #          file stays within 1 MiB and still holds only whole, valid packets.
+#          Then over IPv6 (the GID of ::1, when the host has it): every record is an
+#          IPv6 packet (the files are LINKTYPE_RAW, which carries both), decoded as
+#          infiniband with the same checks and every ICRC (IPv6 pseudo-header) valid.
 # No root needed: nothing is captured on an interface. Skipped (77) without tshark.
 set -euo pipefail
 launcher=$1 port=$2 outdir=$3
@@ -22,13 +25,13 @@ fail() { echo "pcap_check: FAIL: $*" >&2; exit 1; }
 rm -rf "$outdir" && mkdir -p "$outdir"
 
 run_pair() { # NAME ARGS...: the pair with captures in OUTDIR/NAME-<pid>.pcap; LID ports in $ports
-  local name=$1
+  local name=$1            # ($gid: the GID index, default 0)
   shift
-  UROCE_PCAP="$outdir/$name-%p.pcap" timeout 30 "$launcher" run ibv_rc_pingpong -g 0 -p "$port" "$@" \
+  UROCE_PCAP="$outdir/$name-%p.pcap" timeout 30 "$launcher" run ibv_rc_pingpong -g "${gid:-0}" -p "$port" "$@" \
     >"$outdir/$name.server.log" 2>&1 &
   local server=$!
   for _ in $(seq 100); do grep -q ":$(printf '%04X' "$port") 00000000:0000 0A" /proc/net/tcp && break; sleep 0.05; done
-  UROCE_PCAP="$outdir/$name-%p.pcap" timeout 30 "$launcher" run ibv_rc_pingpong -g 0 -p "$port" "$@" 127.0.0.1 \
+  UROCE_PCAP="$outdir/$name-%p.pcap" timeout 30 "$launcher" run ibv_rc_pingpong -g "${gid:-0}" -p "$port" "$@" 127.0.0.1 \
     >"$outdir/$name.client.log" 2>&1 || { kill "$server" 2>/dev/null; fail "$name: client failed"; }
   wait "$server" || fail "$name: server failed"
   ports=$(grep -ho 'local address:  LID 0x[0-9a-f]*' "$outdir/$name".*.log | while read -r _ _ _ lid; do echo $((lid)); done)
@@ -75,4 +78,20 @@ for f in "$outdir"/limited-*.pcap; do
   ((size <= 1048576)) || fail "$f: $size bytes beyond the 1 MiB limit"
   check_file "$f" >/dev/null
 done
+gid6=$(timeout 20 "$launcher" devices | awk '$1 ~ /^GID\[[0-9]+\]$/ && $2 == "::1," { gsub(/[^0-9]/, "", $1); print $1; exit }')
+if [[ -n $gid6 ]]; then
+  gid=$gid6 run_pair ipv6 -n 50 -s 4097 -m 1024
+  files=("$outdir"/ipv6-*.pcap)
+  ((${#files[@]} == 2)) || fail "ipv6: expected 2 capture files, found ${#files[@]}"
+  n1=$(check_file "${files[0]}") n2=$(check_file "${files[1]}")
+  ((n1 == n2)) || fail "ipv6: the two captures differ: $n1 vs $n2 packets"
+  mapfile -t decode < <(decode_args)
+  for f in "${files[@]}"; do
+    v6=$(tshark -r "$f" "${decode[@]}" -Y 'ipv6.src == ::1 && ipv6.dst == ::1 && infiniband' 2>/dev/null | wc -l)
+    ((v6 == n1)) || fail "$f: $v6 of $n1 packets are IPv6 packets between ::1 and ::1"
+  done
+  echo "pcap_check: IPv6 (GID $gid6, ::1): $n1 packets in each file, all IPv6, every ICRC valid"
+else
+  echo "pcap_check: ::1 is not among the GIDs: the IPv6 capture is skipped"
+fi
 echo "pcap_check: PASSED"

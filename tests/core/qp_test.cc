@@ -133,7 +133,7 @@ TEST_F(QpTest, BadPortAndPkeyIndex) {
   EXPECT_EQ(qp->state(), IBV_QPS_RESET);
 }
 
-// Expect AV errors (no GRH, sgid_index out of range, non-IPv4-mapped GID, bad
+// Expect AV errors (no GRH, sgid_index out of range, an IPv6 GID from an IPv4 GID, bad
 // AV port) and a bad path MTU to be EINVAL at INIT→RTR.
 TEST_F(QpTest, BadAddressVector) {
   auto qp = make(IBV_QPT_RC);

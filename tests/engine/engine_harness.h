@@ -63,7 +63,7 @@ class FakeTransport : public transport::DatagramTransport {
       for (size_t off = 0; off < bytes.size() || off == 0; off += seg, ++id) {
         Sent s;
         s.dst = d.dst;
-        s.src_ip = d.src_ip;
+        s.src_ip = d.src_ip.v4();
         s.message = messages_;
         s.segment_size = d.segment_size;
         s.ip_id = id;
@@ -363,7 +363,7 @@ class EngineTest : public ::testing::Test {
       wire::PacketView v;
       EXPECT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v), wire::ParseError::kNone);
       if (!v.info) continue;
-      wire::Ipv4Flow flow{s.src_ip, s.dst.ip, kLocalPort, s.dst.port, s.ip_id};
+      wire::Ipv4Flow flow{s.src_ip, s.dst.ip.v4(), kLocalPort, s.dst.port, s.ip_id};
       EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()), v.icrc_wire()) << "bad ICRC on the wire";
       Pkt p;
       wire::Bth bth = v.bth();

@@ -261,7 +261,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     d.src = transport::Endpoint{(control & 1) ? 0x0A000063u : kPeerIp, kPeerPort};
     d.dst_ip = rig.local_ip;
     if ((control & 16) && p.size() >= wire::kBthSize + wire::kIcrcSize) {
-      wire::Ipv4Flow flow{d.src.ip, d.dst_ip, d.src.port, kLocalPort};
+      wire::Ipv4Flow flow{d.src.ip.v4(), d.dst_ip.v4(), d.src.port, kLocalPort};
       uint32_t crc = wire::icrc_ipv4(flow, p.data(), p.size());
       std::memcpy(p.data() + p.size() - 4, &crc, 4);
     }

@@ -7,7 +7,7 @@
 # names (lid: the peer's LID; 0 or >= 0xC000: the host's RoCE port 4791).
 #
 #   run_gid_qpn.sh --launcher PATH --program PATH [--dlid lid|0|0xC123] [--subnet N]
-#                  [--iters N] [--kill-restart] [--outdir DIR] [--timeout SECONDS]
+#                  [--iters N] [--kill-restart] [--ipv6] [--outdir DIR] [--timeout SECONDS]
 #
 # Processes p0..p5, p0 p2 p4 on host A (10.231.N.1), p1 p3 p5 on host B (10.231.N.2);
 # pi listens on TCP 18780+i and accepts the i sessions of p0..p(i-1), and connects to each
@@ -21,13 +21,18 @@
 # (its TCP connection closed) and accept the restarted p0's new one (--max-lost 1), their
 # other sessions must pass untouched, and the restarted p0 must pass all five sessions.
 #
+# --ipv6: the veth ends also get fd10:231:N::1 and ::2 (no DAD), and every process uses its
+# host's IPv6 GID (--gid-index: the index of that address in uroce0's table), so the RoCE
+# traffic, 4791 and the relay between a host's processes included, is IPv6; the TCP side
+# channel stays IPv4.
+#
 # Needs root and iproute2 (CI runs as root); exits 77 (skipped) otherwise. Every process
 # started is killed when the script exits; every wait is bounded by --timeout (default 60,
 # times UROCE_TIMEOUT_SCALE), and each process's waits by 5 s times UROCE_TIMEOUT_SCALE.
 # Logs: OUTDIR/gid_qpn.<dlid>[.kill].pI.log.
 set -euo pipefail
 
-launcher='' program='' dlid=lid subnet=74 iters='' kill_restart=0 outdir=. timeout_s=60
+launcher='' program='' dlid=lid subnet=74 iters='' kill_restart=0 ipv6=0 outdir=. timeout_s=60
 die() { echo "run_gid_qpn: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -37,6 +42,7 @@ while (($#)); do
     --subnet) subnet=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --kill-restart) kill_restart=1; shift ;;
+    --ipv6) ipv6=1; shift ;;
     --outdir) outdir=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     *) die "unknown option '$1' (see the comment at the top of $0)" ;;
@@ -58,6 +64,7 @@ if ((kill_restart)); then
 else
   iters=${iters:-10} pace=() max_lost=() tag=gid_qpn.$dlid
 fi
+((ipv6)) && tag=$tag.ipv6
 mkdir -p "$outdir"
 
 ip_a=10.231.$subnet.1 ip_b=10.231.$subnet.2
@@ -87,12 +94,28 @@ ip link set "$veth_a" netns "$ns_a"
 ip link set "$veth_b" netns "$ns_b"
 ip -n "$ns_a" addr add "$ip_a/24" dev "$veth_a"
 ip -n "$ns_b" addr add "$ip_b/24" dev "$veth_b"
+if ((ipv6)); then
+  ip -n "$ns_a" -6 addr add "fd10:231:$subnet::1/64" dev "$veth_a" nodad
+  ip -n "$ns_b" -6 addr add "fd10:231:$subnet::2/64" dev "$veth_b" nodad
+fi
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
 ip -n "$ns_a" link set "$veth_a" up
 ip -n "$ns_b" link set "$veth_b" up
 
+# The GID index of each host's address (0, the IPv4 one, unless --ipv6).
+gid_index_in() { # NS ADDRESS
+  ip netns exec "$1" "$launcher" devices |
+    awk -v a="$2" '$1 ~ /^GID\[[0-9]+\]$/ { g = $2; sub(/,$/, "", g); if (g == a) { gsub(/[^0-9]/, "", $1); print $1; exit } }'
+}
+gid_a=0 gid_b=0
+if ((ipv6)); then
+  gid_a=$(gid_index_in "$ns_a" "fd10:231:$subnet::1") gid_b=$(gid_index_in "$ns_b" "fd10:231:$subnet::2")
+  [[ -n $gid_a && -n $gid_b ]] || die "the IPv6 addresses are not among uroce0's GIDs in the namespaces"
+fi
+
 ns_of() { if (($1 % 2 == 0)); then echo "$ns_a"; else echo "$ns_b"; fi; }
 ip_of() { if (($1 % 2 == 0)); then echo "$ip_a"; else echo "$ip_b"; fi; }
+gid_of() { if (($1 % 2 == 0)); then echo "$gid_a"; else echo "$gid_b"; fi; }
 log_of() { echo "$outdir/$tag.p$1${2:-}.log"; }
 
 deadline=$((SECONDS + timeout_s))
@@ -113,7 +136,8 @@ fail() {
 # both exec, so $! is the program's own pid.
 start() {
   local i=$1 j args
-  args=(--name "p$i" --dlid "$dlid" --iters "$iters" --deadline-s "$timeout_s" --timeout-ms "$wait_ms" "${pace[@]}")
+  args=(--name "p$i" --dlid "$dlid" --iters "$iters" --deadline-s "$timeout_s" --timeout-ms "$wait_ms"
+        --gid-index "$(gid_of "$i")" "${pace[@]}")
   ((i > 0)) && args+=(--server --port $((18780 + i)) --peers "$i" "${max_lost[@]}")
   for ((j = i + 1; j < 6; j++)); do args+=(--connect "$(ip_of "$j"):$((18780 + j))"); done
   ip netns exec "$(ns_of "$i")" "$launcher" run -- "$program" "${args[@]}" >"$(log_of "$i" "${2:-}")" 2>&1 &
@@ -169,4 +193,4 @@ for i in 0 1 2 3 4 5; do
   grep -qE "$want" "$(log_of "$i" "$suffix")" || fail "p$i: no line matching '$want'"
 done
 echo "run_gid_qpn: $tag: passed: 6 processes, 15 sessions of $iters rounds by GID + QPN (dlid $dlid)$(
-  ((kill_restart)) && echo ", p0 killed and restarted mid-run")"
+  ((kill_restart)) && echo ", p0 killed and restarted mid-run")$( ((ipv6)) && echo ", over IPv6 (GID indexes $gid_a, $gid_b)")"

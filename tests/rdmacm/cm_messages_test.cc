@@ -307,8 +307,33 @@ TEST(CmaHeader, Ipv4Layout) {
   EXPECT_EQ(h->src_port, 7471);
   EXPECT_EQ(h->src_ip, 0x7F000001u);
   EXPECT_EQ(h->dst_ip, 0xC0000202u);
-  b[1] = 0x60;  // IPv6: not produced by uroce
+  b[1] = 0x50;  // neither IPv4 nor IPv6
   EXPECT_FALSE(decode_cma_header(std::span<const uint8_t, kCmaHeaderSize>(b)).has_value());
+}
+
+// roce-facts §7.6: IP version 6 in the high nibble of byte 1, the addresses
+// whole in bytes 4-19 and 20-35 (no scope on the wire).
+TEST(CmaHeader, Ipv6Layout) {
+  IpAddr src, dst;
+  const uint8_t s6[16] = {0xFD, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const uint8_t d6[16] = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 2};
+  std::memcpy(src.bytes.data(), s6, 16);
+  std::memcpy(dst.bytes.data(), d6, 16);
+  dst.scope = 7;
+  uint8_t b[kCmaHeaderSize];
+  encode_cma_header({18832, src, dst}, std::span<uint8_t, kCmaHeaderSize>(b));
+  EXPECT_EQ(b[0], 0x00);
+  EXPECT_EQ(b[1], 0x60);
+  EXPECT_EQ(b[2] << 8 | b[3], 18832);
+  EXPECT_EQ(std::memcmp(b + 4, s6, 16), 0);
+  EXPECT_EQ(std::memcmp(b + 20, d6, 16), 0);
+  auto h = decode_cma_header(std::span<const uint8_t, kCmaHeaderSize>(b));
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->src_port, 18832);
+  EXPECT_EQ(h->src_ip, src);
+  EXPECT_FALSE(h->dst_ip.is_v4());
+  EXPECT_EQ(h->dst_ip.bytes, dst.bytes);
+  EXPECT_EQ(h->dst_ip.scope, 0u);  // the interface is the receiver's to know
 }
 
 }  // namespace

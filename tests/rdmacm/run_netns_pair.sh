@@ -9,7 +9,11 @@
 #
 # The server's address is 10.231.N.1, the client's 10.231.N.2 (N: 0-255, one per
 # test so that tests can run in parallel); @SERVER@ in a command is replaced by the
-# server's address. Needs root (CI runs as root); exits 77 (skipped) otherwise.
+# server's address. With --ipv6 the veth also carries IPv6 (tests/netns/netns_pair.sh):
+# @SERVER6@ / @CLIENT6@ are the two ends' fd10:231:N::1 / ::2, @SERVER_LL@ / @CLIENT_LL@
+# their link-local addresses, and @SERVER_LL_SCOPED@ the server's link-local address as
+# the client names it (fe80::...%<the client's interface>). Needs root (CI runs as
+# root); exits 77 (skipped) otherwise.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,6 +24,7 @@ while (($#)); do
     --launcher) launcher=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --subnet) subnet=$2; shift 2 ;;
+    --ipv6) export NETNS_IPV6=1; shift ;;
     --outdir) outdir=$2; shift 2 ;;
     --server)
       shift
@@ -39,7 +44,15 @@ trap netns_pair_down EXIT
 netns_pair_up "$name" "$subnet"
 server_ip=$netns_ip_a client_ip=$netns_ip_b ns_s=$netns_a ns_c=$netns_b
 
-subst() { local a; for a in "$@"; do printf '%s\n' "${a//@SERVER@/$server_ip}"; done; }
+subst() {
+  local a
+  for a in "$@"; do
+    a=${a//@SERVER_LL_SCOPED@/$netns_ll_a%$netns_if_b}
+    a=${a//@SERVER_LL@/$netns_ll_a} a=${a//@CLIENT_LL@/$netns_ll_b}
+    a=${a//@SERVER6@/$netns_ip6_a} a=${a//@CLIENT6@/$netns_ip6_b}
+    printf '%s\n' "${a//@SERVER@/$server_ip}"
+  done
+}
 mapfile -t server < <(subst "${server[@]}")
 mapfile -t client < <(subst "${client[@]}")
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -31,6 +32,8 @@ struct Received {
   bool truncated;
   uint16_t src_port;
   uint16_t dst_port;
+  IpAddress src_ip;
+  IpAddress dst_ip;
 };
 
 // Receives until `want` datagrams arrived or `limit` passed.
@@ -43,7 +46,7 @@ std::vector<Received> receive(UdpTransport& t, size_t want, size_t burst = 64,
     size_t n = t.recv_burst(rx, 100);
     for (size_t i = 0; i < n; ++i)
       got.push_back(Received{std::vector<uint8_t>(rx[i].data, rx[i].data + rx[i].len), rx[i].gso_index, rx[i].truncated,
-                             rx[i].src.port, rx[i].dst_port});
+                             rx[i].src.port, rx[i].dst_port, rx[i].src.ip, rx[i].dst_ip});
   }
   return got;
 }
@@ -182,6 +185,128 @@ TEST(UdpTransportHostPort, SharedPortReachesOneTransport) {
   std::vector<Received> got = receive(*b, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].dst_port, b->local_port());
+}
+
+const IpAddress kLoopback6 =
+    IpAddress::from_bytes(std::array<uint8_t, 16>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}.data());
+
+// IPv6: each transport also has an IPv6 socket on its private port. A
+// datagram to [::1]:port from ::1 / Expect it to arrive with both addresses
+// (IPV6_RECVPKTINFO) and ports, although the receiver never used IPv6 before
+// (its IPv6 socket is read once a wait saw it readable).
+TEST(UdpTransportIpv6, DatagramCarriesAddresses) {
+  auto tx = open_transport(false);
+  auto rx = open_transport(false);
+  if (!tx->ipv6() || !rx->ipv6()) GTEST_SKIP() << "no IPv6 on this host";
+  Message m(rx->local_port(), 0, 100, 100, 3);
+  m.d.segment_size = 0;
+  m.d.dst.ip = kLoopback6;
+  m.d.src_ip = kLoopback6;
+  ASSERT_EQ(tx->send_burst(std::span(&m.d, 1)), 1u);
+  auto got = receive(*rx, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].bytes, m.segments[0]);
+  EXPECT_EQ(got[0].src_ip, kLoopback6);
+  EXPECT_EQ(got[0].dst_ip, kLoopback6);
+  EXPECT_EQ(got[0].src_port, tx->local_port());
+  EXPECT_EQ(got[0].dst_port, rx->local_port());
+}
+
+// One burst mixing IPv4 and IPv6 datagrams (two runs of each) / Expect every
+// one to arrive over its own family.
+TEST(UdpTransportIpv6, MixedBurstGoesOutOverBothFamilies) {
+  auto tx = open_transport(false);
+  auto rx = open_transport(false);
+  if (!tx->ipv6() || !rx->ipv6()) GTEST_SKIP() << "no IPv6 on this host";
+  std::vector<Message> ms;
+  for (uint8_t k = 0; k < 6; ++k) ms.emplace_back(rx->local_port(), 0, 50, 50, uint8_t(k * 10));
+  std::vector<TxDatagram> ds;
+  for (size_t k = 0; k < ms.size(); ++k) {
+    ms[k].d.segment_size = 0;
+    if (k == 1 || k == 2 || k == 4) ms[k].d.dst.ip = kLoopback6;
+    ds.push_back(ms[k].d);
+  }
+  ASSERT_EQ(tx->send_burst(ds), ds.size());
+  auto got = receive(*rx, 6);
+  ASSERT_EQ(got.size(), 6u);
+  unsigned v6 = 0;
+  for (const Received& r : got) {
+    bool six = !r.src_ip.is_v4();
+    v6 += six;
+    uint8_t k = uint8_t(r.bytes[0] / 10);
+    EXPECT_EQ(six, k == 1 || k == 2 || k == 4) << "datagram " << unsigned(k);
+    EXPECT_EQ(r.dst_ip, six ? kLoopback6 : IpAddress(kLoopback));
+  }
+  EXPECT_EQ(v6, 3u);
+}
+
+// A GSO message over IPv6 / Expect its segments, numbered by GRO as over IPv4.
+TEST(UdpTransportIpv6, GsoMessageArrivesAsItsSegments) {
+  auto tx = open_transport(true);
+  auto rx = open_transport(true);
+  if (!tx->ipv6() || !rx->ipv6()) GTEST_SKIP() << "no IPv6 on this host";
+  if (tx->max_gso_segments() == 1) GTEST_SKIP() << "this kernel has no UDP GSO";
+  Message m(rx->local_port(), 5, 1000, 300);
+  m.d.dst.ip = kLoopback6;
+  ASSERT_EQ(tx->send_burst(std::span(&m.d, 1)), 1u);
+  auto got = receive(*rx, 6);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(got[i].bytes, m.segments[i]) << "segment " << i;
+    EXPECT_EQ(got[i].src_ip, kLoopback6);
+    if (rx->gro()) {
+      EXPECT_EQ(got[i].gso_index, i);
+    }
+  }
+}
+
+// The host's port over IPv6 / Expect a datagram to it to reach one of the
+// transports sharing it, which reports the port it arrived at.
+TEST(UdpTransportIpv6, SharedHostPort) {
+  UdpConfig cfg;
+  cfg.host_port = uint16_t(45000 + getpid() % 5000);
+  cfg.gso = false;
+  auto a = UdpTransport::open(cfg);
+  auto b = UdpTransport::open(cfg);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  if (!a->ipv6() || !b->ipv6()) GTEST_SKIP() << "no IPv6 on this host";
+  Message to_host(cfg.host_port, 0, 80, 80, 5);
+  to_host.d.segment_size = 0;
+  to_host.d.dst.ip = kLoopback6;
+  ASSERT_EQ(a->send_burst(std::span(&to_host.d, 1)), 1u);
+  std::vector<Received> got_a, got_b;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got_a.empty() && got_b.empty() && std::chrono::steady_clock::now() < deadline) {
+    got_a = receive(*a, 1, 64, std::chrono::milliseconds(50));
+    got_b = receive(*b, 1, 64, std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(got_a.size() + got_b.size(), 1u);
+  const Received& r = got_a.empty() ? got_b[0] : got_a[0];
+  EXPECT_EQ(r.dst_port, cfg.host_port);
+  EXPECT_EQ(r.src_ip, kLoopback6);
+  EXPECT_EQ(r.bytes, to_host.segments[0]);
+}
+
+// IpAddress: IPv4 converts to its IPv4-mapped form and back; the default is
+// IPv4 0.0.0.0; only a link-local IPv6 address keeps a scope.
+TEST(IpAddress, Forms) {
+  IpAddress v4 = 0xC0000202;
+  EXPECT_TRUE(v4.is_v4());
+  EXPECT_EQ(v4.v4(), 0xC0000202u);
+  EXPECT_EQ(v4.bytes[10], 0xFF);
+  EXPECT_TRUE(IpAddress{}.is_v4());
+  EXPECT_TRUE(IpAddress{}.unspecified());
+  EXPECT_EQ(IpAddress{}, IpAddress(0u));
+  std::array<uint8_t, 16> any{};
+  EXPECT_TRUE(IpAddress::from_bytes(any.data()).unspecified());
+  EXPECT_FALSE(IpAddress::from_bytes(any.data()).is_v4());
+  std::array<uint8_t, 16> ll{0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0xFC, 0, 0xFF, 0xFE, 0, 0, 1};
+  EXPECT_TRUE(IpAddress::from_bytes(ll.data(), 4).link_local());
+  EXPECT_EQ(IpAddress::from_bytes(ll.data(), 4).scope, 4u);
+  EXPECT_NE(IpAddress::from_bytes(ll.data(), 4), IpAddress::from_bytes(ll.data(), 5));
+  EXPECT_EQ(kLoopback6.scope, 0u);
+  EXPECT_EQ(IpAddress::from_bytes(kLoopback6.bytes.data(), 4).scope, 0u);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
  *       returned value verified, and each side's own counter checked after the round.
  *   UD, each direction in turn: a SEND with immediate to the peer's UD QP through an AH built
  *       the same way; the completion (IBV_WC_GRH, IBV_WC_WITH_IMM, src_qp, byte_len), the
- *       IPv4 addresses in the GRH area and the payload verified. UD may lose a datagram, so
+ *       IP addresses in the GRH area (the IPv4 header, or the IPv6 one and wc.sl 0x9 with an
+ *       IPv6 GID) and the payload verified. UD may lose a datagram, so
  *       the sender repeats it every 200 ms until the receiver confirms over TCP, for as long
  *       as the receiver waits for it (--timeout-ms; at least 10 times).
  *
@@ -691,10 +692,18 @@ static void ud_verify(struct session* s, uint32_t r, const struct ibv_wc* wc, co
   if (!(wc->wc_flags & IBV_WC_WITH_IMM) || ntohl(wc->imm_data) != imm_of(r, s->peer.ud_qpn))
     sfail(s, "round %u: UD immediate missing or wrong", r);
   if (wc->src_qp != s->peer.ud_qpn) sfail(s, "round %u: UD src_qp 0x%x, expected 0x%x", r, wc->src_qp, s->peer.ud_qpn);
-  /* RoCEv2 over IPv4: 20 unused bytes, then the IPv4 header (rdma-core's ibv_grh layout). */
-  const uint8_t* ip = d + 20;
-  if ((ip[0] >> 4) != 4 || memcmp(ip + 12, s->peer.gid.raw + 12, 4) || memcmp(ip + 16, s->self.gid.raw + 12, 4))
-    sfail(s, "round %u: the GRH area's IPv4 header does not name the peer's and this GID", r);
+  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (memcmp(s->self.gid.raw, kMapped, 12) != 0) {
+    /* RoCEv2 over IPv6: the IPv6 header, whose addresses are the GIDs. */
+    if ((d[0] >> 4) != 6 || memcmp(d + 8, s->peer.gid.raw, 16) || memcmp(d + 24, s->self.gid.raw, 16))
+      sfail(s, "round %u: the GRH area's IPv6 header does not name the peer's and this GID", r);
+    if (wc->sl != 0x9) sfail(s, "round %u: UD wc.sl 0x%x, not 0x9 (RoCE v2 over IPv6)", r, wc->sl);
+  } else {
+    /* RoCEv2 over IPv4: 20 unused bytes, then the IPv4 header (rdma-core's ibv_grh layout). */
+    const uint8_t* ip = d + 20;
+    if ((ip[0] >> 4) != 4 || memcmp(ip + 12, s->peer.gid.raw + 12, 4) || memcmp(ip + 16, s->self.gid.raw + 12, 4))
+      sfail(s, "round %u: the GRH area's IPv4 header does not name the peer's and this GID", r);
+  }
   if (wc->byte_len == GRH_BYTES + len)
     check_bytes(s, r, "UD payload", d + GRH_BYTES + 8, len - 8, mix(r, s->peer.ud_qpn, 'U'));
 }

@@ -10,10 +10,14 @@
  *   - A WR Q_Key with bit 31 set sends the QP's own Q_Key; a wrong Q_Key is dropped and
  *     counted in the receiver's qkey_viol_cntr (ibv_query_port).
  *   - A UD QP on an SRQ whose buffer is an ODP MR receives (ud_odp_caps SRQ_RECV).
- *   - Bad input: AH without GRH, with a GID index past the table, a non-IPv4 GID, or for
- *     port 2 -> EINVAL; a UD message over the MTU, RDMA WRITE on UD, no AH -> EINVAL at post.
+ *   - Bad input: AH without GRH, with a GID index past the table, a GID of the other IP
+ *     version, or for port 2 -> EINVAL; a UD message over the MTU, RDMA WRITE on UD, no
+ *     AH -> EINVAL at post.
+ *   - With an IPv6 GID (ud_test GID_INDEX, e.g. ::1's): the same over UDP/IPv6, with the
+ *     40-byte IPv6 header in the GRH area and wc.sl 0x9 (mlx5's RoCE packet type: UDP,
+ *     L3 IPv6) instead of 0xA (IPv4).
  *
- * Usage: ud_test. Exit 0 when every check passes. */
+ * Usage: ud_test [GID_INDEX] (default 0). Exit 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,6 +44,13 @@ struct ud_side {
   int mtu;
 };
 
+static int g_gid_index; /* of the GID both sides use */
+
+static int is_ipv6(const union ibv_gid* g) {
+  static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return memcmp(g->raw, mapped, 12) != 0;
+}
+
 static int ud_open(struct ud_side* s) {
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
@@ -47,7 +58,7 @@ static int ud_open(struct ud_side* s) {
   s->ctx = ibv_open_device(list[0]);
   ibv_free_device_list(list);
   struct ibv_port_attr pa;
-  if (!s->ctx || ibv_query_port(s->ctx, 1, &pa) || ibv_query_gid(s->ctx, 1, 0, &s->gid)) return -1;
+  if (!s->ctx || ibv_query_port(s->ctx, 1, &pa) || ibv_query_gid(s->ctx, 1, g_gid_index, &s->gid)) return -1;
   s->lid = pa.lid;
   s->mtu = 128 << pa.active_mtu;
   s->pd = ibv_alloc_pd(s->ctx);
@@ -101,14 +112,28 @@ static int post_send(struct ud_side* s, struct ibv_ah* ah, uint32_t qpn, uint32_
 static struct ibv_ah* ah_to(struct ud_side* from, struct ud_side* to) {
   struct ibv_ah_attr a = {.dlid = to->lid, .is_global = 1, .port_num = 1};
   a.grh.dgid = to->gid;
+  a.grh.sgid_index = (uint8_t)g_gid_index;
   a.grh.hop_limit = 64;
   return ibv_create_ah(from->pd, &a);
 }
 
 static uint16_t be16(const uint8_t* p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
+/* The GRH area over IPv6: the IPv6 header of the datagram. */
+static void check_grh6(const uint8_t* g, const union ibv_gid* src, const union ibv_gid* dst, uint32_t roce_len) {
+  CHECK(g[0] >> 4 == 6, "IPv6 version %u", g[0] >> 4);
+  CHECK(be16(g + 4) == 8 + roce_len, "IPv6 payload length %u, expected %u", be16(g + 4), 8 + roce_len);
+  CHECK(g[6] == 17, "IPv6 next header %u", g[6]);
+  CHECK(!memcmp(g + 8, src->raw, 16), "IPv6 source is not the sender's GID");
+  CHECK(!memcmp(g + 24, dst->raw, 16), "IPv6 destination is not the receiver's GID");
+}
+
 /* The GRH area: 20 zero bytes, then the IPv4 header of the datagram. */
 static void check_grh(const uint8_t* g, const union ibv_gid* src, const union ibv_gid* dst, uint32_t roce_len) {
+  if (is_ipv6(src)) {
+    check_grh6(g, src, dst, roce_len);
+    return;
+  }
   for (int i = 0; i < 20; i++) CHECK(g[i] == 0, "GRH byte %d is 0x%02x, not 0", i, g[i]);
   const uint8_t* ip = g + 20;
   CHECK(ip[0] == 0x45, "IPv4 version/IHL 0x%02x", ip[0]);
@@ -162,8 +187,12 @@ static void srq_odp(struct ud_side* a, struct ud_side* b) {
   if (srq) ibv_destroy_srq(srq);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 2 || (argc == 2 && sscanf(argv[1], "%d", &g_gid_index) != 1)) {
+    printf("usage: ud_test [GID_INDEX]\n");
+    return 2;
+  }
   struct ud_side a, b;
   if (ud_open(&a) || ud_open(&b)) {
     printf("setup failed: %s\n", strerror(errno));
@@ -189,10 +218,13 @@ int main(void) {
   CHECK(ntohl(wc.imm_data) == IMM, "imm 0x%x", ntohl(wc.imm_data));
   CHECK(wc.src_qp == a.qp->qp_num, "src_qp 0x%x, A is 0x%x", wc.src_qp, a.qp->qp_num);
   CHECK(wc.slid == a.lid, "slid %u, A's LID is %u", wc.slid, a.lid);
+  CHECK(wc.sl == (is_ipv6(&a.gid) ? 0x9 : 0xA), "sl 0x%x: not the RoCE v2 packet type of %s", wc.sl,
+        is_ipv6(&a.gid) ? "IPv6" : "IPv4");
   /* BTH 12 + DETH 8 + ImmDt 4 + payload + pad + ICRC 4. */
   check_grh(b.buf, &a.gid, &b.gid, 12 + 8 + 4 + PAYLOAD + ((4 - PAYLOAD % 4) % 4) + 4);
   CHECK(!memcmp(b.buf + GRH, a.buf + 2048, PAYLOAD), "payload differs");
-  printf("ud: A -> B: GRH (IPv4 header), byte_len %u, src_qp, slid and immediate checked\n", wc.byte_len);
+  printf("ud: A -> B (GID index %d): GRH (%s header), byte_len %u, src_qp, slid, sl and immediate checked\n",
+         g_gid_index, is_ipv6(&a.gid) ? "IPv6" : "IPv4", wc.byte_len);
 
   /* B answers through an AH made from the completion and the GRH. */
   struct ibv_ah* ba = ibv_create_ah_from_wc(b.pd, &wc, (struct ibv_grh*)b.buf, 1);
@@ -229,10 +261,17 @@ int main(void) {
   bad.grh.sgid_index = 200;
   errno = 0;
   CHECK(ibv_create_ah(a.pd, &bad) == NULL && errno == EINVAL, "AH with GID index 200: errno %d", errno);
-  bad.grh.sgid_index = 0;
-  memset(&bad.grh.dgid, 0xFE, sizeof bad.grh.dgid);
+  bad.grh.sgid_index = (uint8_t)g_gid_index;
+  if (is_ipv6(&a.gid)) {
+    memset(&bad.grh.dgid, 0, sizeof bad.grh.dgid);
+    bad.grh.dgid.raw[10] = bad.grh.dgid.raw[11] = 0xFF;
+    bad.grh.dgid.raw[12] = 127;
+    bad.grh.dgid.raw[15] = 1;
+  } else {
+    memset(&bad.grh.dgid, 0xFE, sizeof bad.grh.dgid);
+  }
   errno = 0;
-  CHECK(ibv_create_ah(a.pd, &bad) == NULL && errno == EINVAL, "AH with an IPv6 GID: errno %d", errno);
+  CHECK(ibv_create_ah(a.pd, &bad) == NULL && errno == EINVAL, "AH to a GID of the other IP version: errno %d", errno);
   bad.grh.dgid = b.gid;
   bad.port_num = 2; /* IBV_DEVICE_UD_AV_PORT_ENFORCE: port 1 is the only one */
   errno = 0;

@@ -1,4 +1,5 @@
-// ICRC golden vectors (roce-facts.md §3.2 V1–V3) and the masking rules of §3.1.
+// ICRC golden vectors (roce-facts.md §3.2 V1–V3, and V5 over IPv6) and the
+// masking rules of §3.1.
 //
 // Each vector is a whole Ethernet frame (no FCS). The tests rebuild the
 // wire::Ipv4Flow from the frame's own IPv4/UDP headers, run wire::icrc_ipv4
@@ -236,6 +237,115 @@ namespace {
 // The folded CRC-32 must equal zlib's for every length (below, at and above
 // the 64-byte folding threshold, multiples of 16 and not) and alignment, and
 // chain like it (crc32(crc32(0, a), b) == crc32(0, a+b)).
+// V5: IPv6 RC SEND_ONLY (TC 0x68, flow label 0x12345, hop limit 64), fd00::1
+// -> fd00::2, "hello" + 3 pad bytes, AckReq. Self-derived in the facts sheet;
+// tests/tools/icrc_check.py (Python's zlib, no code shared with uroce)
+// computes the same ICRC, and rxe_icrc.c masks the same IPv6 fields.
+const char* const kV5 =
+    "02000000000202000000000186dd6681234500201140fd000000000000000000000000000001"
+    "fd000000000000000000000000000002c00112b7002069dd"
+    "0430ffff000000118000010068656c6c6f000000 05bda64c";
+constexpr size_t kIp6 = 40;
+constexpr size_t kRoce6 = kEth + kIp6 + kUdp;
+
+Ipv6Flow flow6_of(const std::vector<uint8_t>& f) {
+  const uint8_t* ip = f.data() + kEth;
+  Ipv6Flow fl;
+  std::memcpy(fl.src_ip.data(), ip + 8, 16);
+  std::memcpy(fl.dst_ip.data(), ip + 24, 16);
+  fl.src_port = load_be16(ip + kIp6);
+  fl.dst_port = load_be16(ip + kIp6 + 2);
+  return fl;
+}
+
+uint32_t impl_icrc6(const std::vector<uint8_t>& f) {
+  return icrc_ipv6(flow6_of(f), f.data() + kRoce6, f.size() - kRoce6);
+}
+
+// Independent implementation of §3.1 over a whole IPv6 frame.
+uint32_t reference_icrc6(const std::vector<uint8_t>& f) {
+  const size_t n = f.size() - kEth - kIcrcSize;
+  std::vector<uint8_t> s(8 + n, 0xFF);
+  std::memcpy(s.data() + 8, f.data() + kEth, n);
+  uint8_t* ip = s.data() + 8;
+  ip[0] |= 0x0F;                       // traffic class, high nibble
+  ip[1] = ip[2] = ip[3] = 0xFF;        // traffic class, low nibble; flow label
+  ip[7] = 0xFF;                        // hop limit
+  ip[kIp6 + 6] = ip[kIp6 + 7] = 0xFF;  // UDP checksum
+  ip[kIp6 + kUdp + 4] = 0xFF;          // BTH byte 4
+  return crc32(0, s.data(), s.size());
+}
+
+// Receive V5 / Expect icrc_ipv6 over its UDP payload to equal the trailing 4
+// bytes, as the independent reference computes them.
+TEST(Icrc6, MatchesGoldenFrameV5) {
+  auto f = from_hex(kV5);
+  ASSERT_EQ(f.size(), 86u);
+  EXPECT_EQ(load_be16(f.data() + kEth + 4), f.size() - kEth - kIp6);  // payload length
+  EXPECT_EQ(wire_icrc(f), 0x4CA6BD05u);
+  EXPECT_EQ(reference_icrc6(f), 0x4CA6BD05u);
+  EXPECT_EQ(impl_icrc6(f), 0x4CA6BD05u);
+  // Through the flow of either version, and the receiver's check.
+  IpFlow flow(flow6_of(f));
+  iovec v{f.data() + kRoce6, f.size() - kRoce6 - kIcrcSize};
+  EXPECT_EQ(icrc(flow, std::span<const iovec>(&v, 1), f.size() - kRoce6), 0x4CA6BD05u);
+  EXPECT_TRUE(icrc_matches(flow, f.data() + kRoce6, f.size() - kRoce6, 0x4CA6BD05u));
+  EXPECT_FALSE(icrc_matches(flow, f.data() + kRoce6, f.size() - kRoce6, 0x4CA6BD04u));
+}
+
+// Expect the same CRC from a gather list cut anywhere (the head holds only
+// 8 bytes of the packet after the 56-byte IPv6 pseudo-header).
+TEST(Icrc6, GatherListSplitAnywhere) {
+  auto f = from_hex(kV5);
+  uint8_t* p = f.data() + kRoce6;
+  size_t body = f.size() - kRoce6 - kIcrcSize;
+  for (size_t a = 0; a <= body; ++a) {
+    for (size_t b = a; b <= body; ++b) {
+      iovec v[3] = {{p, a}, {p + a, b - a}, {p + b, body - b}};
+      ASSERT_EQ(icrc_ipv6(flow6_of(f), std::span<const iovec>(v, 3), f.size() - kRoce6), 0x4CA6BD05u)
+          << "split at " << a << "," << b;
+    }
+  }
+}
+
+// Expect traffic class, flow label, hop limit, UDP checksum and BTH byte 4 not
+// to change the ICRC, and the addresses, ports, UDP length, BTH and payload to.
+TEST(Icrc6, MaskedAndCoveredFields) {
+  const auto orig = from_hex(kV5);
+  const size_t masked[] = {kEth + 0, kEth + 1,        kEth + 2,        kEth + 3,
+                           kEth + 7, kEth + kIp6 + 6, kEth + kIp6 + 7, kRoce6 + 4};
+  for (size_t off : masked) {
+    auto f = orig;
+    f[off] ^= off == kEth ? 0x0F : 0xA5;  // byte 0: the traffic class nibble only (not the version)
+    EXPECT_EQ(reference_icrc6(f), 0x4CA6BD05u) << "offset " << off;
+    EXPECT_EQ(impl_icrc6(f), 0x4CA6BD05u) << "offset " << off;
+  }
+  const size_t covered[] = {kEth + 8, kEth + 23, kEth + 24, kEth + 39, kEth + kIp6 + 0, kEth + kIp6 + 3};
+  for (size_t off : covered) {
+    auto f = orig;
+    f[off] ^= 0x01;
+    EXPECT_NE(impl_icrc6(f), 0x4CA6BD05u) << "offset " << off;
+    EXPECT_EQ(impl_icrc6(f), reference_icrc6(f)) << "offset " << off;
+  }
+  for (size_t off = kRoce6; off < orig.size() - kIcrcSize; ++off) {
+    if (off == kRoce6 + 4) continue;  // masked
+    auto f = orig;
+    f[off] ^= 0x01;
+    EXPECT_NE(impl_icrc6(f), 0x4CA6BD05u) << "offset " << off;
+  }
+}
+
+// An IPv4-mapped address is not IPv6 on the wire: the same packet between
+// the IPv4 addresses has the IPv4 ICRC, and IpFlow's conversion keeps it.
+TEST(Icrc6, Ipv4FlowConvertsToIpv4Icrc) {
+  auto f = from_hex(kV3);
+  IpFlow flow = flow_of(f);
+  EXPECT_FALSE(flow.ipv6);
+  iovec v{f.data() + kRoce, f.size() - kRoce - kIcrcSize};
+  EXPECT_EQ(icrc(flow, std::span<const iovec>(&v, 1), f.size() - kRoce), 0xFED60CA6u);
+  EXPECT_TRUE(icrc_matches(flow, f.data() + kRoce, f.size() - kRoce, 0xFED60CA6u));
+}
+
 TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
   std::vector<uint8_t> buf(9000 + 16);
   uint32_t x = 12345;
