@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -43,6 +44,22 @@ constexpr auto kAckDelay = std::chrono::microseconds(100);
 // (a WRITE target that spins on memory polls its CQ between WRITEs, but
 // only the progress thread can take the WRITEs).
 constexpr auto kSelfReceiveHold = std::chrono::milliseconds(50);
+
+// The contexts open in this process, for the exit hook: an application that
+// exits right after its last completion must not leave the ACK of the message
+// unsent (its peer would retry into a process that is gone).
+std::mutex& live_mu() {
+  static std::mutex m;
+  return m;
+}
+std::vector<EngineContext*>& live_contexts() {
+  static std::vector<EngineContext*> v;
+  return v;
+}
+void send_acks_at_exit() {
+  std::lock_guard lock(live_mu());
+  for (EngineContext* e : live_contexts()) e->send_deferred_acks_now();
+}
 }  // namespace
 
 EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish)
@@ -140,11 +157,22 @@ EngineContext* EngineContext::open_with(core::Device* dev, std::unique_ptr<trans
     return nullptr;
   }
   if (start_thread) e->thread_ = std::thread([e] { e->progress_loop(); });
+  {
+    std::lock_guard lock(live_mu());
+    live_contexts().push_back(e);
+  }
+  static std::once_flag hook;
+  std::call_once(hook, [] { std::atexit(send_acks_at_exit); });
   LOG_INFO("device %s opened, UDP port %u", dev->ibdev.name, e->lid());
   return e;
 }
 
 void EngineContext::close() {
+  {
+    std::lock_guard lock(live_mu());
+    std::erase(live_contexts(), this);
+  }
+  send_deferred_acks_now();
   linger();
   stop_.store(true);
   transport_->wake();
@@ -247,6 +275,18 @@ void EngineContext::register_qp(EngineQp* qp) {
 }
 
 void EngineContext::unregister_qp(EngineQp* qp) {
+  {
+    // The ACK an application turn left for this QP goes now: the peer must
+    // not retry what was delivered (the tombstone answers only duplicates
+    // that come later).
+    std::lock_guard ql(qp->mu);
+    if (qp->in_ack_list && qp->resp.ack_pending) {
+      TxBatch& tx = TxBatch::local();
+      tx.use(transport_.get());
+      responder_flush_ack(*qp, tx);
+      tx.flush();
+    }
+  }
   if (placement_) placement_->withdraw_qp(qp->qp_num());
   // The progress thread holds qps_mu_ shared for a whole burst, so taking it
   // exclusively also waits for any use of `qp` to finish.
@@ -638,6 +678,11 @@ void EngineContext::count_sender(EngineQp& qp, bool sending) {
     senders_.fetch_add(1, std::memory_order_relaxed);
   else
     senders_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void EngineContext::send_deferred_acks_now() {
+  std::unique_lock rx(rx_mu_, std::try_to_lock);  // else the thread in its turn sends them
+  if (rx.owns_lock()) flush_deferred_acks();
 }
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {

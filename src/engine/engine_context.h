@@ -146,6 +146,9 @@ class EngineContext : public core::Context {
   // with `older_than`, only if the oldest has waited that long. Caller holds
   // rx_mu_.
   void flush_deferred_acks(Clock::duration older_than = Clock::duration::zero());
+  // The same from any thread not in a receive turn (close, exit): skipped if
+  // another thread has the turn (it sends them).
+  void send_deferred_acks_now();
   // A timer was armed (posting or receiving thread): wakes the progress
   // thread if it sleeps without a deadline.
   void timer_armed() {

@@ -404,8 +404,7 @@ TEST_F(Hardening, AckLeavesBeforeReceiveCompletion) {
 TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
   std::vector<uint8_t> buf(16, 0);
   recv_buf(buf, 11);
-  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}},
-          EngineContext::Turn::kApplication);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}}, EngineContext::Turn::kApplication);
   EXPECT_TRUE(take().empty());
   auto wc = poll(*rcq);
   ASSERT_EQ(wc.size(), 1u);
@@ -445,6 +444,21 @@ TEST_F(Hardening, ApplicationTurnAckGoesWithTheNextTurn) {
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_EQ(tx[0].opcode, kAck);
   EXPECT_EQ(tx[0].psn, rq(1));
+}
+
+// Receive SEND_ONLY in an application's turn, then the QP is destroyed with
+// no further post or poll / Expect the ACK sent on the way out.
+TEST_F(Hardening, DeferredAckLeavesWithTheDestroyedQp) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 1);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}}, EngineContext::Turn::kApplication);
+  EXPECT_TRUE(take().empty());
+  engine->unregister_qp(qp);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(0));
+  engine->register_qp(qp);  // for TearDown
 }
 
 // --- tombstones and QP numbers ---------------------------------------------------
