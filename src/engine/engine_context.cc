@@ -686,9 +686,9 @@ void EngineContext::send_deferred_acks_now() {
 }
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {
+  std::shared_lock lock(qps_mu_);  // unregister_qp erases from deferred_acks_ under it
   if (deferred_acks_.empty()) return;
   if (older_than != Clock::duration::zero() && Clock::now() - acks_deferred_at_ < older_than) return;
-  std::shared_lock lock(qps_mu_);
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   for (EngineQp* qp : deferred_acks_) {
