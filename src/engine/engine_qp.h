@@ -207,7 +207,9 @@ class EngineQp : public core::Qp {
   // until the ACK that covers their message has been handed to the transport
   // (responder_publish), so that a reply the application sends in reaction
   // can never reach the peer before the peer's own request is acknowledged —
-  // as on hardware, where the NIC acknowledges on receipt.
+  // as on hardware, where the NIC acknowledges on receipt. (In an application
+  // thread's own receive turn they are released at once, and the ACK goes
+  // first in the application's next post on the QP: in_ack_list.)
   std::array<DeferredCompletion, kMaxDeferred> deferred{};
   uint32_t deferred_count = 0;
   XrcTarget* xrc = nullptr;  // XRC target QPs: their shared state (xrc_target.h)
