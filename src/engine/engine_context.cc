@@ -694,10 +694,13 @@ void EngineContext::flush_deferred_acks(Clock::duration older_than) {
   for (EngineQp* qp : deferred_acks_) {
     std::lock_guard ql(qp->mu);
     qp->in_ack_list = false;
-    responder_flush_ack(*qp, tx);  // nothing if the QP's post has sent it
+    if (!qp->resp.ack_pending) continue;  // the QP's post has sent it
+    // Handed to the transport before the QP's lock is released: a reply the
+    // application posts meanwhile (it holds the lock) must not leave first.
+    responder_flush_ack(*qp, tx);
+    tx.flush();
   }
   deferred_acks_.clear();
-  tx.flush();
 }
 
 bool EngineContext::any_timer_armed() {
