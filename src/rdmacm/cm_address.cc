@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/context.h"
 #include "core/device.h"
+#include "engine/ip_flow.h"
 #include "rdmacm/cm_service.h"
 #include "rdmacm/sockaddr_util.h"
 
@@ -32,8 +33,8 @@ constexpr int kDefaultResolveTimeoutMs = 2000;
 
 // The source address the kernel's routing picks for `dst` (IPv4 or IPv6; a
 // link-local one with its interface).
-int route_source(const IpAddr& dst, IpAddr* src) {
-  int fd = socket(dst.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+int route_source(const transport::IpAddress& dst, transport::IpAddress* src) {
+  int fd = socket(family_of(dst), SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
   SockAddr d = make_sockaddr(dst, 4791);
   int err = 0;
@@ -65,7 +66,7 @@ int socket_family(int fd) {
 
 // `ip` as a socket address for a socket of `family`: an IPv4 address on an
 // IPv6 (dual-stack) socket is IPv4-mapped.
-SockAddr sockaddr_for(int family, const IpAddr& ip, uint16_t port) {
+SockAddr sockaddr_for(int family, const transport::IpAddress& ip, uint16_t port) {
   SockAddr a = make_sockaddr(ip, port);
   if (family == AF_INET6 && ip.is_v4()) {
     a = SockAddr{};
@@ -80,9 +81,9 @@ SockAddr sockaddr_for(int family, const IpAddr& ip, uint16_t port) {
 // the interface MTU minus 80 header bytes, at most the device's maximum.
 // Loopback traffic thus gets 4096, while a routable address gets what its
 // interface carries; UROCE_MTU (the port's active MTU) wins when set.
-ibv_mtu path_mtu_for(const IpAddr& src_ip, const CmDevice& dev) {
+ibv_mtu path_mtu_for(const transport::IpAddress& src_ip, const CmDevice& dev) {
   unsigned if_mtu = 0;
-  const ibv_gid gid = src_ip.gid();
+  const ibv_gid gid = engine::gid_of(src_ip);
   for (const core::HostAddress& h : core::host_addresses())
     if (std::memcmp(h.gid.raw, gid.raw, 16) == 0) if_mtu = h.if_mtu;
   ibv_mtu mtu = if_mtu ? core::mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256) : dev.active_mtu;
@@ -92,7 +93,7 @@ ibv_mtu path_mtu_for(const IpAddr& src_ip, const CmDevice& dev) {
 
 }  // namespace
 
-int CmService::attach_device(CmId* id, const IpAddr& ip) {
+int CmService::attach_device(CmId* id, const transport::IpAddress& ip) {
   auto dp = device_for_ip(ip);
   if (!dp.ok()) return dp.err();
   id->port = *dp;
@@ -108,13 +109,13 @@ void CmService::set_route_addresses(CmId* id) {
   std::memset(&a.dst_storage, 0, sizeof a.dst_storage);
   SockAddr src = make_sockaddr(id->src_ip, id->src_port);
   std::memcpy(&a.src_storage, &src, src.len());
-  if (!id->dst_ip.any() || id->dst_port) {
+  if (!id->dst_ip.unspecified() || id->dst_port) {
     SockAddr dst = make_sockaddr(id->dst_ip, id->dst_port);
     std::memcpy(&a.dst_storage, &dst, dst.len());
   }
   rdma_ib_addr& ib = a.addr.ibaddr;
-  ib.sgid = !id->src_ip.any() ? id->src_ip.gid() : ibv_gid{};
-  ib.dgid = !id->dst_ip.any() ? id->dst_ip.gid() : ibv_gid{};
+  ib.sgid = !id->src_ip.unspecified() ? engine::gid_of(id->src_ip) : ibv_gid{};
+  ib.dgid = !id->dst_ip.unspecified() ? engine::gid_of(id->dst_ip) : ibv_gid{};
   ib.pkey = htons(0xFFFF);
 }
 
@@ -125,8 +126,8 @@ void CmService::fill_path_record(CmId* id) {
   }
   ibv_sa_path_rec& p = *id->abi.route.path_rec;
   std::memset(&p, 0, sizeof p);
-  p.sgid = id->src_ip.gid();
-  p.dgid = id->dst_ip.gid();
+  p.sgid = engine::gid_of(id->src_ip);
+  p.dgid = engine::gid_of(id->dst_ip);
   p.slid = htons(id->port.device ? id->port.device->lid : 0);
   p.dlid = htons(id->conn.remote_lid);
   p.hop_limit = kHopLimit;
@@ -142,11 +143,11 @@ void CmService::fill_path_record(CmId* id) {
   id->abi.route.num_paths = 1;
 }
 
-int CmService::open_bound_socket(CmId* id, const IpAddr& ip, uint16_t port) {
-  int fd = socket(ip.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+int CmService::open_bound_socket(CmId* id, const transport::IpAddress& ip, uint16_t port) {
+  int fd = socket(family_of(ip), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
   // The IPv6 wildcard takes IPv4 peers too, unless RDMA_OPTION_ID_AFONLY.
-  int v6only = id->afonly || !ip.any();
+  int v6only = id->afonly || !ip.unspecified();
   if (!ip.is_v4()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
   // Always: a listener restarted on its port must not trip over its
   // predecessor's TIME_WAIT connections. Two listeners still conflict (listen
@@ -178,7 +179,7 @@ int CmService::bind(CmId* id, const sockaddr* addr) {
   // request or rdma_resolve_addr picks one. libfabric's verbs provider relies on
   // it: it binds "localhost" and, finding no device, offers the device's own
   // addresses instead, which the peers of other hosts can reach.
-  if (!ep.ip.any() && !ep.ip.loopback()) {
+  if (!ep.ip.unspecified() && !ep.ip.loopback()) {
     if (int err = attach_device(id, ep.ip)) return err;
   }
   if (int err = open_bound_socket(id, ep.ip, ep.port)) return err;
@@ -195,7 +196,7 @@ int CmService::start_connect(CmId* id, bool retry_on_fresh_port) {
   if (fd < 0) {
     // A socket of an earlier attempt is spent: a new one, on the id's port if
     // that is free again.
-    fd = socket(id->src_ip.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = socket(family_of(id->src_ip), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -225,7 +226,7 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
   if (id->state != CmState::kIdle) return EINVAL;
   IpEndpoint d;
   if (int err = parse_sockaddr(dst, &d)) return err;
-  if (d.ip.any()) return EADDRNOTAVAIL;
+  if (d.ip.unspecified()) return EADDRNOTAVAIL;
   if (!id->bound) {
     if (src) {
       if (int err = bind(id, src)) return err;
@@ -233,9 +234,9 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
   }
   // A bound address must be of the destination's IP version (a wildcard
   // takes either), as the kernel's rdma_resolve_addr.
-  if (!id->src_ip.any() && id->src_ip.is_v4() != d.ip.is_v4()) return EINVAL;
-  IpAddr src_ip = id->src_ip;
-  if (src_ip.any()) {
+  if (!id->src_ip.unspecified() && id->src_ip.is_v4() != d.ip.is_v4()) return EINVAL;
+  transport::IpAddress src_ip = id->src_ip;
+  if (src_ip.unspecified()) {
     // No route: rdma_resolve_addr fails at once (the kernel's rdma_resolve_ip).
     if (int err = route_source(d.ip, &src_ip)) return err;
   }

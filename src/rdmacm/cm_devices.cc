@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "core/log.h"
+#include "engine/ip_flow.h"
 
 namespace uroce::rdmacm {
 
@@ -57,7 +58,7 @@ CmDevice* open_device(ibv_device* dev) {
   return d;
 }
 
-bool is_host_address(const IpAddr& ip) {
+bool is_host_address(const transport::IpAddress& ip) {
   bool found = false;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;
@@ -93,10 +94,10 @@ core::Result<std::vector<CmDevice*>> cm_devices() {
   return t;
 }
 
-core::Result<DevicePort> device_for_ip(const IpAddr& ip) {
+core::Result<DevicePort> device_for_ip(const transport::IpAddress& ip) {
   auto devs = cm_devices();
   if (!devs.ok()) return core::Result<DevicePort>::error(devs.err());
-  const ibv_gid gid = ip.gid();
+  const ibv_gid gid = engine::gid_of(ip);
   for (CmDevice* d : *devs) {
     for (size_t i = 0; i < d->gids.size(); ++i)
       if (std::memcmp(d->gids[i].raw, gid.raw, 16) == 0) return DevicePort{d, uint8_t(i)};

@@ -41,7 +41,7 @@ struct DevicePort {
 
 // The device whose GID table holds `ip`: ENODEV if none, EADDRNOTAVAIL for an
 // address that is not this host's.
-[[nodiscard]] core::Result<DevicePort> device_for_ip(const IpAddr& ip);
+[[nodiscard]] core::Result<DevicePort> device_for_ip(const transport::IpAddress& ip);
 
 CmDevice* device_for_context(ibv_context* verbs);
 

@@ -110,9 +110,9 @@ struct CmId {
   // Addressing (ports in host byte order); the ABI copies are in abi.route.
   DevicePort port;  // device is null until the id is bound to an address or resolved
   bool bound = false;
-  IpAddr src_ip;  // 0.0.0.0 or ::: wildcard (:: takes IPv4 peers too unless afonly)
+  transport::IpAddress src_ip;  // 0.0.0.0 or ::: wildcard (:: takes IPv4 peers too unless afonly)
   uint16_t src_port = 0;
-  IpAddr dst_ip;
+  transport::IpAddress dst_ip;
   uint16_t dst_port = 0;
   int sock = -1;  // bound TCP socket (listener, or the active side's until connect)
   uint64_t listen_token = 0;

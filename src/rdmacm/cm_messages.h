@@ -208,8 +208,8 @@ std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes);
 constexpr size_t kCmaHeaderSize = 36;
 struct CmaIpHeader {
   uint16_t src_port = 0;
-  IpAddr src_ip;
-  IpAddr dst_ip;
+  transport::IpAddress src_ip;
+  transport::IpAddress dst_ip;
 };
 void encode_cma_header(const CmaIpHeader& h, std::span<uint8_t, kCmaHeaderSize> out);
 // nullopt unless version 0 and IP version 4 or 6.

@@ -192,10 +192,10 @@ class CmService {
   void log_link_closed(core::LogLevel level, const TcpLink* link, const char* why);
 
   // Address helpers (cm_address.cc).
-  [[nodiscard]] int attach_device(CmId* id, const IpAddr& ip);
+  [[nodiscard]] int attach_device(CmId* id, const transport::IpAddress& ip);
   void set_route_addresses(CmId* id);
   void fill_path_record(CmId* id);
-  [[nodiscard]] int open_bound_socket(CmId* id, const IpAddr& ip, uint16_t port);
+  [[nodiscard]] int open_bound_socket(CmId* id, const transport::IpAddress& ip, uint16_t port);
 
   void finish_resolve(CmId* id, int err);
 

@@ -44,10 +44,10 @@ class TcpLink {
   Phase phase = Phase::kConnecting;
   bool dead = false;  // the peer is gone: sends are dropped
 
-  CmId* owner = nullptr;     // the id this connection belongs to
-  CmId* listener = nullptr;  // passive: the listener that accepted it (until a REQ names an id)
-  IpAddr local_ip;           // known once connected (an IPv4 peer of a dual-stack listener: IPv4)
-  IpAddr peer_ip;
+  CmId* owner = nullptr;          // the id this connection belongs to
+  CmId* listener = nullptr;       // passive: the listener that accepted it (until a REQ names an id)
+  transport::IpAddress local_ip;  // known once connected (an IPv4 peer of a dual-stack listener: IPv4)
+  transport::IpAddress peer_ip;
   PortInfoMessage peer_port_info;  // active: what the greeting said
   bool have_peer_port_info = false;
   // Passive, until a REQ (or SIDR_REQ) names an id: when the link is closed
@@ -83,8 +83,8 @@ class TcpLink {
 // The peer of a CM connection as the cma header of its REQ names it (the
 // connection's own peer when the header has the wildcard), with the
 // interface of a link-local address, which the header does not carry.
-inline IpAddr peer_address(const CmaIpHeader& h, const TcpLink& link) {
-  IpAddr a = h.src_ip.any() ? link.peer_ip : h.src_ip;
+inline transport::IpAddress peer_address(const CmaIpHeader& h, const TcpLink& link) {
+  transport::IpAddress a = h.src_ip.unspecified() ? link.peer_ip : h.src_ip;
   if (a.link_local()) a.scope = a.bytes == link.peer_ip.bytes ? link.peer_ip.scope : link.local_ip.scope;
   return a;
 }

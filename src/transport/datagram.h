@@ -52,11 +52,19 @@ struct IpAddress {
     return uint32_t(bytes[12]) << 24 | uint32_t(bytes[13]) << 16 | uint32_t(bytes[14]) << 8 | bytes[15];
   }
   constexpr bool link_local() const noexcept { return bytes[0] == 0xFE && (bytes[1] & 0xC0) == 0x80; }
-  // 0.0.0.0 or ::, "any": a source the kernel chooses.
+  // 0.0.0.0 or ::, "any": a source the kernel chooses, a wildcard to bind.
   constexpr bool unspecified() const noexcept {
     auto w = words();
     return is_v4() ? v4() == 0 : (w[0] | w[1]) == 0;
   }
+  // 127.0.0.0/8 or ::1.
+  constexpr bool loopback() const noexcept {
+    constexpr uint64_t kOne = std::bit_cast<uint64_t>(std::array<uint8_t, 8>{0, 0, 0, 0, 0, 0, 0, 1});
+    auto w = words();
+    return is_v4() ? bytes[12] == 127 : w[0] == 0 && w[1] == kOne;
+  }
+  // 224.0.0.0/4 or ff00::/8.
+  constexpr bool multicast() const noexcept { return is_v4() ? (bytes[12] & 0xF0) == 0xE0 : bytes[0] == 0xFF; }
   friend constexpr bool operator==(const IpAddress& a, const IpAddress& b) noexcept {
     auto x = a.words(), y = b.words();
     return x[0] == y[0] && x[1] == y[1] && a.scope == b.scope;

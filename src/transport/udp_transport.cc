@@ -137,41 +137,33 @@ void fill_header(msghdr& h, SockAddr& addr, uint8_t* control, const TxDatagram& 
 
 namespace {
 
-// A nonblocking UDP socket with the options every socket of a transport
-// needs; gso/gro: whether the kernel took UDP_SEGMENT / UDP_GRO.
-int open_socket(const UdpConfig& cfg, bool* gso, bool* gro) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
-  int on = 1;
-  *gso = cfg.gso && probe_gso(fd);
-  *gro = cfg.gso && enable_gro(fd);
-  // Destination address of received packets (needed for the ICRC) and
-  // per-packet source address on send.
-  setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
-  // DF set: with an unconnected socket the kernel then sends IP ID 0 (design §4).
-  int pmtu = IP_PMTUDISC_DO;
-  setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-  set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
-  set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
-  return fd;
-}
+// The socket options each IP family names its own way.
+struct FamilyOptions {
+  int domain;        // AF_INET, AF_INET6
+  int level;         // IPPROTO_IP, IPPROTO_IPV6
+  int pktinfo;       // reports a received datagram's destination address
+  int mtu_discover;  // the path MTU discovery mode...
+  int pmtudisc_do;   // ...that forbids fragmentation by the sender
+};
+constexpr FamilyOptions kIpv4Options{AF_INET, IPPROTO_IP, IP_PKTINFO, IP_MTU_DISCOVER, IP_PMTUDISC_DO};
+constexpr FamilyOptions kIpv6Options{AF_INET6, IPPROTO_IPV6, IPV6_RECVPKTINFO, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO};
 
-// An IPv6 socket for IPv6 peers only (IPV6_V6ONLY: IPv4 keeps its own
-// socket), with the options of open_socket; -1 when the host has no IPv6.
-// GSO follows the IPv4 socket's (same kernel), and so does GRO, which sizes
-// the receive buffers.
-int open_socket6(const UdpConfig& cfg, bool gro) {
-  if (!cfg.ipv6) return -1;
-  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+// A nonblocking UDP socket of family `f` with the options every socket of a
+// transport needs, and UDP_GRO when `gro`. An IPv6 socket is for IPv6 peers
+// only (IPV6_V6ONLY: IPv4 keeps its own socket).
+int open_socket(const FamilyOptions& f, const UdpConfig& cfg, bool gro) {
+  int fd = socket(f.domain, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   int on = 1;
-  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (f.domain == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
   if (gro) (void)enable_gro(fd);
-  // Destination address of received packets (the ICRC covers it).
-  setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on);
-  // No fragmentation by the sender (as DF on IPv4): a too-large packet is refused.
-  int pmtu = IPV6_PMTUDISC_DO;
-  setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  // Destination address of received packets (the ICRC covers it); IPv4's
+  // IP_PKTINFO also lets a send choose its source address.
+  setsockopt(fd, f.level, f.pktinfo, &on, sizeof on);
+  // No fragmentation by the sender (DF set on IPv4): a too-large packet is
+  // refused. With DF an unconnected IPv4 socket sends IP ID 0 (design §4).
+  int pmtu = f.pmtudisc_do;
+  setsockopt(fd, f.level, f.mtu_discover, &pmtu, sizeof pmtu);
   set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
   set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
   return fd;
@@ -193,10 +185,9 @@ uint16_t bind_private(int fd, const UdpConfig& cfg) {
 // The host socket: `port` shared with SO_REUSEPORT (the kernel lets only
 // sockets of the same user join, and spreads datagrams among them by flow).
 // -1 when another program holds the port alone.
-int open_host_socket(const UdpConfig& cfg) {
+int open_host_socket(const UdpConfig& cfg, bool gro) {
   if (cfg.host_port == 0) return -1;
-  bool gso, gro;
-  int fd = open_socket(cfg, &gso, &gro);
+  int fd = open_socket(kIpv4Options, cfg, gro);
   if (fd < 0) return -1;
   int on = 1;
   // Multicast only for the groups this socket joined (not every group any
@@ -212,12 +203,12 @@ int open_host_socket(const UdpConfig& cfg) {
   return fd;
 }
 
-}  // namespace
-
 // The IPv6 socket on `port` (the private port, or the host's shared with
-// SO_REUSEPORT); -1 when there is none.
+// SO_REUSEPORT); -1 when there is none (cfg.ipv6 off, or the host has no
+// IPv6).
 int open_ipv6_on(const UdpConfig& cfg, uint16_t port, bool shared, bool gro) {
-  int fd = open_socket6(cfg, gro);
+  if (!cfg.ipv6) return -1;
+  int fd = open_socket(kIpv6Options, cfg, gro);
   if (fd < 0) return -1;
   int on = 1;
   if (shared) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
@@ -230,6 +221,8 @@ int open_ipv6_on(const UdpConfig& cfg, uint16_t port, bool shared, bool gro) {
   return fd;
 }
 
+}  // namespace
+
 int UdpTransport::set_group(uint32_t group, bool join) noexcept {
   if (host_fd_ < 0) return ENODEV;
   ip_mreqn m{};
@@ -240,9 +233,12 @@ int UdpTransport::set_group(uint32_t group, bool join) noexcept {
 }
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
-  bool gso, gro;
-  int fd = open_socket(cfg, &gso, &gro);
+  int fd = open_socket(kIpv4Options, cfg, false);
   if (fd < 0) return nullptr;
+  // Whether the kernel takes UDP_SEGMENT and UDP_GRO; the other sockets
+  // follow this one (same kernel), and GRO sizes the receive buffers.
+  bool gso = cfg.gso && probe_gso(fd);
+  bool gro = cfg.gso && enable_gro(fd);
   uint16_t port = bind_private(fd, cfg);
   int wake_fd = port ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
   if (wake_fd < 0) {
@@ -251,7 +247,7 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
     errno = e;
     return nullptr;
   }
-  int host_fd = open_host_socket(cfg);
+  int host_fd = open_host_socket(cfg, gro);
   auto t = std::unique_ptr<UdpTransport>(new UdpTransport(fd, host_fd, wake_fd, port, cfg, gso, gro));
   t->fd6_ = open_ipv6_on(cfg, port, false, gro);
   if (t->fd6_ >= 0 && host_fd >= 0) t->host_fd6_ = open_ipv6_on(cfg, cfg.host_port, true, gro);

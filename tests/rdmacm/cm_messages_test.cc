@@ -314,7 +314,7 @@ TEST(CmaHeader, Ipv4Layout) {
 // roce-facts §7.6: IP version 6 in the high nibble of byte 1, the addresses
 // whole in bytes 4-19 and 20-35 (no scope on the wire).
 TEST(CmaHeader, Ipv6Layout) {
-  IpAddr src, dst;
+  transport::IpAddress src, dst;
   const uint8_t s6[16] = {0xFD, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
   const uint8_t d6[16] = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 2};
   std::memcpy(src.bytes.data(), s6, 16);

@@ -309,5 +309,27 @@ TEST(IpAddress, Forms) {
   EXPECT_EQ(IpAddress::from_bytes(kLoopback6.bytes.data(), 4).scope, 0u);
 }
 
+// Loopback is 127.0.0.0/8 or ::1, multicast 224.0.0.0/4 or ff00::/8; an
+// address of one family never matches the other's form.
+TEST(IpAddress, LoopbackAndMulticast) {
+  EXPECT_TRUE(IpAddress(0x7F000001).loopback());
+  EXPECT_TRUE(IpAddress(0x7FFFFFFE).loopback());
+  EXPECT_FALSE(IpAddress(0x80000001).loopback());
+  EXPECT_FALSE(IpAddress(1u).loopback());  // ::ffff:0.0.0.1 is not ::1
+  EXPECT_TRUE(kLoopback6.loopback());
+  std::array<uint8_t, 16> not_loopback{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  EXPECT_FALSE(IpAddress::from_bytes(not_loopback.data()).loopback());
+  EXPECT_FALSE(IpAddress::from_bytes(std::array<uint8_t, 16>{}.data()).loopback());
+
+  EXPECT_TRUE(IpAddress(0xE0000001).multicast());
+  EXPECT_TRUE(IpAddress(0xEFFFFFFF).multicast());
+  EXPECT_FALSE(IpAddress(0xDFFFFFFF).multicast());
+  EXPECT_FALSE(IpAddress(0xF0000000).multicast());
+  std::array<uint8_t, 16> all_nodes{0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  EXPECT_TRUE(IpAddress::from_bytes(all_nodes.data()).multicast());
+  EXPECT_FALSE(kLoopback6.multicast());
+  EXPECT_FALSE(IpAddress{}.multicast());
+}
+
 }  // namespace
 }  // namespace uroce::transport
