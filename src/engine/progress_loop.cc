@@ -23,10 +23,15 @@ constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
 constexpr int kNapUs = 200;
 constexpr auto kAckDelay = std::chrono::microseconds(100);
 // After the progress thread had to receive datagrams itself because no
-// application thread was polling, it keeps watching the sockets this long
+// application thread was polling, it keeps watching the sockets for a while
 // (a WRITE target that spins on memory polls its CQ between WRITEs, but
-// only the progress thread can take the WRITEs).
-constexpr auto kSelfReceiveHold = std::chrono::milliseconds(50);
+// only the progress thread can take the WRITEs). The hold starts short and
+// doubles each time datagrams are found waiting again at the first nap after
+// it: a poller that was only descheduled once (a loaded machine) loses the
+// sockets for kMinHold, a WRITE target that never takes its own datagrams
+// for kMaxHold at a time (then one datagram waits for a nap again).
+constexpr auto kMinHold = std::chrono::milliseconds(1);
+constexpr auto kMaxHold = std::chrono::milliseconds(50);
 }  // namespace
 
 namespace {
@@ -61,10 +66,11 @@ void EngineContext::progress_loop() {
   request_short_slice();
   auto next_timers = Clock::now();
   auto last_active = next_timers;         // a timer armed or a datagram received
-  auto self_receive_until = next_timers;  // see kSelfReceiveHold
-  uint64_t rx_at_nap = 0;                 // stats.rx_packets at the last nap's end
-  bool timers_armed = true;               // until run_timers says otherwise
-  bool busy = false;                      // more to receive or send at once
+  auto self_receive_until = next_timers;  // see kMinHold
+  Clock::duration hold = kMinHold;
+  uint64_t rx_at_nap = 0;    // stats.rx_packets at the last nap's end
+  bool timers_armed = true;  // until run_timers says otherwise
+  bool busy = false;         // more to receive or send at once
   // UROCE_POLL=spin:N: after a datagram, poll the socket for N us more
   // before sleeping (see docs/architecture.md, "How the progress thread waits").
   const auto spin = std::chrono::microseconds(core::config().progress_spin_us);
@@ -127,7 +133,11 @@ void EngineContext::progress_loop() {
       // Datagrams that waited through a nap: the application polls its CQ
       // but not for these (a WRITE target spinning on memory between its
       // posts). Watch the sockets for a while.
-      if (received && napped) self_receive_until = now + kSelfReceiveHold;
+      if (received && napped) {
+        bool again = now - self_receive_until < 2 * kMinHold;  // at the first nap after the last hold
+        hold = again ? std::min<Clock::duration>(2 * hold, kMaxHold) : Clock::duration(kMinHold);
+        self_receive_until = now + hold;
+      }
     }
     if (!busy) {  // every datagram that had arrived is processed
       std::lock_guard lock(drain_mu_);
