@@ -45,8 +45,10 @@ class Cq {
   std::atomic<int> qp_users{0};
 
   // Adds a completion; `solicited` marks completions that satisfy a
-  // solicited-only arm (IBA C11-xx: solicited receives and errors). Returns
-  // false if the CQ is full (overrun: the completion is lost and counted).
+  // solicited-only arm (the verb Request Completion Notification, as
+  // ibv_req_notify_cq(3) words it: a receive with the solicited event bit,
+  // or a completion in error). Returns false if the CQ is full (overrun: the
+  // completion is lost and counted).
   bool push(const ibv_wc& wc, bool solicited);
   int poll(int max, ibv_wc* out);
   // Removes the oldest completion into *out; false if the CQ is empty.
