@@ -381,7 +381,10 @@ TEST(QpCapsTest, Validate) {
   EXPECT_EQ(validate_qp_caps(IBV_QPT_RC, c, &out), 0);
   EXPECT_EQ(out.max_send_wr, 8u);
   EXPECT_EQ(out.max_recv_wr, 1u);
-  EXPECT_GE(out.max_inline_data, 0u);
+  EXPECT_EQ(out.max_inline_data, 64u);  // asked for none: uroce gives at least 64 bytes
+  c.max_inline_data = 100;
+  EXPECT_EQ(validate_qp_caps(IBV_QPT_RC, c, &out), 0);
+  EXPECT_EQ(out.max_inline_data, 100u);
   c.max_send_sge = kMaxSge + 1;
   EXPECT_EQ(validate_qp_caps(IBV_QPT_RC, c, &out), EINVAL);
   c = ibv_qp_cap{};
