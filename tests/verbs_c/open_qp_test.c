@@ -538,26 +538,6 @@ static void xp_atexit(void) {
   if (g_path[0]) unlink(g_path);
 }
 
-static int read_full(int fd, void* buf, size_t len, int ms) {
-  double deadline = vp_now_ms() + ms;
-  size_t got = 0;
-  while (got < len) {
-    int left = (int)(deadline - vp_now_ms());
-    if (left <= 0) return -1;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int r = poll(&pfd, 1, left);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    ssize_t n = read(fd, (uint8_t*)buf + got, len - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    got += (size_t)n;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void* buf, size_t len) { return write(fd, buf, len) == (ssize_t)len ? 0 : -1; }
-
 /* What the parent tells the child, and the steps they signal each other. */
 struct xp_hello {
   uint32_t tgt_qpn;
@@ -568,12 +548,12 @@ enum { kConnected = 1, kSent = 2, kQueried = 3, kFatalSent = 4, kGotFatal = 5, k
 
 static int send_step(int fd, int step) {
   uint8_t s = (uint8_t)step;
-  return write_full(fd, &s, 1);
+  return vp_write_full(fd, &s, 1);
 }
 
 static int wait_step(int fd, int step, int ms, const char* who) {
   uint8_t s = 0;
-  if (read_full(fd, &s, 1, ms) || s != step) {
+  if (vp_read_full(fd, &s, 1, ms) || s != step) {
     CHECK(0, "%s: waited for step %d, got %d", who, step, s);
     return -1;
   }
@@ -586,7 +566,7 @@ static int xp_child(int to_parent, int from_parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(45);
   struct xp_hello h;
-  if (read_full(from_parent, &h, sizeof h, 20000)) {
+  if (vp_read_full(from_parent, &h, sizeof h, 20000)) {
     printf("[child] nothing from the parent\n");
     return 1;
   }
@@ -668,7 +648,7 @@ static void case_cross_process(void) {
   tx_open(&t, ctx);
   rx_open(&r, ctx, x);
   struct xp_hello h = {qpn, t.ini->qp_num, me};
-  CHECK(write_full(to_child[1], &h, sizeof h) == 0, "writing to the child");
+  CHECK(vp_write_full(to_child[1], &h, sizeof h) == 0, "writing to the child");
   if (wait_step(to_parent[0], kConnected, 20000, "parent") == 0) {
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;

@@ -3,9 +3,12 @@
 #include "verbs_pair.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int g_failures;
 
@@ -129,6 +132,26 @@ void vp_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
 }
+
+int vp_read_full(int fd, void* buf, size_t len, int ms) {
+  double deadline = vp_now_ms() + ms;
+  size_t got = 0;
+  while (got < len) {
+    int left = (int)(deadline - vp_now_ms());
+    if (left <= 0) return -1;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int r = poll(&pfd, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    ssize_t n = read(fd, (uint8_t*)buf + got, len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+int vp_write_full(int fd, const void* buf, size_t len) { return write(fd, buf, len) == (ssize_t)len ? 0 : -1; }
 
 int vp_poll(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms) {
   double deadline = vp_now_ms() + timeout_ms;

@@ -52,6 +52,11 @@ int vp_poll(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms);
 double vp_now_ms(void);
 void vp_sleep_ms(int ms);
 
+/* Reads exactly `len` bytes from `fd` within `ms`: 0, or -1 (timeout, EOF, error). */
+int vp_read_full(int fd, void* buf, size_t len, int ms);
+/* Writes `len` bytes to `fd` (a pipe or socket between test processes): 0, or -1. */
+int vp_write_full(int fd, const void* buf, size_t len);
+
 /* Failed checks so far; CHECK records one with where and why ("FAIL file:line: ..."). */
 extern int g_failures;
 #define CHECK(cond, ...)                          \

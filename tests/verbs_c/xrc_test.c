@@ -802,27 +802,6 @@ static void xp_atexit(void) {
   if (g_xp_path[0]) unlink(g_xp_path);
 }
 
-/* Reads exactly `len` bytes within `ms`: 0, or -1 (timeout, EOF, error). */
-static int read_full(int fd, void* buf, size_t len, int ms) {
-  double deadline = vp_now_ms() + ms;
-  size_t got = 0;
-  while (got < len) {
-    int left = (int)(deadline - vp_now_ms());
-    if (left <= 0) return -1;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int r = poll(&pfd, 1, left);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    ssize_t n = read(fd, (uint8_t*)buf + got, len - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    got += (size_t)n;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void* buf, size_t len) { return write(fd, buf, len) == (ssize_t)len ? 0 : -1; }
-
 /* The child: its own context, the shared domain, an XRC SRQ; receives XP_MSGS messages. */
 static int xp_child(int to_parent, int from_parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -840,15 +819,15 @@ static int xp_child(int to_parent, int from_parent) {
   struct ibv_mr* mr = buf ? ibv_reg_mr(pd, buf, blen, IBV_ACCESS_LOCAL_WRITE) : NULL;
   if (!mr) {
     printf("[child] setup failed: %s\n", strerror(errno));
-    write_full(to_parent, &srqn, sizeof srqn);
+    vp_write_full(to_parent, &srqn, sizeof srqn);
     return 1;
   }
   memset(buf, 0xee, blen);
   for (int i = 0; i < XP_MSGS; i++) post_srq_recv(srq, buf + (size_t)i * BIG, BIG, mr->lkey, (uint64_t)i);
   srqn = srq_num(srq);
-  if (write_full(to_parent, &srqn, sizeof srqn)) return 1;
+  if (vp_write_full(to_parent, &srqn, sizeof srqn)) return 1;
   uint32_t tgt_qpn = 0;
-  if (read_full(from_parent, &tgt_qpn, sizeof tgt_qpn, 20000)) {
+  if (vp_read_full(from_parent, &tgt_qpn, sizeof tgt_qpn, 20000)) {
     printf("[child] no TGT QP number from the parent\n");
     return 1;
   }
@@ -927,11 +906,11 @@ static void case_cross_process(void) {
   if (!ini || connect_tgt(tgt, &p, &port, ini->qp_num) || connect_ini(ini, &p, &port, tgt->qp_num)) exit(1);
 
   uint32_t srqn = 0;
-  if (read_full(to_parent[0], &srqn, sizeof srqn, 20000) || srqn == 0) {
+  if (vp_read_full(to_parent[0], &srqn, sizeof srqn, 20000) || srqn == 0) {
     CHECK(0, "no SRQ number from the child");
   } else {
     uint32_t tgt_qpn = tgt->qp_num;
-    CHECK(write_full(to_child[1], &tgt_qpn, sizeof tgt_qpn) == 0, "writing to the child");
+    CHECK(vp_write_full(to_child[1], &tgt_qpn, sizeof tgt_qpn) == 0, "writing to the child");
     int sent = 0;
     for (int i = 0; i < XP_MSGS; i++) {
       pattern(sbuf, kXpSizes[i], (uint32_t)(900 + i));
@@ -990,7 +969,7 @@ static void case_domain_crash(void) {
     for (;;) pause();
   }
   char c = 0;
-  CHECK(read_full(ready[0], &c, 1, 10000) == 0 && c == 'y', "the child could not open the domain");
+  CHECK(vp_read_full(ready[0], &c, 1, 10000) == 0 && c == 'y', "the child could not open the domain");
   kill(g_child, SIGKILL);
   waitpid(g_child, NULL, 0);
   g_child = -1;
