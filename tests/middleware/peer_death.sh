@@ -71,7 +71,8 @@ case $mode in
     wait_for "$log" 'rank 1 of 2: running' 30 || { echo "peer_death: mpi: rank 1 never ran"; cat "$log"; exit 1; }
     sleep 1 # well into the ping-pong
     rank1=$(pgrep -P "$mpirun" -f "$mpi_check" | tail -n 1 || true)
-    [[ -n $rank1 ]] || rank1=$(pgrep -f "^$mpi_check" | tail -n 1)
+    [[ -n $rank1 ]] || rank1=$(pgrep -f "^$mpi_check" | tail -n 1 || true)
+    [[ -n $rank1 ]] || { echo "peer_death: mpi: no rank left to kill (the job ended by itself)"; cat "$log"; exit 1; }
     kill -KILL "$rank1"
     echo "peer_death: mpi rank (pid $rank1) killed; waiting for mpirun"
     end=$((SECONDS + limit))
