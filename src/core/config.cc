@@ -44,9 +44,10 @@ constexpr EnvVarDoc kDocs[] = {
      "1: RDMA WRITE and READ between RC/UC QPs of one host are copied directly between the two processes' "
      "registered memory (process_vm_writev/readv) when the kernel allows it; 0: they go as packets through "
      "the same-host path (docs/architecture.md, direct placement). Off when UROCE_SHM=0 or UROCE_FAULT is set."},
-    {"UROCE_POLL", "block",
-     "How the progress thread waits for packets: block, or spin:N to keep polling N microseconds after each "
-     "packet (for applications that sleep while traffic flows; costs a core)."},
+    {"UROCE_POLL", "auto",
+     "How the progress thread waits for packets: auto (auto:N) keeps polling 50 (N) microseconds after each "
+     "packet while no application thread of the process is runnable, block sleeps at once, spin:N polls N "
+     "microseconds regardless (docs/architecture.md, \"How the progress thread waits\")."},
     {"UROCE_PROGRESS_SLICE_US", "0",
      "Scheduler time slice the progress thread asks for (Linux 6.12+), so that it preempts a thread spinning "
      "on its core when a packet arrives; 0: the default slice (measured: no gain here, see docs/architecture.md)."},
@@ -78,9 +79,11 @@ Config load() {
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM_DIRECT")) c.shm_direct = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_POLL")) {
-    if (std::strncmp(v, "spin:", 5) == 0)
+    // block | auto | auto:N | spin | spin:N
+    c.progress_spin_auto = std::strncmp(v, "auto", 4) == 0;
+    if (std::strncmp(v, "spin:", 5) == 0 || std::strncmp(v, "auto:", 5) == 0)
       c.progress_spin_us = uint32_t(std::strtoul(v + 5, nullptr, 0));
-    else if (std::strcmp(v, "spin") == 0)
+    else if (std::strcmp(v, "spin") == 0 || std::strcmp(v, "auto") == 0)
       c.progress_spin_us = 50;
     else
       c.progress_spin_us = 0;  // "block"

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <chrono>
 
+#include "engine/spin_advisor.h"
+
 namespace uroce::engine {
 
 namespace {
@@ -74,6 +76,10 @@ bool CopyHelper::start() noexcept {
 }
 
 void CopyHelper::run() noexcept {
+  SpinAdvisor::note_internal_thread();
+  struct Forget {
+    ~Forget() { SpinAdvisor::forget_internal_thread(); }
+  } forget;
   using Clock = std::chrono::steady_clock;
   Clock::time_point last = Clock::now();
   for (;;) {

@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
+#include "engine/spin_advisor.h"
 #include "engine/tx_batch.h"
 
 namespace uroce::engine {
@@ -22,6 +23,12 @@ constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
 // for the application's next post longer than kAckDelay.
 constexpr int kNapUs = 200;
 constexpr auto kAckDelay = std::chrono::microseconds(100);
+// UROCE_POLL=auto (spin_advisor.h): a polling progress thread looks every
+// kSpinCheck whether an application thread has become runnable. One found
+// runnable is taken to stay so for kSpinBackoff (a thread spinning on
+// memory): each look costs a few us that would delay it after every datagram.
+constexpr auto kSpinCheck = std::chrono::microseconds(20);
+constexpr auto kSpinBackoff = std::chrono::milliseconds(2);
 // After the progress thread had to receive datagrams itself because no
 // application thread was polling, it keeps watching the sockets for a while
 // (a WRITE target that spins on memory polls its CQ between WRITEs, but
@@ -71,10 +78,16 @@ void EngineContext::progress_loop() {
   uint64_t rx_at_nap = 0;    // stats.rx_packets at the last nap's end
   bool timers_armed = true;  // until run_timers says otherwise
   bool busy = false;         // more to receive or send at once
-  // UROCE_POLL=spin:N: after a datagram, poll the socket for N us more
-  // before sleeping (see docs/architecture.md, "How the progress thread waits").
+  // UROCE_POLL=spin:N / auto:N: after a datagram, poll the sockets for N us
+  // more before sleeping; auto only while no application thread is runnable
+  // (docs/architecture.md, "How the progress thread waits").
   const auto spin = std::chrono::microseconds(core::config().progress_spin_us);
   auto spin_until = next_timers;
+  const bool spin_auto = core::config().progress_spin_auto;
+  SpinAdvisor advisor;
+  auto next_check = next_timers;
+  bool spin_ok = false;
+  if (spin_auto) SpinAdvisor::note_internal_thread();
   while (!stop_.load(std::memory_order_relaxed)) {
     size_t received = 0;
     // Poller mode: an application thread polls a CQ and receives for itself,
@@ -153,7 +166,15 @@ void EngineContext::progress_loop() {
     }
     if (timers_armed || received) last_active = now;
     if (received) spin_until = now + spin;
+    if (spin_auto && now < spin_until) {
+      if (now >= next_check) {
+        spin_ok = !advisor.application_runnable();
+        next_check = now + (spin_ok ? kSpinCheck : kSpinBackoff);
+      }
+      if (!spin_ok) spin_until = now;
+    }
   }
+  if (spin_auto) SpinAdvisor::forget_internal_thread();
 }
 
 bool EngineContext::receive_turn(size_t* received, Turn turn) {

@@ -1,0 +1,80 @@
+// SpinAdvisor (engine/spin_advisor.h): the progress thread keeps polling
+// after traffic only while no application thread of the process is runnable.
+// Each case controls every thread of the test process besides its own.
+#include "engine/spin_advisor.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace uroce::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Asks until the answer is `want` (threads take a moment to start or to
+// block); the answer it ended with.
+bool settles_to(SpinAdvisor& advisor, bool want) {
+  for (int i = 0; i < 2000; ++i) {
+    if (advisor.application_runnable() == want) return want;
+    std::this_thread::sleep_for(1ms);
+  }
+  return !want;
+}
+
+struct Spinner {
+  explicit Spinner(bool internal)
+      : thread([this, internal] {
+          if (internal) SpinAdvisor::note_internal_thread();
+          started.store(true);
+          while (!stop.load(std::memory_order_relaxed)) {
+          }
+          if (internal) SpinAdvisor::forget_internal_thread();
+        }) {
+    while (!started.load()) std::this_thread::yield();
+  }
+  ~Spinner() {
+    stop.store(true);
+    thread.join();
+  }
+  std::atomic<bool> started{false}, stop{false};
+  std::thread thread;
+};
+
+TEST(SpinAdvisor, AnApplicationThreadSpinningKeepsTheProgressThreadOff) {
+  // Receive: nothing. Expect: a thread of the process busy on its core is seen.
+  Spinner app(false);
+  SpinAdvisor advisor;
+  EXPECT_TRUE(advisor.application_runnable());
+}
+
+TEST(SpinAdvisor, ApplicationThreadsThatSleepLeaveTheCoreToIt) {
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  std::thread sleeper([released] { released.wait(); });
+  SpinAdvisor advisor;
+  EXPECT_FALSE(settles_to(advisor, false));
+  go.set_value();
+  sleeper.join();
+}
+
+TEST(SpinAdvisor, UrocesOwnThreadsDoNotCount) {
+  Spinner helper(true);  // as the copy helper or another context's progress thread
+  SpinAdvisor advisor;
+  EXPECT_FALSE(advisor.application_runnable());
+}
+
+TEST(SpinAdvisor, SeesThreadsStartedAfterItsFirstLook) {
+  SpinAdvisor advisor;
+  EXPECT_FALSE(settles_to(advisor, false));
+  Spinner app(false);
+  // The thread list is read again every kRelist.
+  std::this_thread::sleep_for(SpinAdvisor::kRelist + 10ms);
+  EXPECT_TRUE(advisor.application_runnable());
+}
+
+}  // namespace
+}  // namespace uroce::engine
