@@ -16,6 +16,7 @@
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
 #include "engine/roles.h"
+#include "wire/headers.h"
 #include "wire/psn.h"
 
 namespace uroce::engine {
@@ -31,8 +32,6 @@ using wire::Operation;
 constexpr uint32_t kWindowPsns = 512;
 constexpr uint32_t kMinWindowPsns = 32;
 constexpr uint32_t kMaxPacketsPerAckReq = 64;
-
-uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
 
 // Moves the next PSN on by `n` packets sent; psn_end keeps the newest.
 void advance_psn(EngineQp& qp, uint32_t n) {
@@ -120,7 +119,7 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   fill_xrceth(info, h, w);
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
   qp.count_sent(tx.end_packet(qp.path.flow));
-  advance_psn(qp, packets_for(remaining, qp.path.mtu));
+  advance_psn(qp, wire::packets_for(remaining, qp.path.mtu));
   qp.req.pkts_since_ack_req = 0;
 }
 
@@ -171,7 +170,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     dest_qp = w.ud.remote_qpn;
   }
   uint8_t* h = tx.begin_packet(dst, src_ip, info.header_len);
-  wire::Bth(h).fill(opcode, se, (4 - (len & 3)) & 3, wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
+  wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
   fill_xrceth(info, h, w);
   if (info.has(wire::Hdr::kDeth)) {
     // IBA 10.2.5 (roce-facts §2.5): a WR Q_Key with bit 31 set means "use the QP's own".
@@ -352,14 +351,14 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       if (placed == Placement::kWait) break;
       w.started = true;
       w.first_psn = qp.req.psn;
-      w.last_psn = wire::psn_add(w.first_psn, packets_for(w.length, mtu) - 1);
+      w.last_psn = wire::psn_add(w.first_psn, wire::packets_for(w.length, mtu) - 1);
       qp.req.offset = 0;
       if (is_read(w)) ++qp.req.reads_outstanding;
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
     uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
     uint32_t window = std::max(kMinWindowPsns, kWindowPsns / senders);
-    uint32_t need = is_read(w) ? packets_for(w.length - qp.req.offset, mtu) : 1;
+    uint32_t need = is_read(w) ? wire::packets_for(w.length - qp.req.offset, mtu) : 1;
     // The window bounds unacknowledged PSNs; UC has no acknowledgements.
     if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > window) break;
 

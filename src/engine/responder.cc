@@ -18,6 +18,7 @@
 #include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
+#include "wire/headers.h"
 #include "wire/psn.h"
 
 namespace uroce::engine {
@@ -104,8 +105,6 @@ void send_nak(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
   qp.engine()->stats.tx_naks.fetch_add(1, std::memory_order_relaxed);
 }
 
-uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
-
 // READ responses go out at most this many packets at a time per QP, between
 // other work (the progress loop keeps calling back until the streams end).
 constexpr uint32_t kReadSlicePackets = TxBatch::kMaxPackets;
@@ -136,7 +135,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
   ResponderState& s = qp.resp;
   ReadJob& job = s.read_jobs[s.read_head];
   uint32_t mtu = qp.path.mtu;
-  uint32_t npkts = packets_for(job.length, mtu);
+  uint32_t npkts = wire::packets_for(job.length, mtu);
   uint32_t sent = 0;
   bool failed = false;
   {
@@ -154,7 +153,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
       uint8_t opcode = opcode_of_qp(qp.type, op);
       const wire::OpcodeInfo& info = wire::opcode_info(opcode);
       uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-      wire::Bth(h).fill(opcode, false, (4 - (n & 3)) & 3, wire::kDefaultPkey, qp.attr.dest_qp_num, false,
+      wire::Bth(h).fill(opcode, false, wire::pad_for(n), wire::kDefaultPkey, qp.attr.dest_qp_num, false,
                         wire::psn_add(job.psn, i));
       if (info.has(wire::Hdr::kAeth))
         wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
@@ -452,7 +451,7 @@ RespState execute(Request& r) {
     s.write_remaining -= len;
   } else if (r.flags & wire::kOpRead) {
     wire::Reth reth = r.pkt.reth();
-    uint32_t npkts = packets_for(reth.dma_len(), qp.path.mtu);
+    uint32_t npkts = wire::packets_for(reth.dma_len(), qp.path.mtu);
     ResponderResource& res = s.resources()[s.next_resource++ % s.resource_count];
     res = ResponderResource{true, r.psn, wire::psn_add(r.psn, npkts - 1), reth.va(), reth.rkey(), reth.dma_len()};
     queue_read(qp, r.psn, reth.va(), reth.rkey(), reth.dma_len());

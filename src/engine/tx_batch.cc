@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/mr_access.h"
+#include "wire/headers.h"
 
 namespace uroce::engine {
 
@@ -83,7 +84,7 @@ uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
   if (overflow_) return 0;  // dropped: the slot is reused by the next packet
   uint8_t* p = slot(count_);
   uint32_t len = header_len_ + payload_len_;
-  unsigned pad = (4 - (payload_len_ & 3)) & 3;
+  unsigned pad = wire::pad_for(payload_len_);
   std::memset(p + len, 0, pad);  // the ICRC covers the pad
   len += pad;
   unsigned index = place(len + wire::kIcrcSize, true);

@@ -15,6 +15,10 @@ namespace uroce::wire {
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint32_t kGsiQkey = 0x80010000;
 
+// The BTH PadCnt of a packet with `payload_len` payload bytes: payload and
+// pad end on a 4-byte boundary (roce-facts.md §1.1).
+constexpr unsigned pad_for(uint32_t payload_len) { return (4 - (payload_len & 3)) & 3; }
+
 class Bth {
  public:
   explicit Bth(uint8_t* p) : p_(p) {}

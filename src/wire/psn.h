@@ -15,4 +15,8 @@ constexpr int32_t psn_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>
 constexpr bool psn_before(uint32_t a, uint32_t b) { return psn_diff(a, b) < 0; }
 constexpr bool psn_after(uint32_t a, uint32_t b) { return psn_diff(a, b) > 0; }
 
+// PSNs (packets) a message of `length` bytes takes at path MTU `mtu`: a
+// zero-length message is one packet.
+constexpr uint32_t packets_for(uint32_t length, uint32_t mtu) { return length == 0 ? 1 : (length + mtu - 1) / mtu; }
+
 }  // namespace uroce::wire

@@ -181,5 +181,16 @@ TEST(Headers, PacketViewLocatesHeaders) {
   EXPECT_EQ(v.icrc_wire(), 0x12345678u);
 }
 
+// Expect: payload + PadCnt is a multiple of 4, PadCnt in 0-3 (roce-facts.md §1.1).
+TEST(Headers, PadCountEndsThePayloadOnFourBytes) {
+  EXPECT_EQ(pad_for(0), 0u);
+  EXPECT_EQ(pad_for(1), 3u);
+  EXPECT_EQ(pad_for(2), 2u);
+  EXPECT_EQ(pad_for(3), 1u);
+  EXPECT_EQ(pad_for(4), 0u);
+  EXPECT_EQ(pad_for(4097), 3u);
+  EXPECT_EQ(pad_for(4095), 1u);
+}
+
 }  // namespace
 }  // namespace uroce::wire

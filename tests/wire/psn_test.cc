@@ -57,5 +57,15 @@ TEST(Psn, IgnoresBitsAbove24) {
 static_assert(psn_diff(0, 0xFFFFFF) == 1, "constexpr");
 static_assert(psn_add(0xFFFFFF, 2) == 1, "constexpr");
 
+// Expect: a message takes ceil(length / MTU) PSNs, a zero-length one takes one.
+TEST(Psn, PacketsForAMessage) {
+  EXPECT_EQ(packets_for(0, 1024), 1u);
+  EXPECT_EQ(packets_for(1, 1024), 1u);
+  EXPECT_EQ(packets_for(1024, 1024), 1u);
+  EXPECT_EQ(packets_for(1025, 1024), 2u);
+  EXPECT_EQ(packets_for(4097, 1024), 5u);
+  EXPECT_EQ(packets_for(1u << 31, 4096), 1u << 19);
+}
+
 }  // namespace
 }  // namespace uroce::wire
