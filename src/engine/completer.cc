@@ -51,13 +51,25 @@ bool has_outstanding(EngineQp& qp) {
   return false;
 }
 
-void restart_timer(EngineQp& qp) {
-  bool outstanding = has_outstanding(qp);
-  auto now = Clock::now();
-  qp.timers.retransmit_armed = outstanding && qp.attr.timeout != 0;
-  if (qp.timers.retransmit_armed) qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
+// The local ACK timer (IBA 9.7.6.1.3) with its tail-loss probes: armed from
+// `now` for a reliable QP with a timeout (attr.timeout 0: none). Only these
+// functions and completer_start/stop_timer write timers.retransmit_armed.
+void arm_timer(EngineQp& qp, Clock::time_point now) {
+  qp.timers.retransmit_armed = true;
+  qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
   restart_probes(qp.timers, now);
-  if (qp.timers.retransmit_armed) qp.engine()->timer_armed();
+  qp.engine()->timer_armed();
+}
+
+// Progress: the timer runs again from now while requests are outstanding.
+void restart_timer(EngineQp& qp) {
+  auto now = Clock::now();
+  if (has_outstanding(qp) && qp.attr.timeout != 0) {
+    arm_timer(qp, now);
+  } else {
+    qp.timers.retransmit_armed = false;
+    restart_probes(qp.timers, now);
+  }
 }
 
 // The acknowledgement of every PSN before `psn` ends the round-trip sample if
@@ -202,7 +214,7 @@ void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   qp.req.rnr_wait = true;
   qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
   qp.engine()->timer_armed();
-  qp.timers.retransmit_armed = false;
+  completer_stop_timer(qp);  // the RNR timer runs instead
 }
 
 void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
@@ -363,6 +375,13 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   }
 }
 
+void completer_start_timer(EngineQp& qp) {
+  if (!is_reliable(qp.type) || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
+  arm_timer(qp, Clock::now());
+}
+
+void completer_stop_timer(EngineQp& qp) { qp.timers.retransmit_armed = false; }
+
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS) return;
   if (qp.req.rnr_wait && now >= qp.timers.rnr_deadline) {
@@ -372,7 +391,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   }
   if (!qp.timers.retransmit_armed) return;
   if (!has_outstanding(qp)) {
-    qp.timers.retransmit_armed = false;
+    completer_stop_timer(qp);
     return;
   }
   if (now < qp.timers.retransmit_deadline) {

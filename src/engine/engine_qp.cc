@@ -107,7 +107,7 @@ void EngineQp::enter_error() {
   ibqp.qp_base.state = IBV_QPS_ERR;
   counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
   if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
-  timers.retransmit_armed = false;
+  completer_stop_timer(*this);
   engine()->count_sender(*this, false);
   flush_send_queue();
   flush_recv_queue();
@@ -141,7 +141,7 @@ void EngineQp::flush_send_queue() {
   req.index = sq.posted;
   req.offset = 0;
   req.reads_outstanding = 0;
-  timers.retransmit_armed = false;
+  completer_stop_timer(*this);
 }
 
 void EngineQp::flush_recv_queue() {

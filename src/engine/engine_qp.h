@@ -148,7 +148,7 @@ static_assert(std::is_trivially_copyable_v<ResponderState>);
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
 
 struct QpTimers {
-  bool retransmit_armed = false;
+  bool retransmit_armed = false;            // written by the completer only (roles.h: completer_start_timer)
   Clock::time_point retransmit_deadline{};  // local ACK timeout (IBA 9.7.6.1.3)
   Clock::time_point rnr_deadline{};
   // Tail-loss probe: the newest packet is resent well before the local ACK

@@ -100,15 +100,6 @@ bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigne
   return true;
 }
 
-void arm_retransmit(EngineQp& qp) {
-  if (!is_reliable(qp.type) || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
-  auto now = Clock::now();
-  qp.timers.retransmit_armed = true;
-  qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
-  restart_probes(qp.timers, now);
-  qp.engine()->timer_armed();
-}
-
 // Builds the READ request for the rest of a READ WQE.
 void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   uint32_t remaining = w.length - qp.req.offset;
@@ -407,7 +398,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     retire_send_wqes(qp);
   }
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
-  if (sent) arm_retransmit(qp);
+  if (sent) completer_start_timer(qp);
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
   tx.flush();
 }

@@ -42,6 +42,11 @@ bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
 // Local ACK timeout and RNR timer.
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
+// The local ACK timer (IBA 9.7.6.1.3) is the completer's: the requester
+// starts it when it has sent requests (no effect while it runs, on an
+// unreliable QP or with attr.timeout 0), the QP stops it on its way to ERR.
+void completer_start_timer(EngineQp& qp);
+void completer_stop_timer(EngineQp& qp);
 
 // Completion helpers shared by the roles.
 void complete_send_wqe(EngineQp& qp, core::SendWqe& w, ibv_wc_status status);
