@@ -37,7 +37,15 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
   }
 }
 
-bool infinite(uint8_t count) { return count == 7; }  // rxe: 7 = retry forever
+// Takes one retry from the budget `left` of a QP attribute `count` (retry_cnt,
+// rnr_retry; 7 means retry forever, as rxe reads it); false when the budget is
+// spent (the oldest WQE then fails with the matching "retry exceeded" status).
+bool take_retry(uint8_t count, uint8_t& left) {
+  if (count == 7) return true;
+  if (left == 0) return false;
+  --left;
+  return true;
+}
 
 // A request is outstanding while a started WQE awaits its acknowledgement or
 // response. (Not `unacked_psn != req.psn`: after a rewind the requester's PSN
@@ -185,10 +193,7 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
       qp.count(&QpCounters::rcvd_seq_err);
       qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
       // The responder missed packets: go back to the PSN it expects.
-      if (!infinite(qp.attr.retry_cnt)) {
-        if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-        --qp.comp.retry_left;
-      }
+      if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
       count_retransmit(qp);
       requester_rewind(qp, psn);
       requester_run(qp, tx);
@@ -206,10 +211,7 @@ void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   acknowledge_before(qp, psn);
   qp.count(&QpCounters::rcvd_rnr_err);
   qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
-  if (!infinite(qp.attr.rnr_retry)) {
-    if (qp.comp.rnr_retry_left == 0) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
-    --qp.comp.rnr_retry_left;
-  }
+  if (!take_retry(qp.attr.rnr_retry, qp.comp.rnr_retry_left)) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
   requester_rewind(qp, psn);
   qp.req.rnr_wait = true;
   qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
@@ -405,10 +407,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   // Local ACK timeout (IBA 9.7.6.1.3): retry from the oldest unacknowledged PSN.
   qp.count(&QpCounters::local_ack_timeout_err);
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
-  if (!infinite(qp.attr.retry_cnt)) {
-    if (qp.comp.retry_left == 0) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-    --qp.comp.retry_left;
-  }
+  if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   go_back_n(qp, tx);
   restart_timer(qp);
 }
