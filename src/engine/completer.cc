@@ -60,8 +60,8 @@ bool has_outstanding(EngineQp& qp) {
 }
 
 // The local ACK timer (IBA 9.7.6.1.3) with its tail-loss probes: armed from
-// `now` for a reliable QP with a timeout (attr.timeout 0: none). Only these
-// functions and completer_start/stop_timer write timers.retransmit_armed.
+// `now` for a reliable QP with a timeout (attr.timeout 0: none). The timers
+// (QpTimers) are written in this file only.
 void arm_timer(EngineQp& qp, Clock::time_point now) {
   qp.timers.retransmit_armed = true;
   qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
@@ -213,10 +213,10 @@ void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
   qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.rnr_retry, qp.comp.rnr_retry_left)) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
   requester_rewind(qp, psn);
-  qp.req.rnr_wait = true;
+  qp.timers.rnr_armed = true;
   qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
   qp.engine()->timer_armed();
-  completer_stop_timer(qp);  // the RNR timer runs instead
+  qp.timers.retransmit_armed = false;  // the RNR timer runs instead
 }
 
 void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
@@ -244,7 +244,7 @@ bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data,
 // The last response of a READ or atomic: the WQE completes, and its credit
 // (max_rd_atomic) is free for the requester.
 void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx) {
-  --qp.req.reads_outstanding;
+  requester_read_done(qp);
   complete_send_wqe(qp, w, IBV_WC_SUCCESS);
   retire_send_wqes(qp);
   requester_catch_up(qp);
@@ -382,12 +382,15 @@ void completer_start_timer(EngineQp& qp) {
   arm_timer(qp, Clock::now());
 }
 
-void completer_stop_timer(EngineQp& qp) { qp.timers.retransmit_armed = false; }
+void completer_stop_timer(EngineQp& qp) {
+  qp.timers.retransmit_armed = false;
+  qp.timers.rnr_armed = false;
+}
 
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS) return;
-  if (qp.req.rnr_wait && now >= qp.timers.rnr_deadline) {
-    qp.req.rnr_wait = false;
+  if (qp.timers.rnr_armed && now >= qp.timers.rnr_deadline) {
+    qp.timers.rnr_armed = false;
     count_retransmit(qp);
     requester_run(qp, tx);
   }

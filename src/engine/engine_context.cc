@@ -528,7 +528,7 @@ bool EngineContext::any_timer_armed() {
   std::shared_lock lock(qps_mu_);
   for (auto& [num, qp] : qps_) {
     std::lock_guard ql(qp->mu);
-    if (timer_pending(qp->timers, qp->req.rnr_wait)) return true;
+    if (timer_pending(qp->timers)) return true;
   }
   return false;
 }
@@ -709,7 +709,7 @@ bool EngineContext::run_timers(Clock::time_point now) {
     for (auto& [num, qp] : qps_) {
       std::lock_guard ql(qp->mu);
       completer_check_timers(*qp, now, tx);
-      armed = armed || timer_pending(qp->timers, qp->req.rnr_wait);
+      armed = armed || timer_pending(qp->timers);
     }
   }
   tx.flush();

@@ -68,8 +68,7 @@ struct RequesterState {
   // for PSNs from here on answer nothing we sent — ghosts (completer.cc).
   uint32_t psn_end = 0;
   uint32_t pkts_since_ack_req = 0;
-  uint32_t reads_outstanding = 0;  // READ WQEs started and not completed
-  bool rnr_wait = false;           // paused until timers.rnr_deadline
+  uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
   bool counted_sending = false;    // counted in EngineContext::senders()
   // Round-trip sample in flight: a new (never resent) packet with AckReq,
   // timed until its acknowledgement (Karn: a rewind discards the sample).
@@ -150,6 +149,8 @@ inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds
 struct QpTimers {
   bool retransmit_armed = false;            // written by the completer only (roles.h: completer_start_timer)
   Clock::time_point retransmit_deadline{};  // local ACK timeout (IBA 9.7.6.1.3)
+  // RNR NAK received (IBA 9.7.5.2.8): the requester pauses until rnr_deadline.
+  bool rnr_armed = false;
   Clock::time_point rnr_deadline{};
   // Tail-loss probe: the newest packet is resent well before the local ACK
   // timeout when nothing was acknowledged for a while (the lost packet was the
@@ -175,7 +176,7 @@ inline void restart_probes(QpTimers& t, Clock::time_point now) {
 }
 
 // Whether a timer of the QP is armed (the progress thread must keep ticking).
-inline bool timer_pending(const QpTimers& t, bool rnr_wait) { return t.retransmit_armed || rnr_wait; }
+inline bool timer_pending(const QpTimers& t) { return t.retransmit_armed || t.rnr_armed; }
 
 // A receive completion of a reliable QP waiting for the ACK of its message to
 // leave (see EngineQp::deferred).

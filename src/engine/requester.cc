@@ -308,6 +308,10 @@ void requester_rewind(EngineQp& qp, uint32_t psn) {
   }
 }
 
+void requester_read_done(EngineQp& qp) {
+  if (qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
+}
+
 void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
 
 void requester_catch_up(EngineQp& qp) {
@@ -387,7 +391,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     tx.use(&qp.engine()->transport());
     responder_flush_ack(qp, tx);
   }
-  if (qp.state() != IBV_QPS_RTS || qp.req.rnr_wait) {
+  if (qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed) {
     if (acked) tx.flush();
     return;
   }

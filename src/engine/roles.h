@@ -20,6 +20,9 @@ void requester_rewind(EngineQp& qp, uint32_t psn);
 void requester_force_ack_req(EngineQp& qp);
 // After an ACK: moves the requester past PSNs that are already acknowledged.
 void requester_catch_up(EngineQp& qp);
+// The last response of a READ or atomic arrived: its credit (max_rd_atomic)
+// is free again.
+void requester_read_done(EngineQp& qp);
 
 // Responder (responder.cc): one incoming request packet.
 // `from` and `to_ip` address the datagram (UD: the GRH and the completion's slid).
@@ -42,9 +45,10 @@ bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
 // Local ACK timeout and RNR timer.
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
-// The local ACK timer (IBA 9.7.6.1.3) is the completer's: the requester
-// starts it when it has sent requests (no effect while it runs, on an
-// unreliable QP or with attr.timeout 0), the QP stops it on its way to ERR.
+// The local ACK timer (IBA 9.7.6.1.3) and the RNR timer are the completer's:
+// the requester starts the former when it has sent requests (no effect while
+// it runs, on an unreliable QP or with attr.timeout 0); the QP stops both on
+// its way to ERR.
 void completer_start_timer(EngineQp& qp);
 void completer_stop_timer(EngineQp& qp);
 
