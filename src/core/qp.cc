@@ -113,7 +113,7 @@ int modify_qp_attrs(ibv_qp_type type, const Context& ctx, ibv_qp_attr& attr, con
 
 int Qp::apply_modify(const ibv_qp_attr& a, int mask) {
   if (int e = modify_qp_attrs(type, *ctx, attr, a, mask)) return e;
-  ibqp.qp_base.state = attr.qp_state;
+  set_state(attr.qp_state);
   return 0;
 }
 

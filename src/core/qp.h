@@ -66,6 +66,12 @@ class Qp {
 
   uint32_t qp_num() const { return ibqp.qp_base.qp_num; }
   ibv_qp_state state() const { return attr.qp_state; }
+  // The state, everywhere it shows: attr.qp_state, attr.cur_qp_state and the
+  // ABI object's state (read by rdma-core's inline helpers). Caller holds mu.
+  void set_state(ibv_qp_state s) {
+    attr.qp_state = attr.cur_qp_state = s;
+    ibqp.qp_base.state = s;
+  }
 
   // Checks a modify against the state machine, the masks and the value
   // limits, then stores the attributes. Caller holds mu. Returns an errno.

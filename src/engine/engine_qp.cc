@@ -102,9 +102,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
 
 void EngineQp::enter_error() {
   if (state() == IBV_QPS_ERR) return;
-  attr.qp_state = IBV_QPS_ERR;
-  attr.cur_qp_state = IBV_QPS_ERR;
-  ibqp.qp_base.state = IBV_QPS_ERR;
+  set_state(IBV_QPS_ERR);
   counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
   if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   completer_stop_timer(*this);

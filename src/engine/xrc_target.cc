@@ -89,7 +89,7 @@ void flush_events(XrcDomain& domain, TargetSlot& slot, uint32_t index, TxBatch& 
 // (caller holds the slot's lock).
 void load_from_slot(EngineQp& q, const TargetSlot& slot, uint16_t our_port) {
   q.attr = slot.qp_attr;
-  q.ibqp.qp_base.state = slot.qp_attr.qp_state;
+  q.set_state(slot.qp_attr.qp_state);
   const TargetPath& p = slot.path;
   q.path.dst = transport::Endpoint{p.dst_ip, p.dst_port};
   q.path.src_ip = p.src_ip;
@@ -105,8 +105,7 @@ void load_from_slot(EngineQp& q, const TargetSlot& slot, uint16_t our_port) {
 void run_on_slot(EngineQp& q, XrcDomain& domain, TargetSlot& slot, uint32_t index, core::Srq* srq,
                  const wire::PacketView& pkt, const transport::Endpoint& from, const transport::IpAddress& to_ip,
                  TxBatch& tx) {
-  q.attr.qp_state = slot.qp_attr.qp_state;
-  q.ibqp.qp_base.state = q.attr.qp_state;
+  q.set_state(slot.qp_attr.qp_state);
   q.resp = slot.resp;
   q.srq = srq;
   t_event_count = 0;
@@ -136,17 +135,10 @@ void relay(EngineQp& qp, const transport::RxDatagram& d, uint16_t owner_port, Tx
   uint8_t* h = tx.begin_packet(transport::Endpoint{kLoopback, owner_port}, kLoopback, sizeof(RelayHeader));
   // The relay between processes carries IPv4 addresses only (an XRC target
   // shared by processes of one host: IPv4).
-  RelayHeader rh{kRelayMarker,
-                 kRelayVersion,
-                 qp.engine()->lid(),
-                 qp.qp_num(),
-                 t.slot_index,
-                 d.src.ip.v4(),
-                 d.dst_ip.v4(),
-                 d.src.port,
-                 d.dst_port ? d.dst_port : qp.engine()->lid(),
-                 t.domain->key().dev,
-                 t.domain->key().ino};
+  RelayHeader rh{kRelayMarker,        kRelayVersion,      qp.engine()->lid(),
+                 qp.qp_num(),         t.slot_index,       d.src.ip.v4(),
+                 d.dst_ip.v4(),       d.src.port,         d.dst_port ? d.dst_port : qp.engine()->lid(),
+                 t.domain->key().dev, t.domain->key().ino};
   std::memcpy(h, &rh, sizeof rh);
   tx.add_payload(d.data, d.len);
   tx.end_datagram();
@@ -272,7 +264,7 @@ int xrc_target_query(EngineQp& qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) {
     if (!handle_valid(t)) return EIO;
     qp.attr = t.slot->qp_attr;  // an opened handle's copy is only this
   }
-  qp.ibqp.qp_base.state = qp.attr.qp_state;
+  qp.set_state(qp.attr.qp_state);
   qp.query(attr, init);
   return 0;
 }
