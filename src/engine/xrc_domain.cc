@@ -115,19 +115,15 @@ void drop_opener(XrcDomain::Header* h) {
 SlotLock::SlotLock(TargetSlot& s) : word_(s.lock) { spin_lock(word_); }
 SlotLock::~SlotLock() { spin_unlock(word_); }
 
-std::shared_ptr<XrcDomain> XrcDomain::open(int fd, int oflags, int* err) {
-  *err = 0;
-  return fd == -1 ? open_private(err) : open_file(fd, oflags, err);
-}
+XrcDomain::OpenResult XrcDomain::open(int fd, int oflags) { return fd == -1 ? open_private() : open_file(fd, oflags); }
 
-std::shared_ptr<XrcDomain> XrcDomain::open_private(int* err) {
+XrcDomain::OpenResult XrcDomain::open_private() {
   size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
   auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
   void* mem = ::operator new(bytes, std::nothrow);
   if (!d || !mem) {
     ::operator delete(mem);
-    *err = ENOMEM;
-    return nullptr;
+    return OpenResult::error(ENOMEM);
   }
   d->header_ = new (mem) Header{};
   d->header_->magic = kMagic;
@@ -144,19 +140,18 @@ std::shared_ptr<XrcDomain> XrcDomain::open_private(int* err) {
 // The shared memory object of the file's inode: created with O_CREAT, sized
 // and marked ready by its creator; an object of another build is replaced; one
 // its last user removed while we opened it is opened anew.
-std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
+XrcDomain::OpenResult XrcDomain::open_file(int fd, int oflags) {
   size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    *err = EBADF;
-    return nullptr;
+    return OpenResult::error(EBADF);
   }
   std::lock_guard open_lock(g_open_mu);
   auto file_key = std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino));
   if (auto it = g_open.find(file_key); it != g_open.end()) {
     if (auto d = it->second.lock()) {
-      if (oflags & O_EXCL) *err = EINVAL;
-      return *err ? nullptr : d;
+      if (oflags & O_EXCL) return OpenResult::error(EINVAL);
+      return d;
     }
   }
   char name[96];
@@ -170,21 +165,18 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
       if (!(oflags & O_CREAT)) {  // it did not exist: the caller did not ask to create it
         close(shm);
         shm_unlink(name);
-        *err = EAGAIN;
-        return nullptr;
+        return OpenResult::error(EAGAIN);
       }
       if (ftruncate(shm, off_t(bytes)) != 0) {
-        *err = errno;
         close(shm);
         shm_unlink(name);
-        return nullptr;
+        return OpenResult::error(errno);
       }
     } else if (errno == EEXIST) {
       shm = shm_open(name, O_RDWR, 0600);
       if (shm < 0) continue;  // removed in between: try again
     } else {
-      *err = errno;
-      return nullptr;
+      return OpenResult::error(errno);
     }
     // A creator in another process may not have sized the object yet: touching
     // pages past its end would fault, so wait (bounded) for the size first.
@@ -204,8 +196,7 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
     void* mem = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0) : MAP_FAILED;
     close(shm);
     if (mem == MAP_FAILED) {
-      *err = sized ? ENOMEM : EAGAIN;
-      return nullptr;
+      return OpenResult::error(sized ? ENOMEM : EAGAIN);
     }
     auto* h = static_cast<Header*>(mem);
     std::atomic_ref<uint32_t> ready(h->ready);
@@ -219,8 +210,7 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
     for (int i = 0; i < 1000 && !ready.load(std::memory_order_acquire); ++i) usleep(1000);
     if (!ready.load(std::memory_order_acquire)) {
       munmap(mem, bytes);
-      *err = EAGAIN;
-      return nullptr;
+      return OpenResult::error(EAGAIN);
     }
     if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
       munmap(mem, bytes);
@@ -247,14 +237,12 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
     spin_unlock(h->lock);
     if (e) {
       munmap(mem, bytes);
-      *err = e;
-      return nullptr;
+      return OpenResult::error(e);
     }
     auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
     if (!d) {
       munmap(mem, bytes);
-      *err = ENOMEM;
-      return nullptr;
+      return OpenResult::error(ENOMEM);
     }
     d->header_ = h;
     d->slots_ = reinterpret_cast<TargetSlot*>(static_cast<uint8_t*>(mem) + sizeof(Header));
@@ -264,8 +252,7 @@ std::shared_ptr<XrcDomain> XrcDomain::open_file(int fd, int oflags, int* err) {
     g_open[file_key] = d;
     return d;
   }
-  *err = EAGAIN;
-  return nullptr;
+  return OpenResult::error(EAGAIN);
 }
 
 std::shared_ptr<XrcDomain> XrcDomain::find(const XrcDomainKey& key) {

@@ -106,7 +106,8 @@ class XrcDomain {
   // when it exists and O_EXCL is given; ENOMEM/EACCES from the system. A
   // domain whose every opener died (killed without closing it) no longer
   // exists: the next O_CREAT open takes its memory over.
-  static std::shared_ptr<XrcDomain> open(int fd, int oflags, int* err);
+  using OpenResult = core::Result<std::shared_ptr<XrcDomain>>;
+  static OpenResult open(int fd, int oflags);
   ~XrcDomain();  // the last opener on the host removes the shared object
   XrcDomain(const XrcDomain&) = delete;
   XrcDomain& operator=(const XrcDomain&) = delete;
@@ -166,8 +167,8 @@ class XrcDomain {
 
  private:
   XrcDomain() = default;
-  static std::shared_ptr<XrcDomain> open_private(int* err);
-  static std::shared_ptr<XrcDomain> open_file(int fd, int oflags, int* err);
+  static OpenResult open_private();
+  static OpenResult open_file(int fd, int oflags);
   Header* header_ = nullptr;
   TargetSlot* slots_ = nullptr;
   size_t bytes_ = 0;

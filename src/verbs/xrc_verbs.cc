@@ -88,11 +88,10 @@ ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
     if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS))
       return fail<ibv_xrcd>(EINVAL);
     if (attr->oflags & ~(O_CREAT | O_EXCL)) return fail<ibv_xrcd>(EINVAL);
-    int err = 0;
-    auto domain = engine::XrcDomain::open(attr->fd, attr->oflags, &err);
-    if (!domain) return fail<ibv_xrcd>(err);
+    auto domain = engine::XrcDomain::open(attr->fd, attr->oflags);
+    if (!domain.ok()) return fail<ibv_xrcd>(domain.err());
     auto* x = new EngineXrcd();
-    x->domain = std::move(domain);
+    x->domain = std::move(*domain);
     x->ctx = EngineContext::from(context);
     x->ibxrcd.context = context;
     return &x->ibxrcd;

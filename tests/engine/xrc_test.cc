@@ -72,9 +72,12 @@ class XrcTest : public EngineTest {
 
   EngineXrcd* open_xrcd(EngineContext* ctx, std::shared_ptr<XrcDomain> domain = nullptr) {
     auto x = std::make_unique<EngineXrcd>();
-    int err = 0;
-    x->domain = domain ? std::move(domain) : XrcDomain::open(-1, O_CREAT, &err);
-    EXPECT_NE(x->domain, nullptr) << "XrcDomain::open: " << err;
+    if (!domain) {
+      auto opened = XrcDomain::open(-1, O_CREAT);
+      EXPECT_TRUE(opened.ok()) << "XrcDomain::open: " << opened.err();
+      if (opened.ok()) domain = std::move(*opened);
+    }
+    x->domain = std::move(domain);
     x->ctx = ctx;
     x->ibxrcd.context = ctx->ib();
     xrcds.push_back(std::move(x));
