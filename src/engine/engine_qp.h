@@ -147,7 +147,7 @@ static_assert(std::is_trivially_copyable_v<ResponderState>);
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
 
 struct QpTimers {
-  bool retransmit_armed = false;            // written by the completer only (roles.h: completer_start_timer)
+  bool retransmit_armed = false;            // QpTimers: written by completer.cc only (roles.h), reset with the QP
   Clock::time_point retransmit_deadline{};  // local ACK timeout (IBA 9.7.6.1.3)
   // RNR NAK received (IBA 9.7.5.2.8): the requester pauses until rnr_deadline.
   bool rnr_armed = false;

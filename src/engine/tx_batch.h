@@ -95,10 +95,10 @@ class TxBatch {
   transport::DatagramTransport* transport_ = nullptr;
   unsigned max_segments_ = 1;  // the transport's GSO limit
   unsigned count_ = 0;
-  unsigned header_len_ = 0;      // of the packet being built
-  uint32_t payload_len_ = 0;     // of the packet being built
-  bool overflow_ = false;        // the packet being built is dropped at its end
-  transport::Endpoint dst_;      // of the packet being built
+  unsigned header_len_ = 0;   // of the packet being built
+  uint32_t payload_len_ = 0;  // of the packet being built
+  bool overflow_ = false;     // the packet being built is dropped at its end
+  transport::Endpoint dst_;   // of the packet being built
   transport::IpAddress src_ip_;  // of the packet being built
   unsigned run_count_ = 0;
   std::array<Run, kMaxPackets> runs_;

@@ -135,10 +135,17 @@ void relay(EngineQp& qp, const transport::RxDatagram& d, uint16_t owner_port, Tx
   uint8_t* h = tx.begin_packet(transport::Endpoint{kLoopback, owner_port}, kLoopback, sizeof(RelayHeader));
   // The relay between processes carries IPv4 addresses only (an XRC target
   // shared by processes of one host: IPv4).
-  RelayHeader rh{kRelayMarker,        kRelayVersion,      qp.engine()->lid(),
-                 qp.qp_num(),         t.slot_index,       d.src.ip.v4(),
-                 d.dst_ip.v4(),       d.src.port,         d.dst_port ? d.dst_port : qp.engine()->lid(),
-                 t.domain->key().dev, t.domain->key().ino};
+  RelayHeader rh{kRelayMarker,
+                 kRelayVersion,
+                 qp.engine()->lid(),
+                 qp.qp_num(),
+                 t.slot_index,
+                 d.src.ip.v4(),
+                 d.dst_ip.v4(),
+                 d.src.port,
+                 d.dst_port ? d.dst_port : qp.engine()->lid(),
+                 t.domain->key().dev,
+                 t.domain->key().ino};
   std::memcpy(h, &rh, sizeof rh);
   tx.add_payload(d.data, d.len);
   tx.end_datagram();
