@@ -107,7 +107,7 @@ void SpinAdvisor::relist() {
 
 bool SpinAdvisor::application_runnable() {
   if (!listed_ok_ || std::chrono::steady_clock::now() - listed_ >= kRelist) relist();
-  if (!listed_ok_) return true;
+  if (!listed_ok_ || tasks_.size() > kMaxThreads) return true;
   char line[512];
   for (const Task& t : tasks_) {
     ssize_t n = pread(t.fd, line, sizeof line - 1, 0);

@@ -32,6 +32,9 @@ namespace uroce::engine {
 class SpinAdvisor {
  public:
   static constexpr auto kRelist = std::chrono::milliseconds(100);
+  // A process with more threads than this is not looked at thread by thread
+  // (one look would cost more than the wake-up it saves): it counts as busy.
+  static constexpr size_t kMaxThreads = 16;
 
   SpinAdvisor() = default;
   ~SpinAdvisor();
@@ -44,7 +47,8 @@ class SpinAdvisor {
   static void forget_internal_thread() noexcept;
 
   // True when some thread of the process other than uroce's own is
-  // runnable (or when the threads cannot be read: then polling is not safe).
+  // runnable, or when the threads cannot be read or are more than
+  // kMaxThreads (then polling is not known to be free).
   bool application_runnable();
 
  private:

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <thread>
+#include <vector>
 
 namespace uroce::engine {
 namespace {
@@ -65,6 +66,22 @@ TEST(SpinAdvisor, UrocesOwnThreadsDoNotCount) {
   Spinner helper(true);  // as the copy helper or another context's progress thread
   SpinAdvisor advisor;
   EXPECT_FALSE(advisor.application_runnable());
+}
+
+TEST(SpinAdvisor, AProcessWithManyThreadsCountsAsBusy) {
+  // Receive: nothing. Expect: kMaxThreads sleeping threads are read one by
+  // one (the core is free); one more and polling is not known to be free.
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  std::vector<std::thread> sleepers;
+  for (size_t i = 0; i < SpinAdvisor::kMaxThreads; ++i) sleepers.emplace_back([released] { released.wait(); });
+  SpinAdvisor advisor;
+  EXPECT_FALSE(settles_to(advisor, false));
+  sleepers.emplace_back([released] { released.wait(); });
+  std::this_thread::sleep_for(SpinAdvisor::kRelist + 10ms);  // listed again, and asleep long since
+  EXPECT_TRUE(advisor.application_runnable());
+  go.set_value();
+  for (std::thread& t : sleepers) t.join();
 }
 
 TEST(SpinAdvisor, SeesThreadsStartedAfterItsFirstLook) {
