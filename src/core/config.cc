@@ -79,6 +79,7 @@ Config load() {
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM_DIRECT")) c.shm_direct = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_SHM_JUMBO")) c.shm_jumbo = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_POLL")) {
     // block | auto | auto:N | spin | spin:N
     c.progress_spin_auto = std::strncmp(v, "auto", 4) == 0;

@@ -27,6 +27,7 @@ struct Config {
   bool gso = true;
   bool shm = true;         // the same-host path (UROCE_SHM)
   bool shm_direct = true;  // same-host direct placement of WRITE/READ (UROCE_SHM_DIRECT)
+  bool shm_jumbo = true;   // same-host jumbo packets for large SEND/WRITE (UROCE_SHM_JUMBO)
   // UROCE_POLL: after a packet the progress thread polls progress_spin_us
   // more (0, "block", the default: it sleeps at once); with
   // progress_spin_auto ("auto") only while no application thread is

@@ -619,6 +619,17 @@ bool icrc_ok(const transport::RxDatagram& d, const wire::PacketView& pkt, uint16
 }
 }  // namespace
 
+// A same-host jumbo packet (ShmTransport::send_jumbo) is an RC SEND or WRITE
+// request for a QP of this engine: it is never relayed, and nothing else may
+// come as one (it has no ICRC).
+bool EngineContext::jumbo_ok(const wire::PacketView& pkt) const {
+  uint8_t opcode = pkt.bth().opcode();
+  bool request = (pkt.info->flags & (wire::kOpSend | wire::kOpWrite)) && !(pkt.info->flags & wire::kOpResponse);
+  uint32_t qpn = pkt.bth().dest_qp();
+  return request && wire::service_of(opcode) == wire::Service::kRc && qpn != kMulticastQpn &&
+         (!registry_ || qpn_slot(qpn) == registry_->slot());
+}
+
 // Host delivery (host_relay.h): a relayed datagram is unwrapped; one for
 // another engine's QP is passed on. True when `d` is ours to dispatch.
 bool EngineContext::route_to_owner(transport::RxDatagram& d) {
@@ -639,20 +650,21 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (is_xrc_relay(d)) {
+  if (!d.jumbo && is_xrc_relay(d)) {
     xrc_relay_receive(*this, d, TxBatch::local());
     return;
   }
-  if (registry_ && !route_to_owner(d)) return;
+  if (!d.jumbo && registry_ && !route_to_owner(d)) return;
   wire::PacketView pkt;
-  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone) {
+  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt))) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (core::config().icrc_check && !icrc_ok(d, pkt, lid())) {
+  if (!d.jumbo && core::config().icrc_check && !icrc_ok(d, pkt, lid())) {
     stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  pkt.jumbo = d.jumbo;
   uint8_t opcode = pkt.bth().opcode();
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
   if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);

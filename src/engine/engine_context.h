@@ -190,6 +190,7 @@ class EngineContext : public core::Context {
   bool any_timer_armed();
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched);
   bool route_to_owner(transport::RxDatagram& d);
+  bool jumbo_ok(const wire::PacketView& pkt) const;
   void print_stats() const;
 
   // Declared before the transport, which uses them until it is destroyed.

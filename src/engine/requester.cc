@@ -10,8 +10,10 @@
 
 #include <array>
 
+#include "core/config.h"
 #include "core/context.h"
 #include "core/cq.h"
+#include "core/mr_access.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
@@ -32,6 +34,10 @@ using wire::Operation;
 constexpr uint32_t kWindowPsns = 512;
 constexpr uint32_t kMinWindowPsns = 32;
 constexpr uint32_t kMaxPacketsPerAckReq = 64;
+// Same-host SEND/WRITE messages from this size on go as jumbo packets
+// (send_jumbo_packet); smaller ones keep the MTU packets' batching.
+constexpr uint32_t kJumboMinBytes = 64 * 1024;
+constexpr uint32_t kJumboWindowBytes = 2u << 20;  // in flight per engine: half a shared-memory ring
 
 // Moves the next PSN on by `n` packets sent; psn_end keeps the newest.
 void advance_psn(EngineQp& qp, uint32_t n) {
@@ -131,6 +137,32 @@ void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   qp.req.pkts_since_ack_req = 0;
 }
 
+// The extended headers of a SEND/WRITE packet after its BTH.
+void fill_request_headers(EngineQp& qp, const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& w) {
+  fill_xrceth(info, h, w);
+  if (info.has(wire::Hdr::kDeth)) {
+    // IBA 10.2.5 (roce-facts §2.5): a WR Q_Key with bit 31 set means "use the QP's own".
+    uint32_t qkey = (w.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.ud.remote_qkey;
+    wire::Deth(h + info.offset[unsigned(wire::Hdr::kDeth)]).fill(qkey, qp.qp_num());
+  }
+  if (info.has(wire::Hdr::kReth))
+    wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr, w.rkey, w.length);
+  if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(h + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(w.imm_data);
+  if (info.has(wire::Hdr::kIeth)) {
+    uint32_t key = htobe32(w.invalidate_rkey);  // IETH: the R_Key, big-endian
+    wire::Ieth(h + info.offset[unsigned(wire::Hdr::kIeth)]).fill_raw(key);
+  }
+}
+
+// Starts the RTT sample on a new packet with AckReq (one sample in flight).
+void sample_rtt(EngineQp& qp) {
+  if (!qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
+    qp.req.rtt_sampling = true;
+    qp.req.rtt_psn = qp.req.psn;
+    qp.req.rtt_sent = Clock::now();
+  }
+}
+
 // Builds the next packet of a SEND/WRITE WQE; returns false on a local error.
 bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
   uint32_t mtu = qp.path.mtu;
@@ -162,32 +194,74 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   }
   uint8_t* h = tx.begin_packet(dst, src_ip, info.header_len);
   wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
-  fill_xrceth(info, h, w);
-  if (info.has(wire::Hdr::kDeth)) {
-    // IBA 10.2.5 (roce-facts §2.5): a WR Q_Key with bit 31 set means "use the QP's own".
-    uint32_t qkey = (w.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.ud.remote_qkey;
-    wire::Deth(h + info.offset[unsigned(wire::Hdr::kDeth)]).fill(qkey, qp.qp_num());
-  }
-  if (info.has(wire::Hdr::kReth))
-    wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr, w.rkey, w.length);
-  if (info.has(wire::Hdr::kImmDt)) wire::ImmDt(h + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(w.imm_data);
-  if (info.has(wire::Hdr::kIeth)) {
-    uint32_t key = htobe32(w.invalidate_rkey);  // IETH: the R_Key, big-endian
-    wire::Ieth(h + info.offset[unsigned(wire::Hdr::kIeth)]).fill_raw(key);
-  }
+  fill_request_headers(qp, info, h, w);
   if (!gather_payload(qp, index, w, offset, len, tx)) {
     tx.abort_packet();
     return false;
   }
   qp.count_sent(tx.end_packet(*flow));
-  if (ack_req && !qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
-    qp.req.rtt_sampling = true;
-    qp.req.rtt_psn = qp.req.psn;
-    qp.req.rtt_sent = Clock::now();
-  }
+  if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;
   return true;
+}
+
+enum class Jumbo { kNotUsed, kSent, kLocalError };
+
+// Same-host bulk (transport::DatagramTransport::send_jumbo): the next
+// packets of a large RC SEND/WRITE WQE, up to `max_psns` of them, as one
+// jumbo packet copied straight from registered memory into the receiver's
+// ring, under the MR table's lock (the lifetime rule, core/mr.h). It takes
+// the PSNs of the MTU packets it stands for, so acknowledgements, rewinds and
+// retransmissions work as for those. kNotUsed: send MTU packets (the peer is
+// not reached through shared memory, or on-demand memory, which only the
+// fault-tolerant copy of add_payload_from may read).
+Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, uint32_t psns) {
+  constexpr unsigned kMaxPieces = 16;
+  static const uint8_t kTrailer[8] = {};  // pad and the ICRC's place (not computed)
+  transport::DatagramTransport& t = qp.engine()->transport();
+  uint32_t mtu = qp.path.mtu;
+  uint32_t offset = qp.req.offset;
+  uint32_t len = std::min(w.length - offset, psns * mtu);
+  bool first = offset == 0, last = offset + len == w.length;
+  uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, first, last));
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  uint8_t h[TxBatch::kMaxHeader] = {};
+  wire::Bth(h).fill(opcode, last && (w.send_flags & IBV_SEND_SOLICITED), wire::pad_for(len), wire::kDefaultPkey,
+                    qp.attr.dest_qp_num, true, qp.req.psn);
+  fill_request_headers(qp, info, h, w);
+  iovec iov[kMaxPieces];
+  unsigned n = 0;
+  iov[n++] = iovec{h, info.header_len};
+  if (w.is_inline) {
+    iov[n++] = iovec{qp.sq.inline_buf(index) + offset, len};
+  } else {
+    const core::Sge* sge = qp.sq.sges(index);
+    uint32_t skip = offset, left = len;
+    for (uint16_t i = 0; i < w.num_sge && left > 0; ++i) {
+      if (skip >= sge[i].length) {
+        skip -= sge[i].length;
+        continue;
+      }
+      uint32_t take = std::min(sge[i].length - skip, left);
+      const core::Mr* mr = nullptr;
+      if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, take, 0, false, &mr) != core::KeyCheck::kOk)
+        return Jumbo::kLocalError;
+      if (core::is_on_demand(*mr) || n == kMaxPieces - 1) return Jumbo::kNotUsed;
+      iov[n++] = iovec{mr->host_at(sge[i].addr + skip, false), take};
+      left -= take;
+      skip = 0;
+    }
+  }
+  iov[n++] = iovec{const_cast<uint8_t*>(kTrailer), wire::pad_for(len) + wire::kIcrcSize};
+  if (tx.pending()) tx.flush();  // earlier packets first: they share the receiver's ring
+  if (t.send_jumbo(qp.path.dst, qp.path.src_ip, iov, n) == transport::JumboSend::kNotLocal) return Jumbo::kNotUsed;
+  qp.count_sent(info.header_len + len + wire::pad_for(len) + wire::kIcrcSize);
+  qp.req.pkts_since_ack_req = 0;
+  sample_rtt(qp);
+  advance_psn(qp, wire::packets_for(len, mtu));
+  qp.req.offset += len;
+  return Jumbo::kSent;
 }
 
 void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
@@ -196,6 +270,18 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 }
 
 enum class Placement { kPlaced, kPackets, kWait };
+
+// A large RC WRITE with more WQEs posted behind it (a stream, as
+// ib_write_bw's) goes as jumbo packets rather than placed: two memcpys
+// pipelined across the two processes (sender into the ring, the target's
+// thread out of it) outrun one process_vm_writev, which pins every target
+// page. A lone one (ib_write_lat's) is placed: it needs no thread of the
+// target, which may be spinning on the memory it waits for and leave its
+// progress thread no CPU.
+bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
+  return qp.type == IBV_QPT_RC && w.length >= kJumboMinBytes && core::config().shm_jumbo && qp.sq.posted - index > 1 &&
+         qp.engine()->transport().jumbo_limit(qp.path.dst) >= qp.path.mtu;
+}
 
 // Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
 // whose predecessors have all completed and with nothing in flight: copied
@@ -207,6 +293,7 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx)
   if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return Placement::kPackets;
   bool read = w.opcode == IBV_WR_RDMA_READ;
   if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0) return Placement::kPackets;
+  if (!read && streams_as_jumbo(qp, index, w)) return Placement::kPackets;
   if (index != qp.sq.retired || (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn)) {
     bool wait = qp.type == IBV_QPT_RC && w.length >= DirectPlacement::kWaitToPlace &&
                 dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
@@ -354,6 +441,17 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
     uint32_t window = std::max(kMinWindowPsns, kWindowPsns / senders);
     uint32_t need = is_read(w) ? wire::packets_for(w.length - qp.req.offset, mtu) : 1;
+    // Jumbo packets (same host): a window of bytes rather than PSNs, and
+    // only whole jumbos (or a message's rest) go: partial ones would cut the
+    // stream into ever smaller pieces as ACKs free the window bit by bit.
+    uint32_t jumbo_psns = 0;
+    if (qp.type == IBV_QPT_RC && !is_read(w) && w.length >= kJumboMinBytes && core::config().shm_jumbo) {
+      jumbo_psns = qp.engine()->transport().jumbo_limit(qp.path.dst) / mtu;
+      if (jumbo_psns > 0) {
+        window = std::max(window, kJumboWindowBytes / senders / mtu);
+        need = std::min(jumbo_psns, wire::packets_for(w.length - qp.req.offset, mtu));
+      }
+    }
     // The window bounds unacknowledged PSNs; UC has no acknowledgements.
     if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > window) break;
 
@@ -365,7 +463,8 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       qp.req.offset = 0;
       ++qp.req.index;
     } else {
-      if (!send_data_packet(qp, index, w, tx)) {
+      Jumbo jumbo = jumbo_psns ? send_jumbo_packet(qp, index, w, tx, need) : Jumbo::kNotUsed;
+      if (jumbo == Jumbo::kLocalError || (jumbo == Jumbo::kNotUsed && !send_data_packet(qp, index, w, tx))) {
         fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
         break;
       }

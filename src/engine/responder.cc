@@ -75,8 +75,20 @@ struct Request {
   Operation op;
   const transport::Endpoint& from;  // sender's address and UDP port (its LID)
   const transport::IpAddress& to_ip;
+  uint32_t span = 1;                           // PSNs the packet stands for (jumbo_span; 0: a bad jumbo)
   ibv_wc_status recv_status = IBV_WC_SUCCESS;  // for a receive WQE failed by this packet
 };
+
+// The PSNs a same-host jumbo packet stands for (wire::PacketView::jumbo): as
+// if it had been cut at the path MTU. Every packet of a message but the last
+// is a full MTU (check_length), so a jumbo that does not end its message carries a
+// whole number of them; 0 when it does not (an invalid request).
+uint32_t jumbo_span(const wire::PacketView& pkt, uint32_t mtu) {
+  if (!pkt.jumbo) return 1;
+  uint32_t len = pkt.payload_len;
+  if (pkt.info->flags & wire::kOpEnd) return len == 0 ? 1 : (len + mtu - 1) / mtu;
+  return len % mtu == 0 ? len / mtu : 0;
+}
 
 // RC and XRC (target) requests are acknowledged; UC and UD ones are not.
 bool is_rc(const EngineQp& qp) { return is_reliable(qp.type); }
@@ -331,9 +343,10 @@ RespState check_resource(Request& r) {
 // Length checks (as rxe's check_length): packet payload lengths by position, and
 // the receive buffer.
 RespState check_length(Request& r) {
-  uint32_t mtu = r.qp.path.mtu;
+  uint64_t mtu = uint64_t(r.qp.path.mtu) * r.span;  // a jumbo packet: span packets' worth
   uint32_t len = r.pkt.payload_len;
   bool start = r.flags & wire::kOpStart, end = r.flags & wire::kOpEnd;
+  if (r.span == 0) return RespState::kErrInvalidRequest;  // jumbo packets are RC only
   if (r.flags & wire::kOpPayload) {
     bool ok = (!end) ? len == mtu : (start ? len <= mtu : (len > 0 && len <= mtu));
     if (!ok) return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
@@ -546,10 +559,11 @@ RespState complete(Request& r) {
 
 RespState acknowledge(Request& r) {
   ResponderState& s = r.qp.resp;
-  s.epsn = wire::psn_add(r.psn, 1);
+  uint32_t last = wire::psn_add(r.psn, r.span - 1);
+  s.epsn = wire::psn_add(last, 1);
   if (is_rc(r.qp) && r.pkt.bth().ack_req()) {
     s.ack_pending = true;
-    s.ack_psn = r.psn;
+    s.ack_psn = last;
   }
   return RespState::kDone;
 }
@@ -680,6 +694,7 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
   }
   tx.use(&qp.engine()->transport());
   Request r{qp, pkt, tx, pkt.bth().psn(), pkt.info->flags, wire::operation_of(pkt.bth().opcode()), from, to_ip};
+  r.span = jumbo_span(pkt, qp.path.mtu);
   RespState s = RespState::kCheckPsn;
   while (s != RespState::kDone) {
     if (s >= RespState::kErrInvalidRequest && s <= RespState::kErrRemoteOperation)

@@ -218,6 +218,9 @@ size_t CaptureTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) n
   size_t n = inner_->recv_burst(out, timeout_ms);
   for (size_t i = 0; i < n; ++i) {
     const RxDatagram& d = out[i];
+    // A same-host jumbo packet (from a peer that does not capture) is no
+    // datagram of any wire: no ICRC, longer than an MTU. Not recorded.
+    if (d.jumbo) continue;
     iovec piece{d.data, d.len};
     Endpoint dst{d.dst_ip, d.dst_port ? d.dst_port : inner_->local_port()};
     writer_->record(d.src, dst, d.gso_index, &piece, 1, 0, d.len);

@@ -2,6 +2,9 @@
 // receives — through a socket or through the same-host path's shared memory,
 // which no capture on an interface sees — written to a pcap file that
 // Wireshark/tshark decode (decode UDP on uroce's ports as "infiniband").
+// A capturing transport sends no jumbo packets (DatagramTransport::
+// send_jumbo: it answers kNotLocal, so large messages go as MTU packets), and
+// the jumbo packets a non-capturing peer sends it are not recorded.
 //
 // CaptureTransport decorates the transport stack below fault injection, so
 // the file holds what actually left and arrived. Each record is a raw IP

@@ -111,6 +111,18 @@ struct RxDatagram {
   uint16_t dst_port = 0;  // the UDP port it arrived at (0: the transport's local_port)
   bool truncated = false;
   uint8_t gso_index = 0;
+  // A same-host jumbo packet (DatagramTransport::send_jumbo): it carries no
+  // ICRC, may be longer than any MTU, and `data` points into memory shared
+  // with the sender (which may still write to it: nothing read from it may
+  // be trusted twice).
+  bool jumbo = false;
+};
+
+// What became of a jumbo packet (DatagramTransport::send_jumbo).
+enum class JumboSend : uint8_t {
+  kNotLocal,  // the destination is not reached through shared memory: send MTU packets
+  kSent,
+  kDropped,  // the receiver's ring stayed full: lost as on a congested network
 };
 
 class DatagramTransport {
@@ -140,6 +152,24 @@ class DatagramTransport {
   // transport). Decorators need not override it. Thread-safe.
   virtual void nap(int timeout_us) noexcept {
     if (DatagramTransport* inner = decorated()) inner->nap(timeout_us);
+  }
+
+  // Same-host bulk: sends `iov` as one jumbo packet — a RoCE packet whose
+  // payload may span several path-MTU packets' worth (the receiver's
+  // responder takes it as that many PSNs), with room for, but no, ICRC —
+  // when `dst` is reached through shared memory; it is copied out of `iov`
+  // before this returns. Transports without a shared-memory path (and
+  // decorators, whose layer would not see it) answer kNotLocal. Thread-safe.
+  virtual JumboSend send_jumbo(const Endpoint& dst, const IpAddress& src_ip, const iovec* iov,
+                               unsigned iovcnt) noexcept {
+    (void)dst, (void)src_ip, (void)iov, (void)iovcnt;
+    return JumboSend::kNotLocal;
+  }
+  // The largest payload a jumbo packet to `dst` may carry now (0: send_jumbo
+  // would answer kNotLocal).
+  virtual uint32_t jumbo_limit(const Endpoint& dst) noexcept {
+    (void)dst;
+    return 0;
   }
 
   virtual uint16_t local_port() const noexcept = 0;

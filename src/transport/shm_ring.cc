@@ -16,8 +16,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
               "shared between processes: the atomics must be lock-free");
 
 struct ShmRing::RecordHeader {
-  uint32_t len;  // bytes after this header; kWrap: skip to the start of the data area
-  uint32_t reserved;
+  uint32_t len;  // the record's bytes; kWrap: skip to the start of the data area
+  uint32_t pad;  // bytes between this header and the record's (< kLineBytes)
   Meta meta;
 };
 
@@ -56,19 +56,32 @@ ShmRing ShmRing::attach(void* mem, size_t bytes) {
   return r;
 }
 
-bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts) {
+bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts,
+                   uint32_t align_at) {
   if (!hdr_ || corrupt_) return false;
   uint64_t len = 0;
   for (unsigned i = 0; i < nparts; ++i) len += part_lens[i];
   if (len > max_record()) return false;
+  // Where the record would start, and the pad that puts its byte `align_at`
+  // on a cache line (a copy into the ring then stores whole lines).
+  auto pad_at = [&](uint64_t pos) -> uint32_t {
+    if (align_at == kNoAlign) return 0;
+    uint64_t addr = reinterpret_cast<uintptr_t>(at(pos)) + sizeof(RecordHeader) + align_at;
+    return uint32_t((kLineBytes - addr % kLineBytes) % kLineBytes);
+  };
   uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
   if (tail % kAlign || tail > head_ || head_ - tail > capacity_) {
     corrupt_ = true;
     return false;
   }
-  uint64_t need = sizeof(RecordHeader) + align_up(len);
+  uint32_t pad = pad_at(head_);
+  uint64_t need = sizeof(RecordHeader) + align_up(pad + len);
   uint64_t to_end = capacity_ - head_ % capacity_;
   uint64_t wrap = to_end < need ? to_end : 0;  // a record never straddles the end
+  if (wrap) {
+    pad = pad_at(head_ + wrap);
+    need = sizeof(RecordHeader) + align_up(pad + len);
+  }
   if (capacity_ - (head_ - tail) < wrap + need) return false;
   if (wrap) {
     // to_end >= 8 always (positions are 8-aligned): room for the marker's len.
@@ -76,10 +89,10 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     std::memcpy(at(head_), &marker, sizeof marker);
     head_ += wrap;
   }
-  RecordHeader rh{uint32_t(len), 0, meta};
+  RecordHeader rh{uint32_t(len), pad, meta};
   uint8_t* p = at(head_);
   std::memcpy(p, &rh, sizeof rh);
-  p += sizeof rh;
+  p += sizeof rh + pad;
   for (unsigned i = 0; i < nparts; ++i) {
     if (part_lens[i] == 0) continue;  // an empty part may have no address
     std::memcpy(p, parts[i], part_lens[i]);
@@ -92,7 +105,6 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
   hdr_->head.store(head_, std::memory_order_seq_cst);
   return true;
 }
-
 
 bool ShmRing::peek(Record* r) {
   if (!hdr_ || corrupt_) return false;
@@ -117,12 +129,12 @@ bool ShmRing::peek(Record* r) {
     }
     RecordHeader rh;
     std::memcpy(&rh, at(tail_), sizeof rh);  // a local copy: checked, then used
-    uint64_t need = sizeof(RecordHeader) + align_up(rh.len);
-    if (rh.len > max_record() || need > to_end || need > head - tail_) {
+    uint64_t need = sizeof(RecordHeader) + align_up(uint64_t(rh.pad) + rh.len);
+    if (rh.len > max_record() || rh.pad >= kLineBytes || need > to_end || need > head - tail_) {
       corrupt_ = true;
       return false;
     }
-    r->data = at(tail_) + sizeof(RecordHeader);
+    r->data = at(tail_) + sizeof(RecordHeader) + rh.pad;
     r->len = rh.len;
     r->meta = rh.meta;
     peeked_ = uint32_t(need);
@@ -143,8 +155,6 @@ bool ShmRing::has_records(const void* mem) {
   return h->head.load(std::memory_order_seq_cst) != h->tail.load(std::memory_order_seq_cst);
 }
 
-bool ShmRing::empty_seq_cst() const {
-  return !hdr_ || corrupt_ || hdr_->head.load(std::memory_order_seq_cst) == tail_;
-}
+bool ShmRing::empty_seq_cst() const { return !hdr_ || corrupt_ || hdr_->head.load(std::memory_order_seq_cst) == tail_; }
 
 }  // namespace uroce::transport

@@ -4,7 +4,8 @@
 // of RDMA and nothing of the segment it lives in.
 //
 // Layout: a 256-byte header, then `capacity` bytes of records. A record is an
-// 8-byte-aligned RecordHeader followed by its bytes; a record that would not
+// 8-byte-aligned RecordHeader followed by its pad (so that a chosen byte of
+// the record starts a cache line; usually none) and its bytes; a record that would not
 // fit before the end of the data area is preceded by a wrap marker and starts
 // at offset 0.
 //
@@ -37,6 +38,8 @@ class ShmRing {
  public:
   static constexpr size_t kHeaderBytes = 256;
   static constexpr uint32_t kAlign = 8;
+  static constexpr uint32_t kLineBytes = 64;
+  static constexpr uint32_t kNoAlign = 0xFFFFFFFF;
 
   // What a record carries besides its bytes (the datagram's addressing).
   struct Meta {
@@ -45,7 +48,7 @@ class ShmRing {
     uint16_t src_port = 0;
     uint16_t dst_port = 0;
     uint16_t ip_id = 0;  // the IP identification its ICRC was computed with
-    uint16_t reserved = 0;
+    uint16_t flags = 0;  // ShmTransport's record kinds (kJumboRecord)
   };
   struct Record {
     const uint8_t* data = nullptr;  // in shared memory
@@ -68,8 +71,11 @@ class ShmRing {
 
   // Producer: copies `len` bytes gathered from `parts` (lengths `part_lens`)
   // as one record; false when the ring has no room now (or is corrupt, or the
-  // record is larger than max_record).
-  bool push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts);
+  // record is larger than max_record). With `align_at`, the record's byte
+  // align_at lands on a kLineBytes boundary (the record is preceded by up to
+  // kLineBytes - 1 bytes of pad, which its header records).
+  bool push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts,
+            uint32_t align_at = kNoAlign);
 
   // Consumer: the oldest record, false when there is none (or the ring is
   // corrupt). `r.data` stays valid until pop().

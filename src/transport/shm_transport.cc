@@ -42,6 +42,8 @@ constexpr auto kInnerMaxGap = std::chrono::microseconds(200);  // ... and at lea
 constexpr int kFullRingWaitUs = 50;                            // then the datagram is dropped (RC retransmits it)
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 constexpr auto kStalled = std::chrono::microseconds(500);
+constexpr unsigned kMaxParts = 16;        // pieces one record is gathered from
+constexpr uint32_t kJumboHeadroom = 128;  // a jumbo packet's headers, pad and ICRC
 
 size_t ring_offset(unsigned index) { return kSegmentHeader + size_t(index) * ShmTransport::kRingBytes; }
 
@@ -234,8 +236,7 @@ ShmTransport::Outbound* ShmTransport::outbound_for(uint16_t port) noexcept {
 
 // Pushes every segment of `d` (one record each); false if the ring stayed
 // full (the rest is dropped).
-bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
-  constexpr unsigned kMaxParts = 16;
+bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags) noexcept {
   uint32_t total = 0;
   for (unsigned i = 0; i < d.iovcnt; ++i) total += uint32_t(d.iov[i].iov_len);
   uint32_t seg = d.segment_size ? d.segment_size : total;
@@ -243,6 +244,9 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
   uint32_t src_ip = !d.src_ip.unspecified() ? d.src_ip.v4() : ((dst_ip >> 24) == 127 ? dst_ip : kLoopback);
   unsigned iov = 0;
   size_t iov_off = 0;
+  // A jumbo packet's payload (after its headers, the first part) starts a
+  // cache line in the ring: copying it in then stores whole lines.
+  uint32_t align_at = (flags & kJumboRecord) && d.iovcnt > 0 ? uint32_t(d.iov[0].iov_len) : ShmRing::kNoAlign;
   std::lock_guard lock(o.mu);
   if (!o.map || !o.ring.valid()) return false;  // remapped meanwhile: the peer is gone
   for (uint32_t done = 0, k = 0; done < total || (total == 0 && k == 0); ++k) {
@@ -258,8 +262,8 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
       iov_off += take;
       if (iov_off == d.iov[iov].iov_len) ++iov, iov_off = 0;
     }
-    ShmRing::Meta meta{src_ip, dst_ip, inner_->local_port(), d.dst.port, uint16_t(k), 0};
-    if (!o.ring.push(meta, parts, lens, n) && !push_waiting(o, meta, parts, lens, n)) return false;
+    ShmRing::Meta meta{src_ip, dst_ip, inner_->local_port(), d.dst.port, uint16_t(k), flags};
+    if (!o.ring.push(meta, parts, lens, n, align_at) && !push_waiting(o, meta, parts, lens, n, align_at)) return false;
     sent_->fetch_add(1, std::memory_order_relaxed);
     done += len;
     if (total == 0) break;
@@ -277,7 +281,7 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d) noexcept {
 // longer: the sending thread may hold its own engine's receive turn, and the
 // receiver may be waiting for room in a ring this thread would drain.
 bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts,
-                                const uint32_t* lens, unsigned n) noexcept {
+                                const uint32_t* lens, unsigned n, uint32_t align_at) noexcept {
   auto now = std::chrono::steady_clock::now();
   if (now < o.stalled_until || o.ring.corrupt()) {
     full_drops_->fetch_add(1, std::memory_order_relaxed);
@@ -286,7 +290,7 @@ bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const ui
   ring_doorbell(o.port);  // the receiver may be asleep with a full ring
   auto deadline = now + std::chrono::microseconds(kFullRingWaitUs);
   do {
-    if (o.ring.push(meta, parts, lens, n)) return true;
+    if (o.ring.push(meta, parts, lens, n, align_at)) return true;
   } while (!o.ring.corrupt() && std::chrono::steady_clock::now() < deadline);
   o.stalled_until = std::chrono::steady_clock::now() + kStalled;
   full_drops_->fetch_add(1, std::memory_order_relaxed);
@@ -319,7 +323,26 @@ size_t ShmTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   return burst.size();
 }
 
+uint32_t ShmTransport::jumbo_limit(const Endpoint& dst) noexcept {
+  Outbound* o = dst.ip.is_v4() && is_local(dst.ip) ? outbound_for(dst.port) : nullptr;
+  return o ? std::min<uint32_t>(kJumboBytes, o->ring.max_record() - kJumboHeadroom) : 0;
+}
+
+JumboSend ShmTransport::send_jumbo(const Endpoint& dst, const IpAddress& src_ip, const iovec* iov,
+                                   unsigned iovcnt) noexcept {
+  if (iovcnt > kMaxParts || !dst.ip.is_v4() || !is_local(dst.ip)) return JumboSend::kNotLocal;
+  Outbound* o = outbound_for(dst.port);
+  size_t total = 0;
+  for (unsigned i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+  if (!o || total > o->ring.max_record()) return JumboSend::kNotLocal;
+  TxDatagram d{dst, src_ip, 0, uint16_t(iovcnt), iov};
+  return push_datagram(*o, d, kJumboRecord) ? JumboSend::kSent : JumboSend::kDropped;
+}
+
 size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
+  // Jumbo records handed out in place by the last receive: done with now.
+  for (unsigned index : held_) in_[index].pop();
+  held_.clear();
   // Senders that announced themselves since the last look.
   for (unsigned w = 0; w < kRings / 64; ++w) {
     uint64_t bits = segment_->senders[w].load(std::memory_order_acquire);
@@ -338,11 +361,28 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
     ShmRing::Record rec;
     while (n < cap && ring.peek(&rec)) {
       RxDatagram& d = out[n];
+      if (rec.meta.flags & kJumboRecord) {
+        // In place, held until the next receive; nothing after it from this
+        // ring in this burst (a ring lends one record at a time).
+        d = RxDatagram{};
+        d.data = const_cast<uint8_t*>(rec.data);
+        d.len = rec.len;
+        d.jumbo = true;
+        d.src = Endpoint{rec.meta.src_ip, rec.meta.src_port};
+        d.dst_ip = rec.meta.dst_ip;
+        d.dst_port = rec.meta.dst_port;
+        held_.push_back(active_[(rotate_ + a) % active_.size()]);
+        jumbo_seen_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+        ++n;
+        more = true;
+        break;
+      }
       uint8_t* copy = rx_copy_.data() + n * kMaxRecord;
       d.len = std::min(rec.len, kMaxRecord);
       std::memcpy(copy, rec.data, d.len);  // ours from here on: the peer cannot change what we check
       d.data = copy;
       d.truncated = rec.len > kMaxRecord;
+      d.jumbo = false;
       d.src = Endpoint{rec.meta.src_ip, rec.meta.src_port};
       d.dst_ip = rec.meta.dst_ip;
       d.dst_port = rec.meta.dst_port;
@@ -401,17 +441,33 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
 
 // Any thread: only the segment's shared words are read here (the receiving
 // side's state belongs to the thread with the receive turn).
-void ShmTransport::wait(int timeout_ms) noexcept {
-  waiter_blocked_.store(true, std::memory_order_seq_cst);
-  segment_->waiting.store(1, std::memory_order_seq_cst);
-  bool ready = rings_ready_.load(std::memory_order_relaxed);
-  for (unsigned w = 0; w < kRings / 64 && !ready; ++w) {
+bool ShmTransport::rings_have_records() const noexcept {
+  for (unsigned w = 0; w < kRings / 64; ++w) {
     uint64_t bits = segment_->senders[w].load(std::memory_order_seq_cst);
-    for (; bits && !ready; bits &= bits - 1) {
+    for (; bits; bits &= bits - 1) {
       unsigned index = w * 64 + unsigned(__builtin_ctzll(bits));
-      ready = ShmRing::has_records(static_cast<uint8_t*>(map_) + ring_offset(index));
+      if (ShmRing::has_records(static_cast<uint8_t*>(map_) + ring_offset(index))) return true;
     }
   }
+  return false;
+}
+
+void ShmTransport::wait(int timeout_ms) noexcept {
+  // Shortly after a jumbo record, a stream is likely: look at the rings
+  // (memory only, no system call) before blocking, so that the sender finds
+  // us awake instead of paying for a doorbell and a wake-up per record.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point until{Clock::duration(jumbo_seen_ns_.load(std::memory_order_relaxed))};
+  until += kJumboLinger;
+  while (Clock::now() < until) {
+    if (rings_ready_.load(std::memory_order_relaxed) || rings_have_records()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  waiter_blocked_.store(true, std::memory_order_seq_cst);
+  segment_->waiting.store(1, std::memory_order_seq_cst);
+  bool ready = rings_ready_.load(std::memory_order_relaxed) || rings_have_records();
   if (!ready) inner_->wait(timeout_ms);
   segment_->waiting.store(0, std::memory_order_relaxed);
   waiter_blocked_.store(false, std::memory_order_relaxed);

@@ -16,6 +16,15 @@
 // a checked header differ from the one used. A full ring is waited on
 // briefly (50 us), then the datagram is dropped, as on a congested network.
 //
+// Jumbo packets (send_jumbo): the requester's bulk path. One record carries
+// a RoCE packet of up to kJumboBytes of payload, copied once from the
+// sender's registered memory into the ring; the receiver hands it to the
+// engine in place (no copy out) and frees it at its next receive, so the
+// payload crosses memory twice in all (libfabric's shm provider moves large
+// messages the same way). No ICRC: both ends are processes of one user on one
+// host. A receiver that took a jumbo record keeps looking at its rings for
+// kJumboLinger before it blocks (a stream finds it awake).
+//
 // Waking: a receiver about to block sets its segment's waiting word; a
 // sender that pushed and takes that word sends a one-byte doorbell datagram
 // to the receiver's private port, which the receiver swallows. The thread
@@ -52,8 +61,11 @@ class ShmDirectory {
 
 class ShmTransport final : public DatagramTransport {
  public:
-  static constexpr unsigned kRings = 256;         // ring i: from the sender with index i
-  static constexpr size_t kRingBytes = 4u << 20;  // per sender, allocated when it first sends
+  static constexpr unsigned kRings = 256;              // ring i: from the sender with index i
+  static constexpr size_t kRingBytes = 4u << 20;       // per sender, allocated when it first sends
+  static constexpr uint32_t kJumboBytes = 256u << 10;  // payload of one jumbo packet, at most
+  static constexpr uint16_t kJumboRecord = 1;          // ShmRing::Meta::flags: a jumbo packet
+  static constexpr auto kJumboLinger = std::chrono::microseconds(50);
 
   // Creates the inbound segment `segment` (a path under /dev/shm) and wraps
   // `inner`; nullptr + errno when the segment cannot be made (the caller
@@ -63,6 +75,9 @@ class ShmTransport final : public DatagramTransport {
   ~ShmTransport() override;  // unlinks the segment
 
   size_t send_burst(std::span<TxDatagram> burst) noexcept override;
+  JumboSend send_jumbo(const Endpoint& dst, const IpAddress& src_ip, const iovec* iov,
+                       unsigned iovcnt) noexcept override;
+  uint32_t jumbo_limit(const Endpoint& dst) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   void wake() noexcept override { inner_->wake(); }
   void wait(int timeout_ms) noexcept override;
@@ -113,11 +128,12 @@ class ShmTransport final : public DatagramTransport {
                ShmDirectory* directory);
   bool is_local(const IpAddress& ip) const noexcept;  // IPv4 only
   Outbound* outbound_for(uint16_t port) noexcept;
-  bool push_datagram(Outbound& o, const TxDatagram& d) noexcept;
+  bool push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags = 0) noexcept;
   bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,
-                    unsigned n) noexcept;
+                    unsigned n, uint32_t align_at) noexcept;
   void ring_doorbell(uint16_t port) noexcept;
   size_t take_from_rings(std::span<RxDatagram> out) noexcept;
+  bool rings_have_records() const noexcept;  // any thread: the shared words alone
 
   std::unique_ptr<DatagramTransport> inner_;
   std::string path_;
@@ -136,15 +152,17 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<uint64_t>* received_ = &own_received_;
   std::atomic<uint64_t>* full_drops_ = &own_full_drops_;
   // Receiver only.
-  std::vector<ShmRing> in_;                              // attached inbound rings, by sender index (invalid: not yet)
-  std::vector<uint8_t> rx_copy_;                         // records copied out, one slot each
-  std::vector<unsigned> active_;                         // sender indexes seen in the segment's bitmap
-  std::atomic<bool> rings_ready_{false};                 // a ring had more than the last receive took
-  std::atomic<bool> waiter_blocked_{false};              // a thread is in wait()
-  std::atomic<bool> inner_due_{false};                   // a wait ended since the socket was last asked
-  unsigned rotate_ = 0;                                  // which active ring is read first
-  unsigned inner_skip_ = 0;                              // receives since the inner transport was last asked
-  std::chrono::steady_clock::time_point inner_asked_{};  // when it was last asked
+  std::vector<ShmRing> in_;       // attached inbound rings, by sender index (invalid: not yet)
+  std::vector<uint8_t> rx_copy_;  // records copied out, one slot each
+  std::vector<unsigned> active_;  // sender indexes seen in the segment's bitmap
+  std::vector<unsigned> held_;    // rings whose jumbo record the last receive returned in place (popped at the next)
+  std::atomic<int64_t> jumbo_seen_ns_{0};                    // steady_clock time of the last jumbo record received
+  std::atomic<bool> rings_ready_{false};                     // a ring had more than the last receive took
+  std::atomic<bool> waiter_blocked_{false};                  // a thread is in wait()
+  std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
+  unsigned rotate_ = 0;                                      // which active ring is read first
+  unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
+  std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
 };
 

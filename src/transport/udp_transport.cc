@@ -364,6 +364,7 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
     d.dst_ip = m.dst_ip;
     d.dst_port = m.dst_port;
     d.truncated = m.truncated || len > max_datagram_;
+    d.jumbo = false;  // (the slot may have held one of the same-host path's)
     d.gso_index = uint8_t(std::min<uint32_t>(m.offset / m.segment, 255));
     m.offset += len;
     if (m.offset >= m.len) ++rx_next_;

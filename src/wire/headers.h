@@ -183,6 +183,10 @@ struct PacketView {
   uint32_t len = 0;  // BTH .. ICRC inclusive
   const OpcodeInfo* info = nullptr;
   uint32_t payload_len = 0;
+  // A same-host jumbo packet (transport::RxDatagram::jumbo): an RC SEND or
+  // WRITE packet whose payload stands for several path-MTU packets, one PSN
+  // each (the responder's jumbo_span). Set by the receiver, never by parse.
+  bool jumbo = false;
 
   Bth bth() const { return Bth(data); }
   uint8_t* hdr(Hdr h) const { return data + info->offset[unsigned(h)]; }

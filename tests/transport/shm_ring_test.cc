@@ -118,6 +118,37 @@ TEST(ShmRing, CorruptHeadOrRecordStopsTheConsumer) {
   EXPECT_TRUE(cons2.corrupt());
 }
 
+// Records pushed with align_at put that byte on a cache line, across the
+// wrap too, and come out unchanged; a pad word of a line or more (a peer's
+// scribble) stops the consumer.
+TEST(ShmRing, AlignedRecordsPutTheChosenByteOnALine) {
+  Mem mem;
+  ShmRing prod = ShmRing::create(mem.p(), kBytes);
+  ShmRing cons = ShmRing::attach(mem.p(), kBytes);
+  for (uint32_t seq = 0; seq < 40; ++seq) {
+    std::vector<uint8_t> v = record_bytes(seq, 1000 + seq);
+    const uint8_t* parts[1] = {v.data()};
+    uint32_t lens[1] = {uint32_t(v.size())};
+    ASSERT_TRUE(prod.push(ShmRing::Meta{}, parts, lens, 1, 28));
+    ShmRing::Record rec;
+    ASSERT_TRUE(cons.peek(&rec));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rec.data + 28) % ShmRing::kLineBytes, 0u) << seq;
+    ASSERT_EQ(rec.len, v.size());
+    EXPECT_TRUE(std::equal(v.begin(), v.end(), rec.data));
+    cons.pop();
+  }
+
+  Mem mem2;
+  ShmRing prod2 = ShmRing::create(mem2.p(), kBytes);
+  ShmRing cons2 = ShmRing::attach(mem2.p(), kBytes);
+  ASSERT_TRUE(push_one(prod2, 1, 100));
+  uint32_t pad = ShmRing::kLineBytes;  // the record's pad word, after its length
+  std::memcpy(static_cast<uint8_t*>(mem2.p()) + ShmRing::kHeaderBytes + 4, &pad, 4);
+  ShmRing::Record rec;
+  EXPECT_FALSE(cons2.peek(&rec));
+  EXPECT_TRUE(cons2.corrupt());
+}
+
 TEST(ShmRing, CorruptTailStopsTheProducer) {
   Mem mem;
   ShmRing prod = ShmRing::create(mem.p(), kBytes);
