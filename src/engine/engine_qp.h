@@ -70,6 +70,7 @@ struct RequesterState {
   uint32_t pkts_since_ack_req = 0;
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
   bool counted_sending = false;    // counted in EngineContext::senders()
+  bool jumbo_sent = false;         // by the current post (requester_after_post)
   // Round-trip sample in flight: a new (never resent) packet with AckReq,
   // timed until its acknowledgement (Karn: a rewind discards the sample).
   bool rtt_sampling = false;

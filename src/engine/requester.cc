@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <utility>
 
 #include "core/config.h"
 #include "core/context.h"
@@ -256,6 +257,7 @@ Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch&
   iov[n++] = iovec{const_cast<uint8_t*>(kTrailer), wire::pad_for(len) + wire::kIcrcSize};
   if (tx.pending()) tx.flush();  // earlier packets first: they share the receiver's ring
   if (t.send_jumbo(qp.path.dst, qp.path.src_ip, iov, n) == transport::JumboSend::kNotLocal) return Jumbo::kNotUsed;
+  qp.req.jumbo_sent = true;
   qp.count_sent(info.header_len + len + wire::pad_for(len) + wire::kIcrcSize);
   qp.req.pkts_since_ack_req = 0;
   sample_rtt(qp);
@@ -271,16 +273,19 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 
 enum class Placement { kPlaced, kPackets, kWait };
 
-// A large RC WRITE with more WQEs posted behind it (a stream, as
-// ib_write_bw's) goes as jumbo packets rather than placed: two memcpys
-// pipelined across the two processes (sender into the ring, the target's
-// thread out of it) outrun one process_vm_writev, which pins every target
-// page. A lone one (ib_write_lat's) is placed: it needs no thread of the
+// A large RC WRITE of a stream goes as jumbo packets rather than placed:
+// two memcpys pipelined across the two processes (sender into the ring, the
+// target's thread out of it) outrun one process_vm_writev, which pins every
+// target page. A stream: the WRITE is unsignaled, or more WQEs are posted
+// behind it, or its send CQ still holds completions the application has not
+// polled (ib_write_bw polls in batches). Otherwise (ib_write_lat polls each
+// completion before it posts again) it is placed: that needs no thread of the
 // target, which may be spinning on the memory it waits for and leave its
 // progress thread no CPU.
 bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
-  return qp.type == IBV_QPT_RC && w.length >= kJumboMinBytes && core::config().shm_jumbo && qp.sq.posted - index > 1 &&
-         qp.engine()->transport().jumbo_limit(qp.path.dst) >= qp.path.mtu;
+  if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || !core::config().shm_jumbo) return false;
+  bool stream = !w.signaled || qp.sq.posted - index > 1 || (qp.send_cq && !qp.send_cq->empty());
+  return stream && qp.engine()->transport().jumbo_limit(qp.path.dst) >= qp.path.mtu;
 }
 
 // Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
@@ -481,6 +486,12 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
 }
 
 }  // namespace
+
+void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock) {
+  bool jumbo = std::exchange(qp.req.jumbo_sent, false);
+  lock.unlock();
+  if (jumbo) qp.engine()->poll_receive();
+}
 
 void requester_run(EngineQp& qp, TxBatch& tx) {
   bool acked = qp.in_ack_list && qp.resp.ack_pending;

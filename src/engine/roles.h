@@ -1,6 +1,8 @@
 // The IBA roles acting on a QP (one file each), called with the QP's mutex held.
 #pragma once
 
+#include <mutex>
+
 #include "engine/engine_qp.h"
 #include "engine/tx_batch.h"
 #include "wire/headers.h"
@@ -23,6 +25,13 @@ void requester_catch_up(EngineQp& qp);
 // The last response of a READ or atomic arrived: its credit (max_rd_atomic)
 // is free again.
 void requester_read_done(EngineQp& qp);
+// The end of a post (verbs; `lock` holds qp.mu and is released here). A post
+// that sent jumbo packets takes a receive turn right after: the stream's ACKs
+// are then taken, and its next jumbos sent, by the posting thread, not by
+// the progress thread, which would otherwise find them waiting while this
+// thread copies, and copy beside it from a third thread on two CPUs
+// (measured: ib_write_bw 1 MiB 14 -> 23-26 GB/s).
+void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock);
 
 // Responder (responder.cc): one incoming request packet.
 // `from` and `to_ip` address the datagram (UD: the GRH and the completion's slid).

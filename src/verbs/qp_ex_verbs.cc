@@ -159,7 +159,7 @@ void wr_start(ibv_qp_ex* qp) {
 // below, under the same lock.
 int post_all_or_nothing(ibv_qp* ibqp, ibv_send_wr* first) {
   auto* qp = static_cast<EngineQp*>(uroce::core::Qp::from(ibqp));
-  std::lock_guard lock(qp->mu);
+  std::unique_lock lock(qp->mu);
   ibv_qp_state st = qp->state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
   uint32_t mark = qp->sq.posted;
@@ -173,6 +173,7 @@ int post_all_or_nothing(ibv_qp* ibqp, ibv_send_wr* first) {
     qp->flush_send_queue();
   else
     uroce::engine::requester_run(*qp, uroce::engine::TxBatch::local());
+  uroce::engine::requester_after_post(*qp, lock);
   return 0;
 }
 

@@ -181,7 +181,7 @@ namespace uroce::verbs {
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   EngineQp* qp = engine_qp(ibqp);
-  std::lock_guard lock(qp->mu);
+  std::unique_lock lock(qp->mu);
   ibv_qp_state st = qp->state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || qp->type == IBV_QPT_XRC_RECV) {
     *bad_wr = wr;
@@ -199,6 +199,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   else
     engine::requester_run(*qp, engine::TxBatch::local());
   qp->engine()->note_poller();  // a posting application polls next, usually
+  engine::requester_after_post(*qp, lock);
   return err;
 }
 
