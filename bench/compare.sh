@@ -638,14 +638,15 @@ at_loopback() {
 at_same_host() {
   loc=shm loc_title="same host: 127.0.0.1 through uroce's same-host path (the default), not pinned"
   srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
-  # Not pinned: a large same-host WRITE/READ is copied on two CPUs (engine/copy_helper.h),
-  # which a client confined to one CPU cannot do.
+  # Not pinned: a large same-host transfer uses two CPUs (a stream of WRITEs/SENDs: the
+  # sender copies into shared memory while the target's thread copies out; a lone
+  # WRITE/READ: engine/copy_helper.h), which a client confined to one CPU cannot do.
   S=() C=()
   uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
   measure_uroce
   emit ""
   emit "== $loc_title =="
-  emit "uroce: GID index $gid, $(paths_used), packets through shared memory: $(same_host_packets), WRITEs/READs placed directly: $(placed_ops)"
+  emit "uroce: GID index $gid, $(paths_used), packets through shared memory: $(same_host_packets) (of them jumbo packets: $(jumbo_packets)), WRITEs/READs placed directly: $(placed_ops)"
   emit "$(printf '  %-40s %9s %4s | %-51s | %s' "" measured "" reference ratio)"
   local prog s label
   for prog in ib_write_bw ib_send_bw ib_read_bw; do
@@ -675,6 +676,9 @@ at_same_host() {
 
 same_host_packets() { # packets uroce sent through shared memory (UROCE_STATS) in this location's logs
   cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'same_host_out [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
+}
+jumbo_packets() { # same-host jumbo packets (large SEND/WRITE streams, UROCE_STATS) in this location's logs
+  cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'same_host_jumbo [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
 }
 placed_ops() { # WRITEs and READs placed directly (UROCE_STATS) in this location's logs
   cat "$logs/$loc".ib_*.log 2>/dev/null | grep -o 'placed_\(writes\|reads\) [0-9]*' | awk '{ n += $2 } END { print n + 0 }'

@@ -190,7 +190,7 @@ void EngineContext::print_stats() const {
                "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
                "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
                "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
-               "same_host_full_drops %llu, tx_path %s, rx_path %s\n",
+               "same_host_full_drops %llu, same_host_jumbo %llu, tx_path %s, rx_path %s\n",
                device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
                (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
                (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -203,6 +203,7 @@ void EngineContext::print_stats() const {
                registry_ ? registry_->slot() : 0u, (unsigned long long)stats.tx_host_relayed.load(),
                (unsigned long long)stats.rx_host_relayed.load(), (unsigned long long)(shm ? shm->shm_sent() : 0),
                (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
+               (unsigned long long)(shm ? shm->jumbo_sent() : 0),
                transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
     std::fprintf(stderr,

@@ -336,7 +336,9 @@ JumboSend ShmTransport::send_jumbo(const Endpoint& dst, const IpAddress& src_ip,
   for (unsigned i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (!o || total > o->ring.max_record()) return JumboSend::kNotLocal;
   TxDatagram d{dst, src_ip, 0, uint16_t(iovcnt), iov};
-  return push_datagram(*o, d, kJumboRecord) ? JumboSend::kSent : JumboSend::kDropped;
+  if (!push_datagram(*o, d, kJumboRecord)) return JumboSend::kDropped;
+  jumbo_sent_.fetch_add(1, std::memory_order_relaxed);
+  return JumboSend::kSent;
 }
 
 size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {

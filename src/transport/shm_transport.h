@@ -93,6 +93,7 @@ class ShmTransport final : public DatagramTransport {
   uint64_t shm_sent() const { return sent_->load(std::memory_order_relaxed); }
   uint64_t shm_received() const { return received_->load(std::memory_order_relaxed); }
   uint64_t full_drops() const { return full_drops_->load(std::memory_order_relaxed); }
+  uint64_t jumbo_sent() const { return jumbo_sent_.load(std::memory_order_relaxed); }
   // Counts into the caller's counters from now on (e.g. ones in shared
   // memory; set before any traffic, they must outlive this transport).
   void count_into(std::atomic<uint64_t>& sent, std::atomic<uint64_t>& received,
@@ -148,6 +149,7 @@ class ShmTransport final : public DatagramTransport {
   std::unordered_map<uint16_t, std::unique_ptr<Outbound>> out_;
   // Datagrams sent and received through the rings, and lost to a full ring.
   std::atomic<uint64_t> own_sent_{0}, own_received_{0}, own_full_drops_{0};
+  std::atomic<uint64_t> jumbo_sent_{0};  // of the datagrams sent: jumbo packets
   std::atomic<uint64_t>* sent_ = &own_sent_;
   std::atomic<uint64_t>* received_ = &own_received_;
   std::atomic<uint64_t>* full_drops_ = &own_full_drops_;
