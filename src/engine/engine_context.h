@@ -3,6 +3,7 @@
 // routes packets to QPs. Posting threads transmit directly.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -133,6 +134,12 @@ class EngineContext : public core::Context {
   uint32_t senders() const { return senders_.load(std::memory_order_relaxed); }
   // Counts the QP in or out of senders() (caller holds qp.mu).
   void count_sender(EngineQp& qp, bool sending);
+  // A QP posts a large WRITE now: how many QPs of this context (this one
+  // included, up to kTrackedWriters) posted one within kRecentWriter. It
+  // does not depend on how they were sent (requester.cc, streams_as_jumbo).
+  unsigned note_large_write(uint32_t qpn, Clock::time_point now);
+  static constexpr unsigned kTrackedWriters = 8;
+  static constexpr Clock::duration kRecentWriter = std::chrono::milliseconds(1);
   // An application thread is in a verb (posting, polling): it is likely to
   // poll again soon (see poller_active). Any thread, relaxed.
   void note_poller() { poll_stamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
@@ -244,6 +251,12 @@ class EngineContext : public core::Context {
   // Clock::now() of the last poll_receive, in ticks (any thread, relaxed).
   std::atomic<Clock::rep> poll_stamp_{0};
   std::atomic<uint32_t> senders_{0};
+  struct LargeWriter {
+    uint32_t qpn = 0;
+    Clock::time_point at{};
+  };
+  std::mutex large_writers_mu_;  // guards large_writers_
+  std::array<LargeWriter, kTrackedWriters> large_writers_{};
   // Set (seq_cst) by the progress thread before it naps in poller mode, after
   // which it looks at poll_stamp_ again: poller_leaves then wakes it.
   std::atomic<bool> napping_{false};

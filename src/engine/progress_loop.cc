@@ -195,6 +195,22 @@ bool EngineContext::poll_receive() {
   return true;
 }
 
+unsigned EngineContext::note_large_write(uint32_t qpn, Clock::time_point now) {
+  std::lock_guard lock(large_writers_mu_);
+  LargeWriter* slot = &large_writers_[0];
+  for (LargeWriter& w : large_writers_) {
+    if (w.qpn == qpn) {
+      slot = &w;
+      break;
+    }
+    if (w.at < slot->at) slot = &w;  // else the oldest is replaced
+  }
+  *slot = LargeWriter{qpn, now};
+  unsigned n = 0;
+  for (const LargeWriter& w : large_writers_) n += w.qpn != 0 && now - w.at < kRecentWriter;
+  return n;
+}
+
 void EngineContext::count_sender(EngineQp& qp, bool sending) {
   if (sending == qp.req.counted_sending) return;
   qp.req.counted_sending = sending;

@@ -38,6 +38,8 @@ constexpr uint32_t kMaxPacketsPerAckReq = 64;
 // Same-host SEND/WRITE messages from this size on go as jumbo packets
 // (send_jumbo_packet); smaller ones keep the MTU packets' batching.
 constexpr uint32_t kJumboMinBytes = 64 * 1024;
+constexpr uint32_t kJumboMaxWrite = 2u << 20;     // larger WRITEs are placed (streams_as_jumbo)
+constexpr unsigned kJumboMaxWriters = 1;          // QPs streaming large WRITEs; with more, placed
 constexpr uint32_t kJumboWindowBytes = 2u << 20;  // in flight per engine: half a shared-memory ring
 
 // Moves the next PSN on by `n` packets sent; psn_end keeps the newest.
@@ -276,15 +278,26 @@ enum class Placement { kPlaced, kPackets, kWait };
 // A large RC WRITE of a stream goes as jumbo packets rather than placed:
 // two memcpys pipelined across the two processes (sender into the ring, the
 // target's thread out of it) outrun one process_vm_writev, which pins every
-// target page. A stream: the WRITE is unsignaled, or more WQEs are posted
-// behind it, or its send CQ still holds completions the application has not
-// polled (ib_write_bw polls in batches). Otherwise (ib_write_lat polls each
+// target page. A stream: the WRITE is unsignaled, or WQEs are posted behind
+// it or still in flight ahead of it (placing it would wait for their ACKs),
+// or its send CQ still holds completions the application has not polled
+// (ib_write_bw polls in batches). Only up to kJumboMaxWrite: larger WRITEs
+// are placed (their sources no longer fit the caches, and the copy into the
+// ring then runs at memory speed on one CPU, while placement reads them on
+// two; ib_write_bw -s 4M: 10-19 GB/s as jumbos, 20-21 placed). Otherwise (ib_write_lat polls each
 // completion before it posts again) it is placed: that needs no thread of the
 // target, which may be spinning on the memory it waits for and leave its
 // progress thread no CPU.
 bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
-  if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || !core::config().shm_jumbo) return false;
-  bool stream = !w.signaled || qp.sq.posted - index > 1 || (qp.send_cq && !qp.send_cq->empty());
+  if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || w.length > kJumboMaxWrite || !core::config().shm_jumbo)
+    return false;
+  // Many QPs streaming WRITEs at once read many sources, which no longer
+  // fit the caches: placed (read on two CPUs) they go faster (ib_write_bw
+  // -q 8: 11-14 GB/s as jumbos, 12-19 placed; -q 2 and more mixed the two
+  // ways, and a busy client starved the target's thread into retransmissions).
+  if (qp.engine()->note_large_write(qp.qp_num(), Clock::now()) > kJumboMaxWriters) return false;
+  bool stream =
+      !w.signaled || qp.sq.posted - index > 1 || index != qp.sq.retired || (qp.send_cq && !qp.send_cq->empty());
   return stream && qp.engine()->transport().jumbo_limit(qp.path.dst) >= qp.path.mtu;
 }
 
@@ -454,6 +467,9 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       jumbo_psns = qp.engine()->transport().jumbo_limit(qp.path.dst) / mtu;
       if (jumbo_psns > 0) {
         window = std::max(window, kJumboWindowBytes / senders / mtu);
+        // At most half the window each, so that a QP always has the next
+        // jumbo on its way while one is acknowledged (eight QPs share 2 MiB).
+        jumbo_psns = std::max(1u, std::min(jumbo_psns, window / 2));
         need = std::min(jumbo_psns, wire::packets_for(w.length - qp.req.offset, mtu));
       }
     }

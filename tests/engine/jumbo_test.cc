@@ -3,7 +3,8 @@
 // each. The responder takes it as those packets (length rules, ePSN, the
 // ACK's PSN); nothing but an RC SEND/WRITE request may come as one; the
 // requester sends large RC messages as jumbos where the transport takes them,
-// with the PSNs of the MTU packets they replace, and retransmits them the same.
+// with the PSNs of the MTU packets they replace, and retransmits them the same;
+// the context counts the QPs that stream large WRITEs.
 #include "engine_harness.h"
 
 namespace uroce::engine::test {
@@ -224,6 +225,19 @@ TEST_F(Jumbo, SmallMessagesStayMtuPackets) {
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_FALSE(tx[0].jumbo);
   EXPECT_EQ(tx[0].opcode, kSendOnly);
+}
+
+// Note large WRITEs of QPs 1, 2, 1 within a millisecond / Expect 1, 2, 2
+// writers counted; 2 ms later QP 3 alone counts 1 (the others are stale).
+// More than one makes WRITE streams placed rather than sent as jumbos.
+TEST_F(Jumbo, RecentLargeWritersAreCountedPerQp) {
+  Clock::time_point t0 = Clock::now();
+  EXPECT_EQ(engine->note_large_write(1, t0), 1u);
+  EXPECT_EQ(engine->note_large_write(2, t0 + std::chrono::microseconds(100)), 2u);
+  EXPECT_EQ(engine->note_large_write(1, t0 + std::chrono::microseconds(500)), 2u);
+  EXPECT_EQ(engine->note_large_write(3, t0 + std::chrono::milliseconds(3)), 1u);
+  for (uint32_t qpn = 10; qpn < 10 + 2 * EngineContext::kTrackedWriters; ++qpn)
+    EXPECT_LE(engine->note_large_write(qpn, t0 + std::chrono::milliseconds(4)), EngineContext::kTrackedWriters);
 }
 
 }  // namespace
