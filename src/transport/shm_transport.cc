@@ -150,7 +150,9 @@ ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string
       directory_(directory),
       local_ips_(local_addresses()),
       in_(kRings),
-      rx_copy_(size_t(64) * kMaxRecord) {}
+      rx_copy_(size_t(64) * kMaxRecord) {
+  held_.reserve(kRings);  // at most one record per ring: no allocation while receiving
+}
 
 ShmTransport::~ShmTransport() {
   ::unlink(path_.c_str());
