@@ -5,11 +5,11 @@
 #   bench/compare.sh            (builds build/ through scripts/setup.sh when it is missing)
 #
 # Where: on loopback (127.0.0.1) over UDP (UROCE_SHM=0), on loopback through uroce's same-host
-# path (shared memory and direct placement, the default between processes of one host), then
-# across two network-namespace "hosts" joined by a veth
-# pair with MTU 9000 (needs root; skipped with a message otherwise). Servers run on CPU 1,
-# clients on CPU 0 (taskset) — except on the same-host path, which is not pinned (its large
-# WRITEs and READs are copied on two CPUs).
+# path (shared memory — large SEND/WRITE streams as jumbo packets — and direct placement, the
+# default between processes of one host), then across two network-namespace "hosts" joined by
+# a veth pair with MTU 9000 (needs root; skipped with a message otherwise). Servers run on CPU
+# 1, clients on CPU 0 (taskset) — except on the same-host path, which is not pinned (its large
+# transfers are copied on two CPUs).
 # What:
 #   - ceilings, bench/udp_ceiling between two processes: UDP datagrams the size of uroce's
 #     packets — 4112 B at MTU 4096 and 1040 B at MTU 1024 (MTU + 12 B BTH + 4 B ICRC, a
