@@ -212,7 +212,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
 enum class Jumbo { kNotUsed, kSent, kLocalError };
 
 // Same-host bulk (transport::DatagramTransport::send_jumbo): the next
-// packets of a large RC SEND/WRITE WQE, up to `max_psns` of them, as one
+// packets of a large RC SEND/WRITE WQE, up to `psns` of them, as one
 // jumbo packet copied straight from registered memory into the receiver's
 // ring, under the MR table's lock (the lifetime rule, core/mr.h). It takes
 // the PSNs of the MTU packets it stands for, so acknowledgements, rewinds and
@@ -275,26 +275,26 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 
 enum class Placement { kPlaced, kPackets, kWait };
 
-// A large RC WRITE of a stream goes as jumbo packets rather than placed:
-// two memcpys pipelined across the two processes (sender into the ring, the
-// target's thread out of it) outrun one process_vm_writev, which pins every
-// target page. A stream: the WRITE is unsignaled, or WQEs are posted behind
-// it or still in flight ahead of it (placing it would wait for their ACKs),
-// or its send CQ still holds completions the application has not polled
-// (ib_write_bw polls in batches). Only up to kJumboMaxWrite: larger WRITEs
-// are placed (their sources no longer fit the caches, and the copy into the
-// ring then runs at memory speed on one CPU, while placement reads them on
-// two; ib_write_bw -s 4M: 10-19 GB/s as jumbos, 20-21 placed). Otherwise (ib_write_lat polls each
-// completion before it posts again) it is placed: that needs no thread of the
-// target, which may be spinning on the memory it waits for and leave its
-// progress thread no CPU.
+// Whether a large RC WRITE goes as jumbo packets rather than placed. Jumbos
+// are two memcpys pipelined across the two processes (the sender into the
+// ring, the target's thread out of it), which outrun one process_vm_writev
+// (it pins every target page) — but only for a stream of WRITEs from sources
+// the caches hold:
+// - a stream: the WRITE is unsignaled, or WQEs are posted behind it or are
+//   still in flight ahead of it (placing it would wait for their ACKs), or
+//   its send CQ holds completions the application has not polled yet
+//   (ib_write_bw polls in batches). A lone signaled WRITE is placed:
+//   ib_write_lat polls each completion before it posts again, and its target
+//   spins on memory, leaving its progress thread no CPU for jumbos;
+// - at most kJumboMaxWrite (ib_write_bw -s 4M: 10-19 GB/s as jumbos, 20-21
+//   placed) and one QP of the context streaming large WRITEs (-q 8: 11-14
+//   against 12-19; mixing the two ways starved the target's thread into
+//   retransmissions). Larger or more sources no longer fit the caches: the
+//   copy into the ring then runs at memory speed on one CPU, while placement
+//   reads them on two.
 bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
   if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || w.length > kJumboMaxWrite || !core::config().shm_jumbo)
     return false;
-  // Many QPs streaming WRITEs at once read many sources, which no longer
-  // fit the caches: placed (read on two CPUs) they go faster (ib_write_bw
-  // -q 8: 11-14 GB/s as jumbos, 12-19 placed; -q 2 and more mixed the two
-  // ways, and a busy client starved the target's thread into retransmissions).
   if (qp.engine()->note_large_write(qp.qp_num(), Clock::now()) > kJumboMaxWriters) return false;
   bool stream =
       !w.signaled || qp.sq.posted - index > 1 || index != qp.sq.retired || (qp.send_cq && !qp.send_cq->empty());
