@@ -26,9 +26,26 @@ done
 mode=${1:?mode: ucx or mpi}
 limit=$((30 * ${UROCE_TIMEOUT_SCALE:-1}))
 mkdir -p "$outdir"
-pids=()
-cleanup() { for p in ${pids[@]+"${pids[@]}"}; do kill -KILL "$p" 2>/dev/null || true; done; }
+pids=() # cleanup kills each one, and its process group where it leads one (setsid)
+watchdog=''
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
+  if [[ -n $watchdog ]]; then pkill -KILL -P "$watchdog" 2>/dev/null || true; kill -KILL "$watchdog" 2>/dev/null || true; fi
+}
 trap cleanup EXIT
+trap 'exit 124' TERM
+# A watchdog inside ctest's 120 s: if the script has no verdict by then, it says what is still
+# running (a ctest timeout shows nothing) and stops the script. The waits above it add up to
+# at most 30 + 1 + limit s (91 at UROCE_TIMEOUT_SCALE=2).
+deadline=100
+(
+  sleep "$deadline"
+  echo "peer_death: no verdict after $deadline s; still running:"
+  ps -eo pid,ppid,pgid,stat,etime,args | grep -E 'mpirun|mpi_check|ucx_perftest|prterun|orted|peer_death' | grep -v grep
+  for f in "$outdir"/peer_death.*.log; do echo "--- tail of $f"; tail -c 2000 "$f"; done
+  kill -TERM $$
+) &
+watchdog=$!
 
 # wait_for FILE REGEX SECONDS: until a line of FILE matches (0) or the time is up (1).
 wait_for() {
@@ -73,6 +90,7 @@ case $mode in
     rank1=$(pgrep -P "$mpirun" -f "$mpi_check" | tail -n 1 || true)
     [[ -n $rank1 ]] || rank1=$(pgrep -f "^$mpi_check" | tail -n 1 || true)
     [[ -n $rank1 ]] || { echo "peer_death: mpi: no rank left to kill (the job ended by itself)"; cat "$log"; exit 1; }
+    pids+=($(pgrep -P "$mpirun" || true)) # the ranks, so that cleanup stops a survivor too
     kill -KILL "$rank1"
     echo "peer_death: mpi rank (pid $rank1) killed; waiting for mpirun"
     end=$((SECONDS + limit))
