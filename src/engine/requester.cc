@@ -73,10 +73,15 @@ void fill_xrceth(const wire::OpcodeInfo& info, uint8_t* h, const core::SendWqe& 
   if (info.has(wire::Hdr::kXrceth)) wire::Xrceth(h + info.offset[unsigned(wire::Hdr::kXrceth)]).fill(w.remote_srqn);
 }
 
-// Gathers [offset, offset+len) of a WQE's payload into the packet. Returns
-// false if a local key check fails (a local protection error, IBV_WC_LOC_PROT_ERR).
-bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
-  if (w.is_inline) return tx.add_payload(qp.sq.inline_buf(index) + offset, len);
+enum class Walk { kDone, kStopped, kLocalError };
+
+// Walks [offset, offset+len) of a WQE's scatter/gather list (not inline
+// data), checking each piece's L_Key against the MR table, whose lock the
+// caller holds (core/mr.h: the lifetime rule), and calls piece(mr, host
+// address, length) for each until it returns false (kStopped). kLocalError: a
+// key check failed (a local protection error, IBV_WC_LOC_PROT_ERR).
+template <typename Piece>
+Walk walk_sges(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, Piece&& piece) {
   const core::Sge* sge = qp.sq.sges(index);
   uint32_t skip = offset;
   for (uint16_t i = 0; i < w.num_sge && len > 0; ++i) {
@@ -87,13 +92,20 @@ bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32
     uint32_t n = std::min(sge[i].length - skip, len);
     const core::Mr* mr = nullptr;
     if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, n, 0, false, &mr) != core::KeyCheck::kOk)
-      return false;
-    // Copied now, under the MR table's lock (core/mr.h: the lifetime rule).
-    if (!tx.add_payload_from(*mr, mr->host_at(sge[i].addr + skip, false), n)) return false;
+      return Walk::kLocalError;
+    if (!piece(*mr, mr->host_at(sge[i].addr + skip, false), n)) return Walk::kStopped;
     len -= n;
     skip = 0;
   }
-  return true;
+  return Walk::kDone;
+}
+
+// Gathers [offset, offset+len) of a WQE's payload into the packet, copied
+// now, under the MR table's lock. Returns false on a local protection error.
+bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
+  if (w.is_inline) return tx.add_payload(qp.sq.inline_buf(index) + offset, len);
+  auto copy = [&tx](const core::Mr& mr, uint8_t* host, uint32_t n) { return tx.add_payload_from(mr, host, n); };
+  return walk_sges(qp, index, w, offset, len, copy) == Walk::kDone;
 }
 
 // Validates every SGE of a WQE against the MR table before its first packet.
@@ -239,22 +251,13 @@ Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch&
   if (w.is_inline) {
     iov[n++] = iovec{qp.sq.inline_buf(index) + offset, len};
   } else {
-    const core::Sge* sge = qp.sq.sges(index);
-    uint32_t skip = offset, left = len;
-    for (uint16_t i = 0; i < w.num_sge && left > 0; ++i) {
-      if (skip >= sge[i].length) {
-        skip -= sge[i].length;
-        continue;
-      }
-      uint32_t take = std::min(sge[i].length - skip, left);
-      const core::Mr* mr = nullptr;
-      if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr + skip, take, 0, false, &mr) != core::KeyCheck::kOk)
-        return Jumbo::kLocalError;
-      if (core::is_on_demand(*mr) || n == kMaxPieces - 1) return Jumbo::kNotUsed;
-      iov[n++] = iovec{mr->host_at(sge[i].addr + skip, false), take};
-      left -= take;
-      skip = 0;
-    }
+    auto point = [&iov, &n](const core::Mr& mr, uint8_t* host, uint32_t take) {
+      if (core::is_on_demand(mr) || n == kMaxPieces - 1) return false;
+      iov[n++] = iovec{host, take};
+      return true;
+    };
+    Walk walk = walk_sges(qp, index, w, offset, len, point);
+    if (walk != Walk::kDone) return walk == Walk::kLocalError ? Jumbo::kLocalError : Jumbo::kNotUsed;
   }
   iov[n++] = iovec{const_cast<uint8_t*>(kTrailer), wire::pad_for(len) + wire::kIcrcSize};
   if (tx.pending()) tx.flush();  // earlier packets first: they share the receiver's ring
@@ -275,6 +278,24 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 
 enum class Placement { kPlaced, kPackets, kWait };
 
+// The largest jumbo packet the QP's peer takes (DatagramTransport::jumbo_limit,
+// a lookup under the transport's lock; 0: not reached through shared memory),
+// asked at most once per burst.
+class PeerJumbo {
+ public:
+  explicit PeerJumbo(EngineQp& qp) : qp_(qp) {}
+  uint32_t limit() {
+    if (!asked_) limit_ = qp_.engine()->transport().jumbo_limit(qp_.path.dst);
+    asked_ = true;
+    return limit_;
+  }
+
+ private:
+  EngineQp& qp_;
+  uint32_t limit_ = 0;
+  bool asked_ = false;
+};
+
 // Whether a large RC WRITE goes as jumbo packets rather than placed. Jumbos
 // are two memcpys pipelined across the two processes (the sender into the
 // ring, the target's thread out of it), which outrun one process_vm_writev
@@ -292,13 +313,13 @@ enum class Placement { kPlaced, kPackets, kWait };
 //   retransmissions). Larger or more sources no longer fit the caches: the
 //   copy into the ring then runs at memory speed on one CPU, while placement
 //   reads them on two.
-bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
+bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w, PeerJumbo& peer) {
   if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || w.length > kJumboMaxWrite || !core::config().shm_jumbo)
     return false;
   if (qp.engine()->note_large_write(qp.qp_num(), Clock::now()) > kJumboMaxWriters) return false;
   bool stream =
       !w.signaled || qp.sq.posted - index > 1 || index != qp.sq.retired || (qp.send_cq && !qp.send_cq->empty());
-  return stream && qp.engine()->transport().jumbo_limit(qp.path.dst) >= qp.path.mtu;
+  return stream && peer.limit() >= qp.path.mtu;
 }
 
 // Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
@@ -306,12 +327,12 @@ bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
 // now, completed now, occupying no PSN. kPackets: send it as packets. kWait:
 // a large one behind WQEs in flight to a target that can be placed into waits
 // for their ACKs (the completer runs the requester again).
-Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, PeerJumbo& peer) {
   DirectPlacement* dp = qp.engine()->placement();
   if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return Placement::kPackets;
   bool read = w.opcode == IBV_WR_RDMA_READ;
   if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0) return Placement::kPackets;
-  if (!read && streams_as_jumbo(qp, index, w)) return Placement::kPackets;
+  if (!read && streams_as_jumbo(qp, index, w, peer)) return Placement::kPackets;
   if (index != qp.sq.retired || (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn)) {
     bool wait = qp.type == IBV_QPT_RC && w.length >= DirectPlacement::kWaitToPlace &&
                 dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
@@ -432,6 +453,7 @@ namespace {
 // now (it changes the table, so it runs outside the lock).
 bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
   auto mr_lock = qp.ctx->mrs.read_lock();
+  PeerJumbo peer(qp);
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
     uint32_t index = qp.req.index;
     core::SendWqe& w = qp.sq.at(index);
@@ -446,7 +468,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
         fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
         break;
       }
-      Placement placed = try_place(qp, index, w, tx);
+      Placement placed = try_place(qp, index, w, tx, peer);
       if (placed == Placement::kPlaced) continue;
       if (placed == Placement::kWait) break;
       w.started = true;
@@ -464,7 +486,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     // stream into ever smaller pieces as ACKs free the window bit by bit.
     uint32_t jumbo_psns = 0;
     if (qp.type == IBV_QPT_RC && !is_read(w) && w.length >= kJumboMinBytes && core::config().shm_jumbo) {
-      jumbo_psns = qp.engine()->transport().jumbo_limit(qp.path.dst) / mtu;
+      jumbo_psns = peer.limit() / mtu;
       if (jumbo_psns > 0) {
         window = std::max(window, kJumboWindowBytes / senders / mtu);
         // At most half the window each, so that a QP always has the next
