@@ -100,8 +100,9 @@ Walk walk_sges(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t of
   return Walk::kDone;
 }
 
-// Gathers [offset, offset+len) of a WQE's payload into the packet, copied
-// now, under the MR table's lock. Returns false on a local protection error.
+// Gathers [offset, offset+len) of a WQE's payload into the packet, under the
+// MR table's lock (copied, or referenced until send_burst's end:
+// TxBatch::ReferenceScope). Returns false on a local protection error.
 bool gather_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t offset, uint32_t len, TxBatch& tx) {
   if (w.is_inline) return tx.add_payload(qp.sq.inline_buf(index) + offset, len);
   auto copy = [&tx](const core::Mr& mr, uint8_t* host, uint32_t n) { return tx.add_payload_from(mr, host, n); };
@@ -453,6 +454,7 @@ namespace {
 // now (it changes the table, so it runs outside the lock).
 bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
   auto mr_lock = qp.ctx->mrs.read_lock();
+  TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
   PeerJumbo peer(qp);
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
     uint32_t index = qp.req.index;

@@ -140,8 +140,8 @@ void drop_read_jobs(ResponderState& s) {
 }
 
 // Sends up to `budget` packets of the oldest stream. Its key is checked again
-// for every slice, under the MR table's lock, and the bytes are copied into
-// the packets under it (core/mr.h: the MR lifetime rule). A region gone or
+// for every slice, under the MR table's lock, and the packets leave under it
+// (core/mr.h: the MR lifetime rule; TxBatch::ReferenceScope). A region gone or
 // unreadable since the request was checked is NAKed remote access error.
 uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
   ResponderState& s = qp.resp;
@@ -152,6 +152,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
   bool failed = false;
   {
     auto lock = qp.ctx->mrs.read_lock();
+    TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
     const core::Mr* mr = nullptr;
     if (job.length && qp.ctx->mrs.check_locked(job.rkey, access_pd(qp), job.va + job.sent, job.length - job.sent,
                                                IBV_ACCESS_REMOTE_READ, true, &mr, qp.qp_num()) != core::KeyCheck::kOk)

@@ -1,13 +1,18 @@
 // A burst of outgoing packets under construction (one per thread).
 //
-// Each packet is built contiguously in its slot: headers in place, then the
-// payload copied in, then pad and ICRC. Payload bytes are copied at the
-// moment add_payload is called — never referenced — so a packet holds no
-// pointer into registered memory: the caller copies while it holds the MR
-// table's lock, and a region deregistered after that lock is released is
-// never read by a later flush (the MR lifetime rule, core/mr.h). flush()
-// hands the burst to the transport in one call. Nothing here allocates after
-// construction.
+// Each packet is built in its slot: headers in place, then the payload, then
+// pad and ICRC. flush() hands the burst to the transport in one call; every
+// transport has copied the bytes when it returns. Nothing here allocates
+// after construction.
+//
+// Payload from registered memory is copied into the slot — unless a
+// ReferenceScope is open: then a piece of at least kMinReference bytes is
+// referenced where it lies, and the packet is gathered from the slot and the
+// region (the kernel copies it once, into its buffer). The scope's end
+// flushes such packets, and it ends before the MR table's lock is released,
+// so a region deregistered after that is never read (the MR lifetime rule,
+// core/mr.h). On-demand-paging regions are always copied (core/mr_access.h:
+// only the fault-tolerant copy may read them).
 //
 // GSO: consecutive packets to the same destination whose lengths allow it
 // (all equal, the last possibly shorter; at most 64 and 64 KiB) form one GSO
@@ -38,6 +43,27 @@ class TxBatch {
   // request (a whole received datagram) of up to the transport's 9216 bytes.
   static constexpr unsigned kMaxPayload = 9216;
   static constexpr unsigned kSlotBytes = kMaxHeader + kMaxPayload + 8;  // + pad + ICRC
+  // Referenced rather than copied from this size on (an iovec costs the
+  // kernel about what copying a few hundred bytes costs).
+  static constexpr uint32_t kMinReference = 1024;
+
+  // While one lives, add_payload_from may reference registered memory; its
+  // end flushes the packets that do. Declare it after the guard of the MR
+  // table's lock, so that it ends first (see above).
+  class ReferenceScope {
+   public:
+    explicit ReferenceScope(TxBatch& tx) : tx_(tx), outer_(tx.references_ok_) { tx.references_ok_ = true; }
+    ~ReferenceScope() {
+      if (tx_.referenced_) tx_.flush();
+      tx_.references_ok_ = outer_;
+    }
+    ReferenceScope(const ReferenceScope&) = delete;
+    ReferenceScope& operator=(const ReferenceScope&) = delete;
+
+   private:
+    TxBatch& tx_;
+    bool outer_;
+  };
 
   TxBatch();
 
@@ -53,9 +79,9 @@ class TxBatch {
   // Appends (copies) payload. False, and the packet is dropped at its end,
   // when it would exceed kMaxPayload.
   bool add_payload(const uint8_t* data, uint32_t len);
-  // Appends payload read from registered memory `mr` (core/mr_access.h: safe
-  // for on-demand-paging regions). False if the memory cannot be read; the
-  // caller then abandons the packet.
+  // Appends payload read from registered memory `mr`, copied or referenced
+  // (above). False if the memory cannot be read; the caller then abandons the
+  // packet.
   bool add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len);
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`. Returns the packet's length (0:
@@ -68,14 +94,18 @@ class TxBatch {
 
   void flush();
   unsigned pending() const { return count_; }
+  bool references_memory() const { return referenced_; }
 
  private:
   // Packets [first, first + count) to one destination, sent as one datagram
-  // (count 1) or one GSO message of `segment`-byte segments.
+  // (count 1) or one GSO message of `segment`-byte segments, gathered from
+  // the pieces from first_piece on.
   struct Run {
     transport::Endpoint dst;
     transport::IpAddress src_ip;
     unsigned first;
+    unsigned first_piece;
+    unsigned pieces;
     unsigned count;
     uint32_t segment;
     uint32_t bytes;
@@ -87,7 +117,12 @@ class TxBatch {
   // in the run (its IP identification). `joinable`: false for datagrams that
   // must go alone.
   unsigned place(uint32_t len, bool joinable);
-  void finish(uint32_t len);
+  void finish();
+  // Whether `len` more payload bytes fit the packet; if not, it is dropped
+  // at its end.
+  bool room_for_payload(uint32_t len);
+  // Appends `len` bytes just written at the slot's end to the packet's pieces.
+  void grow_slot_piece(uint32_t len);
   // Segments a GSO message may have: the transport's limit, within the IP
   // identifications a receiver tries (wire::kMaxGsoIpId).
   void refresh_gso_limit();
@@ -95,14 +130,20 @@ class TxBatch {
   transport::DatagramTransport* transport_ = nullptr;
   unsigned max_segments_ = 1;  // the transport's GSO limit
   unsigned count_ = 0;
-  unsigned header_len_ = 0;   // of the packet being built
-  uint32_t payload_len_ = 0;  // of the packet being built
-  bool overflow_ = false;     // the packet being built is dropped at its end
-  transport::Endpoint dst_;   // of the packet being built
+  unsigned header_len_ = 0;      // of the packet being built
+  uint32_t payload_len_ = 0;     // of the packet being built
+  uint32_t slot_used_ = 0;       // bytes of the packet being built in its slot
+  unsigned first_piece_ = 0;     // of the packet being built
+  unsigned piece_count_ = 0;     // pieces of the finished packets and the one being built
+  unsigned done_pieces_ = 0;     // pieces of the finished packets
+  bool references_ok_ = false;   // a ReferenceScope is open
+  bool referenced_ = false;      // a pending packet references registered memory
+  bool overflow_ = false;        // the packet being built is dropped at its end
+  transport::Endpoint dst_;      // of the packet being built
   transport::IpAddress src_ip_;  // of the packet being built
   unsigned run_count_ = 0;
   std::array<Run, kMaxPackets> runs_;
-  std::array<iovec, kMaxPackets> iovs_;                       // one per slot
+  std::array<iovec, kMaxPackets * transport::kMaxPacketPieces> pieces_;
   std::array<transport::TxDatagram, kMaxPackets> datagrams_;  // one per run, at flush
   std::unique_ptr<uint8_t[]> buffers_;                        // kMaxPackets * kSlotBytes
 };

@@ -87,9 +87,15 @@ struct Endpoint {
 inline constexpr unsigned kMaxGsoSegments = 64;
 inline constexpr uint32_t kMaxGsoBytes = 65535 - 20 - 8;
 
-// One datagram to send, gathered from `iovcnt` caller-owned buffers. With
-// segment_size > 0 it is a GSO message: the kernel sends it as datagrams of
-// segment_size bytes each (the last may be shorter).
+// Buffers one packet (a GSO message's segment) is gathered from, at most:
+// transports size their gather lists by it.
+inline constexpr unsigned kMaxPacketPieces = 8;
+
+// One datagram to send, gathered from `iovcnt` caller-owned buffers, which
+// the transport reads before send_burst returns. With segment_size > 0 it is
+// a GSO message: the kernel sends it as datagrams of segment_size bytes each
+// (the last may be shorter), each gathered from at most kMaxPacketPieces
+// buffers.
 struct TxDatagram {
   Endpoint dst;
   IpAddress src_ip;  // unspecified: let the kernel choose

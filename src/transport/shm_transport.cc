@@ -43,6 +43,7 @@ constexpr int kFullRingWaitUs = 50;                            // then the datag
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 constexpr auto kStalled = std::chrono::microseconds(500);
 constexpr unsigned kMaxParts = 16;        // pieces one record is gathered from
+static_assert(kMaxParts >= kMaxPacketPieces);
 constexpr uint32_t kJumboHeadroom = 128;  // a jumbo packet's headers, pad and ICRC
 
 size_t ring_offset(unsigned index) { return kSegmentHeader + size_t(index) * ShmTransport::kRingBytes; }

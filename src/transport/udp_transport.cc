@@ -325,7 +325,7 @@ size_t UdpTransport::send_some(std::span<TxDatagram> burst) noexcept {
 
 // Sends the GSO message `d` as one datagram per segment.
 void UdpTransport::send_split(const TxDatagram& d) noexcept {
-  constexpr size_t kMaxPieces = 4 * kMaxGsoSegments + kMaxGsoSegments;
+  constexpr size_t kMaxPieces = kMaxGsoSegments * kMaxPacketPieces;
   iovec pieces[kMaxPieces];
   TxDatagram segs[kMaxGsoSegments];
   size_t npieces = 0, nsegs = 0;

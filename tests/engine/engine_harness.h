@@ -44,7 +44,8 @@ struct Sent {
   unsigned message = 0;
   uint16_t segment_size = 0;
   uint16_t ip_id = 0;
-  bool jumbo = false;  // sent with send_jumbo (no ICRC)
+  bool jumbo = false;   // sent with send_jumbo (no ICRC)
+  unsigned pieces = 0;  // buffers the packet was gathered from
 };
 
 class FakeTransport : public transport::DatagramTransport {
@@ -69,12 +70,21 @@ class FakeTransport : public transport::DatagramTransport {
         s.segment_size = d.segment_size;
         s.ip_id = id;
         s.bytes.assign(bytes.begin() + long(off), bytes.begin() + long(std::min(bytes.size(), off + seg)));
+        s.pieces = pieces_within(d, off, off + s.bytes.size());
         sink_->push_back(std::move(s));
         if (bytes.empty()) break;
       }
       ++messages_;
     }
     return burst.size();
+  }
+  // How many of d's buffers hold bytes of [begin, end).
+  static unsigned pieces_within(const transport::TxDatagram& d, size_t begin, size_t end) {
+    unsigned n = 0;
+    size_t at = 0;
+    for (unsigned i = 0; i < d.iovcnt; at += d.iov[i].iov_len, ++i)
+      if (d.iov[i].iov_len > 0 && at < end && at + d.iov[i].iov_len > begin) ++n;
+    return n;
   }
   // Same-host jumbo packets: taken (captured whole) when jumbo_payload > 0.
   transport::JumboSend send_jumbo(const transport::Endpoint& dst, const transport::IpAddress& src_ip, const iovec* iov,
@@ -130,6 +140,7 @@ struct Pkt {
   std::optional<uint64_t> atomic_orig;  // AtomicAckETH
   std::vector<uint8_t> payload;
   bool jumbo = false;
+  unsigned pieces = 0;  // buffers it was gathered from (Sent::pieces)
 };
 
 // A request/response to feed into the engine.
@@ -389,8 +400,10 @@ class EngineTest : public ::testing::Test {
       if (!s.jumbo) {
         EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()), v.icrc_wire()) << "bad ICRC on the wire";
       }
+      EXPECT_LE(s.pieces, transport::kMaxPacketPieces);
       Pkt p;
       p.jumbo = s.jumbo;
+      p.pieces = s.pieces;
       wire::Bth bth = v.bth();
       p.opcode = bth.opcode();
       p.psn = bth.psn();

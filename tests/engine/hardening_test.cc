@@ -272,6 +272,104 @@ TEST_F(Hardening, BatchedPacketsHoldCopies) {
   EXPECT_EQ(p[0].payload, original);
 }
 
+// --- payload referenced in registered memory (TxBatch::ReferenceScope) --------------
+
+// Add 2 KiB from a registered region inside a ReferenceScope / Expect the packet
+// still pending within the scope (gathered from header, region, pad and ICRC),
+// and handed to the transport when the scope ends, not at a later flush.
+TEST_F(Hardening, ReferencedPayloadLeavesWhenTheScopeEnds) {
+  std::vector<uint8_t> buf = pattern(2048, 3);
+  core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
+  TxBatch tx;
+  tx.use(transport);
+  {
+    TxBatch::ReferenceScope scope(tx);
+    uint8_t* h = tx.begin_packet(transport::Endpoint{kPeerIp, kPeerPort}, local_ip, 12);
+    wire::Bth(h).fill(kSendOnly, false, 0, 0xFFFF, kPeerQpn, false, 1);
+    ASSERT_TRUE(tx.add_payload_from(*mr, buf.data(), 2048));
+    tx.end_packet(wire::Ipv4Flow{local_ip, kPeerIp, kLocalPort, kPeerPort});
+    EXPECT_TRUE(tx.references_memory());
+    EXPECT_TRUE(sent.empty());
+  }
+  EXPECT_EQ(tx.pending(), 0u);
+  EXPECT_FALSE(tx.references_memory());
+  auto p = take();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].payload, buf);
+  EXPECT_EQ(p[0].pieces, 3u);  // header | the region | (no pad) ICRC
+}
+
+// The same outside a scope, and from an on-demand region inside one / Expect
+// copies: the buffer changed before the flush does not change the packets.
+TEST_F(Hardening, PayloadIsCopiedOutsideAScopeAndFromOnDemandRegions) {
+  std::vector<uint8_t> plain = pattern(2048, 4), odp = pattern(2048, 5);
+  const std::vector<uint8_t> plain_then = plain, odp_then = odp;
+  core::Mr* plain_mr = reg(plain, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* odp_mr = reg(odp, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  TxBatch tx;
+  tx.use(transport);
+  auto add = [&](core::Mr* mr, std::vector<uint8_t>& buf) {
+    uint8_t* h = tx.begin_packet(transport::Endpoint{kPeerIp, kPeerPort}, local_ip, 12);
+    wire::Bth(h).fill(kSendOnly, false, 0, 0xFFFF, kPeerQpn, false, 1);
+    ASSERT_TRUE(tx.add_payload_from(*mr, buf.data(), 2048));
+    tx.end_packet(wire::Ipv4Flow{local_ip, kPeerIp, kLocalPort, kPeerPort});
+  };
+  add(plain_mr, plain);
+  {
+    TxBatch::ReferenceScope scope(tx);
+    add(odp_mr, odp);
+    EXPECT_FALSE(tx.references_memory());
+  }
+  std::fill(plain.begin(), plain.end(), 0);
+  std::fill(odp.begin(), odp.end(), 0);
+  tx.flush();
+  auto p = take();
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].payload, plain_then);
+  EXPECT_EQ(p[1].payload, odp_then);
+  EXPECT_EQ(p[0].pieces, 1u);
+  EXPECT_EQ(p[1].pieces, 1u);
+}
+
+// One packet from pieces that alternate 1 KiB and 1 byte of a registered
+// region, inside a scope / Expect the packet within kMaxPacketPieces buffers
+// (once only two are left, the large pieces are copied too), its payload in
+// order and its ICRC correct (take()).
+TEST_F(Hardening, ReferencedPiecesNeverOutgrowAPacket) {
+  std::vector<uint8_t> src = pattern(8 * 1025, 6);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  TxBatch tx;
+  tx.use(transport);
+  {
+    TxBatch::ReferenceScope scope(tx);
+    uint8_t* h = tx.begin_packet(transport::Endpoint{kPeerIp, kPeerPort}, local_ip, 12);
+    wire::Bth(h).fill(kSendOnly, false, wire::pad_for(uint32_t(src.size())), 0xFFFF, kPeerQpn, false, 1);
+    for (size_t off = 0; off < src.size(); off += 1025) {
+      ASSERT_TRUE(tx.add_payload_from(*mr, src.data() + off, 1024));
+      ASSERT_TRUE(tx.add_payload_from(*mr, src.data() + off + 1024, 1));
+    }
+    tx.end_packet(wire::Ipv4Flow{local_ip, kPeerIp, kLocalPort, kPeerPort});
+  }
+  auto p = take();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].payload, src);
+  EXPECT_EQ(p[0].pieces, 7u);  // header, then 3 x (a region's KiB, the slot again)
+}
+
+// Post a SEND of 3 MTUs / Expect each packet gathered from its header, the
+// sender's region and its ICRC, and the payload in order.
+TEST_F(Hardening, SendPayloadIsReferencedInTheRegion) {
+  std::vector<uint8_t> src = pattern(3 * kMtu, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, uint32_t(src.size()));
+  auto p = take();
+  ASSERT_EQ(p.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(p[i].pieces, 3u);
+    EXPECT_TRUE(std::equal(p[i].payload.begin(), p[i].payload.end(), src.begin() + i * kMtu));
+  }
+}
+
 // --- on-demand paging: memory that vanished ---------------------------------------
 
 class HardeningOdp : public Hardening {
