@@ -42,7 +42,7 @@
 #   NETNS=0          skip the namespace half;  PEERS=0 skip UCX/libfabric;  SWEEP=0 no sweeps;
 #                    SHM=0 skip the same-host half (the loopback half runs with UROCE_SHM=0)
 #   UDP_SECONDS (2)  UDP_LAT_ITERS (20000)  BW_ITERS_4K (50000)  BW_ITERS_64K (10000)
-#   BW_ITERS_1M (1000)  LAT_ITERS (10000)  PEER_BW_ITERS (UCX, 2000)  PEER_LAT_ITERS (UCX,
+#   BW_ITERS_1M (5000: ~2 s over UDP, as long as a ceiling run)  LAT_ITERS (10000)  PEER_BW_ITERS (UCX, 2000)  PEER_LAT_ITERS (UCX,
 #   20000)  FABRIC_BW_ITERS (500)  FABRIC_LAT_ITERS (10000)  SWEEP_SIZES ("4 16 ... 8388608")
 #   SWEEP_BYTES (268435456: bytes per bandwidth point)  RUN_TIMEOUT (120 s per program)
 #   PORT_BASE (19100: TCP/UDP ports used from there on)
@@ -60,7 +60,7 @@ udp_seconds=${UDP_SECONDS:-2}
 udp_lat_iters=${UDP_LAT_ITERS:-20000}
 bw_iters_4k=${BW_ITERS_4K:-50000}
 bw_iters_64k=${BW_ITERS_64K:-10000}
-bw_iters_1m=${BW_ITERS_1M:-1000}
+bw_iters_1m=${BW_ITERS_1M:-5000}
 lat_iters=${LAT_ITERS:-10000}
 ucx_bw_iters=${PEER_BW_ITERS:-2000}
 ucx_lat_iters=${PEER_LAT_ITERS:-20000}
