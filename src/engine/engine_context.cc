@@ -567,10 +567,16 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   // In an application's turn, an RC QP's ACK waits instead for the
   // application's next post on the QP, which sends it first, in the same
   // system call as the reply that usually follows (ACK before the reply, as
-  // on hardware), or for the next turn (deferred_acks_).
+  // on hardware), or for the next turn (deferred_acks_). So it does in this
+  // thread's turn when the application answers on the QP (a WRITE ping-pong
+  // whose target spins on memory: the peer's poll for its completion then
+  // takes the reply with the ACK, and neither side's progress thread is
+  // woken again); a turn of this thread comes within a timer tick.
   for (EngineQp* qp : touched_) {
     std::lock_guard ql(qp->mu);
-    if (turn == Turn::kApplication && qp->type == IBV_QPT_RC && qp->resp.ack_pending) {
+    bool rc_ack = qp->type == IBV_QPT_RC && qp->resp.ack_pending;
+    bool reply_expected = rc_ack && responder_reply_expected(*qp);
+    if (rc_ack && (turn == Turn::kApplication || reply_expected)) {
       if (!qp->in_ack_list) {
         if (deferred_acks_.empty()) acks_deferred_at_ = Clock::now();
         qp->in_ack_list = true;

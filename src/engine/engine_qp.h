@@ -132,6 +132,7 @@ struct ResponderState {
   uint32_t write_length = 0;
   bool ack_pending = false;  // coalesced ACK to send at the end of the burst
   uint32_t ack_psn = 0;
+  uint32_t sq_posted_seen = 0;  // the send queue's post count at the last burst of requests
   std::array<ResponderResource, core::kMaxRdAtomic> resource_slots{};
   uint32_t resource_count = 1;  // max_dest_rd_atomic (at least 1), set at RTR
   uint32_t next_resource = 0;

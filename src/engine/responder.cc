@@ -712,6 +712,16 @@ void responder_flush_ack(EngineQp& qp, TxBatch& tx) {
   send_ack_packet(qp, tx, wire::kAckNoCredit, qp.resp.ack_psn);
 }
 
+bool responder_reply_expected(EngineQp& qp) {
+  // The application posted on the QP since the previous burst of requests,
+  // and all it posted has completed: what it posts next answers these. Not
+  // with receive completions held (ACK before completion: the application
+  // must not see them before the ACK has left).
+  bool posted = qp.sq.posted != qp.resp.sq_posted_seen;
+  qp.resp.sq_posted_seen = qp.sq.posted;
+  return posted && qp.sq.empty() && qp.deferred_count == 0;
+}
+
 void responder_release_completions(EngineQp& qp) {
   for (uint32_t i = 0; i < qp.deferred_count; ++i) qp.deferred[i].cq->push(qp.deferred[i].wc, qp.deferred[i].solicited);
   qp.deferred_count = 0;

@@ -39,6 +39,10 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
                        const transport::IpAddress& to_ip, TxBatch& tx);
 // Sends the coalesced ACK, if one is pending.
 void responder_flush_ack(EngineQp& qp, TxBatch& tx);
+// At the end of a burst with requests for an RC QP: whether the application
+// answers them on this QP (a ping-pong), so that the ACK may wait for its
+// reply and go first in the same system call. Called once per such burst.
+bool responder_reply_expected(EngineQp& qp);
 // Pushes the QP's deferred receive completions (EngineQp::deferred) to their
 // CQs. Only once the ACKs covering them have been handed to the transport.
 void responder_release_completions(EngineQp& qp);

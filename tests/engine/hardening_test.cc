@@ -526,6 +526,83 @@ TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
   EXPECT_TRUE(take().empty());
 }
 
+// The application posted a SEND, acknowledged (its send queue is idle); then
+// receive WRITE_ONLY(AckReq) in the progress thread's turn / Expect the data
+// written and no ACK yet (the application answers on this QP); then its reply
+// / Expect the ACK first and the reply after it, in one burst.
+TEST_F(Hardening, PingPongWriteAckRidesWithTheReply) {
+  std::vector<uint8_t> src = pattern(8, 1), dst(8, 0);
+  core::Mr* smr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* dmr = reg(dst, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  send(1, src, smr, 8);
+  take();
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .msn = 1});
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  deliver(Craft{.opcode = kWriteOnly,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = reinterpret_cast<uint64_t>(dst.data()),
+                .reth_rkey = dmr->ibmr.rkey,
+                .reth_len = 4,
+                .payload = {1, 2, 3, 4}});
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(dst[3], 4);
+  int bursts = 0;
+  transport->on_send = [&](size_t) { ++bursts; };
+  send(2, src, smr, 8);
+  transport->on_send = nullptr;
+  EXPECT_EQ(bursts, 1);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 2u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(0));
+  EXPECT_EQ(tx[1].opcode, kSendOnly);
+}
+
+// Receive WRITEs in the progress thread's turn on a QP whose application has
+// not posted since the previous one / Expect each ACK at once. Then a ping-pong
+// whose application does not answer / Expect the ACK from the next turn. Then a
+// SEND in a ping-pong / Expect its ACK at once (a receive completion is held:
+// ACK before completion).
+TEST_F(Hardening, ProgressTurnAckWaitsOnlyForAnExpectedReply) {
+  std::vector<uint8_t> src = pattern(8, 1), dst(8, 0), rbuf(16, 0);
+  core::Mr* smr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  core::Mr* dmr = reg(dst, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto write = [&](uint32_t n) {
+    deliver(Craft{.opcode = kWriteOnly,
+                  .psn = rq(n),
+                  .ack_req = true,
+                  .reth_va = reinterpret_cast<uint64_t>(dst.data()),
+                  .reth_rkey = dmr->ibmr.rkey,
+                  .reth_len = 4,
+                  .payload = {1, 2, 3, 4}});
+  };
+  auto acks_for = [&](uint32_t n) {
+    auto tx = take();
+    return tx.size() == 1 && tx[0].opcode == kAck && tx[0].psn == rq(n);
+  };
+  write(0);
+  EXPECT_TRUE(acks_for(0));
+  write(1);
+  EXPECT_TRUE(acks_for(1));
+
+  send(1, src, smr, 8);
+  take();
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .msn = 1});
+  write(2);
+  EXPECT_TRUE(take().empty());
+  engine->flush_deferred_acks();  // what the progress thread's next turn does first
+  EXPECT_TRUE(acks_for(2));
+
+  send(2, src, smr, 8);
+  take();
+  deliver(Craft{.opcode = kAck, .psn = sq(1), .msn = 2});
+  recv_buf(rbuf, 7);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(3), .ack_req = true, .payload = {9}});
+  EXPECT_TRUE(acks_for(3));
+  EXPECT_EQ(poll(*rcq).size(), 1u);
+}
+
 // Receive two SENDs in an application's turn and no reply follows / Expect
 // one ACK covering both at the start of the next turn.
 TEST_F(Hardening, ApplicationTurnAckGoesWithTheNextTurn) {
