@@ -27,6 +27,21 @@ class Hardening : public EngineTest {
     post_send(wr, {sge(src.data(), len, mr)});
   }
 
+  // Posts a SEND of 8 bytes of `src` / Expects one burst: the ACK of PSN
+  // `acked` first, then the SEND (the ACK rides with the reply).
+  void expect_reply_carries_ack(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t acked) {
+    int bursts = 0;
+    transport->on_send = [&](size_t) { ++bursts; };
+    send(wr_id, src, mr, 8);
+    transport->on_send = nullptr;
+    EXPECT_EQ(bursts, 1);
+    auto tx = take();
+    ASSERT_EQ(tx.size(), 2u);
+    EXPECT_EQ(tx[0].opcode, kAck);
+    EXPECT_EQ(tx[0].psn, acked);
+    EXPECT_EQ(tx[1].opcode, kSendOnly);
+  }
+
   // Sends the pending READ response slices until the streams end; returns
   // what was sent so far plus those (slices counted in `slices`).
   std::vector<Pkt> drain_reads(unsigned* slices = nullptr) {
@@ -510,16 +525,7 @@ TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
 
   std::vector<uint8_t> src(8, 7);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
-  int bursts = 0;
-  transport->on_send = [&](size_t) { ++bursts; };
-  send(1, src, mr, 8);
-  transport->on_send = nullptr;
-  EXPECT_EQ(bursts, 1);
-  auto tx = take();
-  ASSERT_EQ(tx.size(), 2u);
-  EXPECT_EQ(tx[0].opcode, kAck);
-  EXPECT_EQ(tx[0].psn, rq(0));
-  EXPECT_EQ(tx[1].opcode, kSendOnly);
+  expect_reply_carries_ack(1, src, mr, rq(0));
 
   // The next turn finds nothing left to acknowledge.
   engine->flush_deferred_acks();
@@ -547,16 +553,7 @@ TEST_F(Hardening, PingPongWriteAckRidesWithTheReply) {
                 .payload = {1, 2, 3, 4}});
   EXPECT_TRUE(take().empty());
   EXPECT_EQ(dst[3], 4);
-  int bursts = 0;
-  transport->on_send = [&](size_t) { ++bursts; };
-  send(2, src, smr, 8);
-  transport->on_send = nullptr;
-  EXPECT_EQ(bursts, 1);
-  auto tx = take();
-  ASSERT_EQ(tx.size(), 2u);
-  EXPECT_EQ(tx[0].opcode, kAck);
-  EXPECT_EQ(tx[0].psn, rq(0));
-  EXPECT_EQ(tx[1].opcode, kSendOnly);
+  expect_reply_carries_ack(2, src, smr, rq(0));
 }
 
 // Receive WRITEs in the progress thread's turn on a QP whose application has
