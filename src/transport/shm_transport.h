@@ -166,6 +166,7 @@ class ShmTransport final : public DatagramTransport {
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
   std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
+  std::chrono::steady_clock::time_point inner_delivered_{};  // when the socket last had a datagram
 };
 
 }  // namespace uroce::transport

@@ -130,6 +130,44 @@ TEST_F(ShmTransportTest, UnknownDestinationGoesThroughTheSocket) {
   EXPECT_EQ(nodes[0].t->shm_sent(), 0u);
 }
 
+// A receiver whose rings deliver on every receive asks its socket only now
+// and then: a datagram that comes through the socket meanwhile still
+// arrives, among the records, and none of them is lost.
+TEST_F(ShmTransportTest, SocketDatagramReachesAReceiverWhoseRingsAreBusy) {
+  auto other = udp();  // a peer of another host, as far as node 1 knows
+  std::vector<uint8_t> rec(48, 0x11), dgram(40, 0x5A);
+  iovec rv{rec.data(), rec.size()}, dv{dgram.data(), dgram.size()};
+  TxDatagram to_ring{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &rv};
+  TxDatagram to_socket{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &dv};
+  std::vector<RxDatagram> rx(64);
+  size_t records = 0, pushed = 0;
+  bool socket_seen = false;
+  // Rings active first, then the datagram through the socket.
+  ASSERT_EQ(nodes[0].t->send_burst(std::span(&to_ring, 1)), 1u);
+  ++pushed;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (records == 0 && std::chrono::steady_clock::now() < deadline) records += nodes[1].t->recv_burst(rx, 50);
+  ASSERT_EQ(records, 1u);
+  ASSERT_EQ(other->send_burst(std::span(&to_socket, 1)), 1u);
+  while (!socket_seen && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_EQ(nodes[0].t->send_burst(std::span(&to_ring, 1)), 1u);  // a record before every receive
+    ++pushed;
+    size_t n = nodes[1].t->recv_burst(rx, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (rx[i].len == dgram.size() && rx[i].data[0] == 0x5A) {
+        socket_seen = true;
+        EXPECT_EQ(rx[i].src.port, other->local_port());
+      } else {
+        ASSERT_EQ(rx[i].len, rec.size());
+        ++records;
+      }
+    }
+  }
+  EXPECT_TRUE(socket_seen);
+  while (records < pushed && std::chrono::steady_clock::now() < deadline) records += nodes[1].t->recv_burst(rx, 50);
+  EXPECT_EQ(records, pushed);
+}
+
 // A receiver blocked in recv_burst (nothing in its rings: it sleeps in the
 // socket's poll) gets a datagram pushed into its ring: the doorbell wakes it.
 TEST_F(ShmTransportTest, SleepingReceiverIsWokenByTheDoorbell) {

@@ -360,6 +360,8 @@ TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
     ASSERT_EQ(crc32(0, buf.data() + 1, len), crc32_portable(0, buf.data() + 1, len)) << len;
   uint32_t seed = crc32_portable(0, buf.data(), 100);
   EXPECT_EQ(crc32(seed, buf.data() + 100, 4000), crc32_portable(seed, buf.data() + 100, 4000));
+  for (size_t len = 16; len < 64; ++len)  // one lane (short packets), from a running CRC
+    ASSERT_EQ(crc32(seed, buf.data() + 100, len), crc32_portable(seed, buf.data() + 100, len)) << len;
   EXPECT_EQ(crc32(crc32(0, buf.data(), 100), buf.data() + 100, 4000), crc32_portable(0, buf.data(), 4100));
 }
 
