@@ -23,6 +23,11 @@
 #     port's active MTU 4096 by itself;
 #   - peers over TCP, where installed: UCX (ucx_perftest, UCX_TLS=tcp: tag_bw 1 MiB,
 #     tag_lat 64 B) and libfabric (fi_pingpong -p tcp -e msg: 64 B and 1 MiB ping-pong);
+#   - on the same-host path: ib_write_bw 1 MiB three times (issue 12's target is set against
+#     the median; this VM's two CPUs move data at very different speeds from minute to
+#     minute), each after a run of bench/copy_ceiling (two threads copying 1 MiB messages
+#     through a shared-memory ring in 256 KiB chunks, the same-host stream's shape: its
+#     ceiling), and libfabric's shm provider (fi_pingpong -p shm -e rdm, 64 B and 1 MiB);
 #   - sweeps over message sizes (loopback only) for two plots: bandwidth and latency
 #     against size for uroce, the UDP ceilings and the peers (matplotlib, bench/plot.py).
 # Units: GB/s = 1e9 B/s (perftest is run with --report_gbits, Gbit/s / 8; UCX's MB/s are
@@ -55,6 +60,7 @@ out=${OUT:-$root/bench/out}
 [[ $out == /* ]] || out=$PWD/$out
 launcher=$build/bin/uroce
 ceiling=$build/bin/udp_ceiling
+copy_ceiling=$build/bin/copy_ceiling
 
 udp_seconds=${UDP_SECONDS:-2}
 udp_lat_iters=${UDP_LAT_ITERS:-20000}
@@ -125,7 +131,7 @@ run() {
 # Build and packages.
 
 ensure_built() {
-  [[ -x $launcher && -x $ceiling && -e $build/lib/liburoce.so ]] && return
+  [[ -x $launcher && -x $ceiling && -x $copy_ceiling && -e $build/lib/liburoce.so ]] && return
   if [[ ! -e $build/CMakeCache.txt ]]; then
     if [[ $build == "$root/build" ]]; then
       say "building build/ (scripts/setup.sh)"
@@ -134,9 +140,7 @@ ensure_built() {
       cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
     fi
   fi
-  say "building uroce, its launcher and udp_ceiling in $build"
-  cmake --build "$build" -j"${JOBS:-2}" --target uroce_launcher uroce udp_ceiling >&2
-  [[ -x $launcher && -x $ceiling ]] || die "$launcher or $ceiling missing after the build"
+XX
 }
 
 ensure_packages() {
@@ -217,6 +221,9 @@ num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 put() { R[$1]=$2; }
 get() { echo "${R[$1]:-n/a}"; }
 
+median() { # A B C: the median of three figures ("failed" if any is not a number)
+  if num "$1" && num "$2" && num "$3"; then printf '%s\n' "$1" "$2" "$3" | sort -g | sed -n 2p; else echo failed; fi
+}
 kv() { # LINE KEY: value of KEY=value in a udp_ceiling line, or "failed"
   local v
   v=$(sed -n "s/.* $2=\([0-9.]*\).*/\1/p" <<<"$1")
@@ -293,18 +300,27 @@ measure_ceilings() {
   done
 }
 
+# measure_copy_ceiling K: one bench/copy_ceiling run (1 s) -> R[shm:copy_ceiling:K] (GB/s).
+measure_copy_ceiling() {
+  local log=$logs/shm.copy_ceiling.$1.log line
+  say "shm: copy ceiling ($1)"
+  run "$log" 30 "$copy_ceiling" -t 1 || true
+  line=$(tail -1 "$log")
+  put "shm:copy_ceiling:$1" "$(kv "$line" GBps)"
+}
+
 stop_ceiling_server() {
   if ((ceiling_up)); then stop "$server_pid" || true; fi
   ceiling_up=0
 }
 
-perftest_bw() { # PROGRAM SIZE ITERS [EXTRA...] -> R[loc:PROGRAM:SIZE(EXTRA)]
+perftest_bw() { # PROGRAM SIZE ITERS [EXTRA...] -> R[loc:PROGRAM:SIZE(:EXTRA)(:run_tag)]
   local prog=$1 size=$2 n=$3 key name opts extra
   shift 3
   extra="$*"
   extra=${extra// /}
-  key="$loc:$prog:$size${extra:+:$extra}"
-  name="$loc.$prog.$size${extra:+.$extra}"
+  key="$loc:$prog:$size${extra:+:$extra}${run_tag:+:$run_tag}"
+  name="$loc.$prog.$size${extra:+.$extra}${run_tag:+.$run_tag}"
   next_port
   opts=(-d uroce0 -x "$gid" -F --report_gbits -p "$port" -s "$size" -n "$n" "$@")
   uroce_pair "$prog" "${opts[@]}"
@@ -358,12 +374,13 @@ ucx_get() { # LOG TEST COLUMN: figure of a batch row (bandwidth columns converte
                               END { if (!f) print "failed" }' "$1" 2>/dev/null || echo failed
 }
 
-# fi_pp NAME SIZE ITERS: libfabric tcp ping-pong; R[...]: one-way µs and GB/s (MB/s = 1e6 B/s).
+# fi_pp NAME SIZE ITERS [PROVIDER ENDPOINT]: libfabric ping-pong (default tcp, msg); sets
+# fi_lat and fi_bw: one-way µs and GB/s (MB/s = 1e6 B/s).
 fi_pp() {
-  local name=$1 size=$2 n=$3 log
+  local name=$1 size=$2 n=$3 prov=${4:-tcp} ep=${5:-msg} log
   next_port
-  srv=("${S[@]}" fi_pingpong -p tcp -e msg -B "$port" -S "$size" -I "$n")
-  cli=("${C[@]}" fi_pingpong -p tcp -e msg -P "$port" -S "$size" -I "$n" "$srv_addr")
+  srv=("${S[@]}" fi_pingpong -p "$prov" -e "$ep" -B "$port" -S "$size" -I "$n")
+  cli=("${C[@]}" fi_pingpong -p "$prov" -e "$ep" -P "$port" -S "$size" -I "$n" "$srv_addr")
   log=$logs/$name.client.log
   if pair "$name" tcp "$port"; then
     # "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"; bytes like 64, 64k, 1m.
@@ -643,7 +660,26 @@ at_same_host() {
   # WRITE/READ: engine/copy_helper.h), which a client confined to one CPU cannot do.
   S=() C=()
   uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
+  measure_copy_ceiling 1
   measure_uroce
+  # Issue 12's target, ib_write_bw 1 MiB, twice more (the first ran in measure_uroce), each
+  # after a ceiling run; the target is set against the median of the three.
+  local k
+  for k in 2 3; do
+    measure_copy_ceiling "$k"
+    run_tag=run$k perftest_bw ib_write_bw 1048576 "$bw_iters_1m"
+  done
+  put "shm:ib_write_bw:1048576:run1" "$(get shm:ib_write_bw:1048576)"
+  put "shm:ib_write_bw:1048576:median" "$(median "$(get shm:ib_write_bw:1048576:run1)" \
+    "$(get shm:ib_write_bw:1048576:run2)" "$(get shm:ib_write_bw:1048576:run3)")"
+  put "shm:copy_ceiling:median" "$(median "$(get shm:copy_ceiling:1)" "$(get shm:copy_ceiling:2)" \
+    "$(get shm:copy_ceiling:3)")"
+  if ((${PEERS:-1})) && command -v fi_pingpong >/dev/null; then
+    fi_pp "shm.fi_pingpong_shm.64" 64 "$fi_lat_iters" shm rdm
+    put "shm:fi_shm_lat:64" "$fi_lat"
+    fi_pp "shm.fi_pingpong_shm.1048576" 1048576 "$fi_iters_1m" shm rdm
+    put "shm:fi_shm_bw:1048576" "$fi_bw"
+  fi
   emit ""
   emit "== $loc_title =="
   emit "uroce: GID index $gid, $(paths_used), packets through shared memory: $(same_host_packets) (of them jumbo packets: $(jumbo_packets)), WRITEs/READs placed directly: $(placed_ops)"
@@ -664,13 +700,24 @@ at_same_host() {
     row "$label" "$(get "shm:$prog:64")" µs "the same over UDP (loopback)" "$(get "lo:$prog:64")" \
       "99 %: $(fmt "$(get "shm:$prog:64:p99")" 2) µs"
   done
+  local runs
+  runs="runs: $(fmt "$(get shm:ib_write_bw:1048576:run1)" 2), $(fmt "$(get shm:ib_write_bw:1048576:run2)" 2), $(fmt "$(get shm:ib_write_bw:1048576:run3)" 2) GB/s"
+  row "ib_write_bw 1 MiB, median of three runs" "$(get shm:ib_write_bw:1048576:median)" GB/s \
+    "copy ceiling (median of three)" "$(get shm:copy_ceiling:median)" "$runs"
+  row "copy ceiling: 2 threads, 256 KiB chunks" "$(get shm:copy_ceiling:median)" GB/s "" "" \
+    "runs: $(fmt "$(get shm:copy_ceiling:1)" 2), $(fmt "$(get shm:copy_ceiling:2)" 2), $(fmt "$(get shm:copy_ceiling:3)" 2) GB/s (bench/copy_ceiling)"
+  if [[ $(get shm:fi_shm_bw:1048576) != n/a ]]; then
+    row "libfabric shm fi_pingpong 1 MiB" "$(get shm:fi_shm_bw:1048576)" GB/s "uroce ib_write_bw 1 MiB (median)" \
+      "$(get shm:ib_write_bw:1048576:median)" "(a ping-pong: one message in flight)"
+    row "libfabric shm fi_pingpong 64 B" "$(get shm:fi_shm_lat:64)" µs "uroce ib_send_lat 64 B" "$(get shm:ib_send_lat:64)"
+  fi
   emit ""
   emit "Acceptance criteria of issue 11 on this host (the same-host path carries loopback traffic)"
   target "ib_send_lat 64 B / UDP busy-poll one-way floor" "$(get "shm:ib_send_lat:64")" "$(get "lo:udp_poll:64")" "<=" 1.25
   target "ib_write_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_write_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
   target "ib_read_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_read_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
   emit "Acceptance criteria of issue 12 (absolute)"
-  target "ib_write_bw 1 MiB / 20 GB/s" "$(get "shm:ib_write_bw:1048576")" 20 ">=" 1
+  target "ib_write_bw 1 MiB (median of three runs) / 20 GB/s" "$(get "shm:ib_write_bw:1048576:median")" 20 ">=" 1
   target "ib_send_lat 64 B / 2 µs" "$(get "shm:ib_send_lat:64")" 2 "<=" 1
 }
 
