@@ -101,13 +101,24 @@ int main(int argc, char** argv) {
   int opt;
   while ((opt = getopt(argc, argv, "t:c:w:r:m:")) != -1) {
     switch (opt) {
-      case 't': seconds = atof(optarg); break;
-      case 'c': p.chunk = kib_arg(optarg); break;
-      case 'w': p.window = kib_arg(optarg); break;
-      case 'r': p.ring_bytes = kib_arg(optarg); break;
-      case 'm': p.message = kib_arg(optarg); break;
+      case 't':
+        seconds = atof(optarg);
+        break;
+      case 'c':
+        p.chunk = kib_arg(optarg);
+        break;
+      case 'w':
+        p.window = kib_arg(optarg);
+        break;
+      case 'r':
+        p.ring_bytes = kib_arg(optarg);
+        break;
+      case 'm':
+        p.message = kib_arg(optarg);
+        break;
       default:
-        fprintf(stderr, "usage: copy_ceiling [-t SECONDS] [-c CHUNK_KIB] [-w WINDOW_KIB] [-r RING_KIB] [-m MESSAGE_KIB]\n");
+        fprintf(stderr,
+                "usage: copy_ceiling [-t SECONDS] [-c CHUNK_KIB] [-w WINDOW_KIB] [-r RING_KIB] [-m MESSAGE_KIB]\n");
         return 2;
     }
   }
