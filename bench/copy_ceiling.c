@@ -153,7 +153,11 @@ int main(int argc, char** argv) {
   uint64_t stop = now_ns();
   atomic_store_explicit(&p.stop, true, memory_order_relaxed);
   pthread_join(consumer, NULL);
-  if (memcmp(p.dst, p.src, p.message) != 0) return fail("copy_mismatch");
+  bool same = memcmp(p.dst, p.src, p.message) == 0;
+  free(p.src);
+  free(p.dst);
+  munmap(p.ring, p.ring_bytes);
+  if (!same) return fail("copy_mismatch");
   double secs = (double)(stop - start) / 1e9;
   printf("copy_ceiling chunk_kib=%zu window_kib=%zu ring_kib=%zu message_kib=%zu seconds=%.3f GBps=%.2f\n",
          p.chunk >> 10, p.window >> 10, p.ring_bytes >> 10, p.message >> 10, secs, (double)h / secs / 1e9);
