@@ -41,10 +41,45 @@ struct Lanes {
   __m128i x0, x1, x2, x3;
 };
 
-// The 128-bit folding state `x` (the "fold by one" constants `k3k4`) reduced
-// to the 32-bit CRC: 128 -> 64 bits (appending 32 zero bits), 64 -> 32 with
-// x^64 mod P, then Barrett.
-UROCE_CLMUL inline uint32_t reduce128(__m128i x, __m128i k3k4) {
+// Folds `len` bytes (a multiple of 16, at least 16) into the CRC state `crc`
+// (not inverted: the caller inverts before and after, as zlib does inside).
+// `start`: lanes already folded over the bytes before `p` (or null: start
+// from `crc` and the first 64 bytes, or, under 64, from the first 16 in one
+// lane: the short packets of a ping-pong, an ACK's ICRC input of 52 bytes or
+// a 64-byte SEND's 48 after its head, which zlib's byte loop took ~80 ns for).
+UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len, const Lanes* start = nullptr) {
+  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);  // x^(4*128-32), x^(4*128+32) mod P
+  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);  // x^(128-32), x^(128+32) mod P
+
+  __m128i x;
+  if (!start && len < 64) {
+    x = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
+    p += 16;
+    len -= 16;
+  } else {
+    __m128i x0, x1, x2, x3;
+    if (start) {
+      x0 = start->x0, x1 = start->x1, x2 = start->x2, x3 = start->x3;
+    } else {
+      x0 = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
+      x1 = load16(p + 16), x2 = load16(p + 32), x3 = load16(p + 48);
+      p += 64;
+      len -= 64;
+    }
+    for (; len >= 64; p += 64, len -= 64) {  // four 128-bit lanes at a time
+      x0 = fold(x0, k1k2, load16(p));
+      x1 = fold(x1, k1k2, load16(p + 16));
+      x2 = fold(x2, k1k2, load16(p + 32));
+      x3 = fold(x3, k1k2, load16(p + 48));
+    }
+    // Four lanes into one.
+    x = fold(x0, k3k4, x1);
+    x = fold(x, k3k4, x2);
+    x = fold(x, k3k4, x3);
+  }
+  for (; len >= 16; p += 16, len -= 16) x = fold(x, k3k4, load16(p));  // the remaining 16-byte blocks
+
+  // 128 -> 64 bits (appending 32 zero bits), 64 -> 32 with k5, then Barrett.
   const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);                 // x^64 mod P
   const __m128i poly_mu = _mm_set_epi64x(0x1f7011641, 0x1db710641);  // mu, P (bit-reflected)
   const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
@@ -55,51 +90,6 @@ UROCE_CLMUL inline uint32_t reduce128(__m128i x, __m128i k3k4) {
   t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
   x = _mm_xor_si128(x, t);
   return uint32_t(_mm_extract_epi32(x, 1));
-}
-
-// x^(128-32), x^(128+32) mod P: folds one 128-bit lane over the next 16 bytes.
-UROCE_CLMUL inline __m128i fold_by_1() { return _mm_set_epi64x(0x0ccaa009e, 0x1751997d0); }
-
-// Folds `len` bytes (a multiple of 16, 16 to 48) into the CRC state `crc`,
-// one 128-bit lane: the short packets of a ping-pong (an ACK's ICRC input is
-// 52 bytes, a 64-byte SEND's leaves 48 after its 64-byte head), which zlib's
-// byte loop took ~80 ns for.
-UROCE_CLMUL uint32_t fold_clmul_short(uint32_t crc, const uint8_t* p, size_t len) {
-  const __m128i k3k4 = fold_by_1();
-  __m128i x = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
-  for (p += 16, len -= 16; len >= 16; p += 16, len -= 16) x = fold(x, k3k4, load16(p));
-  return reduce128(x, k3k4);
-}
-
-// Folds `len` bytes (a multiple of 16, at least 64) into the CRC state `crc`
-// (not inverted: the caller inverts before and after, as zlib does inside).
-// `start`: lanes already folded over the bytes before `p` (or null: start
-// from `crc` and the first 64 bytes).
-UROCE_CLMUL uint32_t fold_clmul(uint32_t crc, const uint8_t* p, size_t len, const Lanes* start = nullptr) {
-  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);  // x^(4*128-32), x^(4*128+32) mod P
-  const __m128i k3k4 = fold_by_1();
-
-  __m128i x0, x1, x2, x3;
-  if (start) {
-    x0 = start->x0, x1 = start->x1, x2 = start->x2, x3 = start->x3;
-  } else {
-    x0 = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
-    x1 = load16(p + 16), x2 = load16(p + 32), x3 = load16(p + 48);
-    p += 64;
-    len -= 64;
-  }
-  for (; len >= 64; p += 64, len -= 64) {  // four 128-bit lanes at a time
-    x0 = fold(x0, k1k2, load16(p));
-    x1 = fold(x1, k1k2, load16(p + 16));
-    x2 = fold(x2, k1k2, load16(p + 32));
-    x3 = fold(x3, k1k2, load16(p + 48));
-  }
-  // Four lanes into one, then the remaining 16-byte blocks.
-  __m128i x = fold(x0, k3k4, x1);
-  x = fold(x, k3k4, x2);
-  x = fold(x, k3k4, x3);
-  for (; len >= 16; p += 16, len -= 16) x = fold(x, k3k4, load16(p));
-  return reduce128(x, k3k4);
 }
 
 #define UROCE_VCLMUL __attribute__((target("avx512f,avx512bw,avx512vl,vpclmulqdq,pclmul,sse4.1")))
@@ -173,9 +163,7 @@ uint32_t crc32(uint32_t crc, const void* data, size_t len) {
   if (len >= 16 && have_clmul()) {
     const auto* p = static_cast<const uint8_t*>(data);
     size_t body = len & ~size_t(15);
-    crc = ~(body >= 256 && have_vclmul() ? fold_vclmul(~crc, p, body)
-            : body >= 64                 ? fold_clmul(~crc, p, body)
-                                         : fold_clmul_short(~crc, p, body));
+    crc = ~(body >= 256 && have_vclmul() ? fold_vclmul(~crc, p, body) : fold_clmul(~crc, p, body));
     return len == body ? crc : crc32_zlib(crc, p + body, len - body);
   }
 #endif
