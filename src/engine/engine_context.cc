@@ -565,9 +565,10 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   for (auto& d : burst) dispatch(d, touched_);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
   // In an application's turn, an RC QP's ACK waits instead for the
-  // application's next post on the QP, which sends it first, in the same
-  // system call as the reply that usually follows (ACK before the reply, as
-  // on hardware), or for the next turn (deferred_acks_). So it does in this
+  // application's next post on the QP, which sends it in the same system
+  // call as the reply that usually follows (before the reply if it covers a
+  // receive, else behind it: requester_run), or for the next turn
+  // (deferred_acks_). So it does in this
   // thread's turn when the application answers on the QP (a WRITE ping-pong
   // whose target spins on memory: the peer's poll for its completion then
   // takes the reply with the ACK, and neither side's progress thread is

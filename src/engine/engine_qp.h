@@ -132,6 +132,10 @@ struct ResponderState {
   uint32_t write_length = 0;
   bool ack_pending = false;  // coalesced ACK to send at the end of the burst
   uint32_t ack_psn = 0;
+  // The pending ACK covers a message that completed a receive WQE (SEND,
+  // WRITE with immediate): ACK before completion, so it leaves before any
+  // reply the application posts (requester_run).
+  bool ack_covers_receive = false;
   uint32_t sq_posted_seen = 0;  // the send queue's post count at the last burst of requests
   std::array<ResponderResource, core::kMaxRdAtomic> resource_slots{};
   uint32_t resource_count = 1;  // max_dest_rd_atomic (at least 1), set at RTR

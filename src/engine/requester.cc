@@ -534,10 +534,17 @@ void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock) {
 }
 
 void requester_run(EngineQp& qp, TxBatch& tx) {
+  // The ACK an application turn left for this post (EngineContext::process_burst)
+  // goes in the same burst as the requests. If it covers a receive, it goes
+  // first: ACK before completion, so a reply to a SEND never arrives before
+  // the ACK of the SEND. Otherwise (WRITEs, READs, atomics) it goes behind
+  // the requests: shorter than they are, it closes their GSO message, so a
+  // peer that polls its CQ for its own WRITE's completion takes the reply
+  // with it in one receive. With the ACK first it took the ACK alone, and the
+  // reply waited for its progress thread (ib_write_lat 64 B over UDP, whose
+  // target spins on memory: 12.2 -> 3.3 us).
   bool acked = qp.in_ack_list && qp.resp.ack_pending;
-  if (acked) {
-    // The ACK an application turn left for this post goes first, in the
-    // same burst (EngineContext::process_burst).
+  if (acked && (qp.resp.ack_covers_receive || qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed)) {
     tx.use(&qp.engine()->transport());
     responder_flush_ack(qp, tx);
   }
@@ -554,6 +561,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
   if (sent) completer_start_timer(qp);
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
+  if (acked) responder_flush_ack(qp, tx);
   tx.flush();
 }
 

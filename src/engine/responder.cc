@@ -546,6 +546,7 @@ RespState complete(Request& r) {
     if (qp.ctx->mrs.invalidate(imm_data, access_pd(qp)) != 0) return RespState::kErrInvalidRequest;
     flags = IBV_WC_WITH_INV;
   }
+  if (r.flags & (wire::kOpSend | wire::kOpRcqe)) s.ack_covers_receive = true;
   if (r.flags & wire::kOpSend) {
     complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, s.recv_offset, flags, imm_data, r.pkt.bth().se(),
                   is_ud(qp) ? &r : nullptr);
@@ -709,6 +710,7 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
 void responder_flush_ack(EngineQp& qp, TxBatch& tx) {
   if (!qp.resp.ack_pending) return;
   qp.resp.ack_pending = false;
+  qp.resp.ack_covers_receive = false;
   send_ack_packet(qp, tx, wire::kAckNoCredit, qp.resp.ack_psn);
 }
 

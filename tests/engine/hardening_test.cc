@@ -28,8 +28,10 @@ class Hardening : public EngineTest {
   }
 
   // Posts a SEND of 8 bytes of `src` / Expects one burst: the ACK of PSN
-  // `acked` first, then the SEND (the ACK rides with the reply).
-  void expect_reply_carries_ack(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t acked) {
+  // `acked` and the SEND (the ACK rides with the reply) — the ACK first if
+  // `ack_first` (it covers a receive), else behind the SEND.
+  void expect_reply_carries_ack(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t acked,
+                                bool ack_first) {
     int bursts = 0;
     transport->on_send = [&](size_t) { ++bursts; };
     send(wr_id, src, mr, 8);
@@ -37,9 +39,11 @@ class Hardening : public EngineTest {
     EXPECT_EQ(bursts, 1);
     auto tx = take();
     ASSERT_EQ(tx.size(), 2u);
-    EXPECT_EQ(tx[0].opcode, kAck);
-    EXPECT_EQ(tx[0].psn, acked);
-    EXPECT_EQ(tx[1].opcode, kSendOnly);
+    const Pkt& ack = ack_first ? tx[0] : tx[1];
+    const Pkt& reply = ack_first ? tx[1] : tx[0];
+    EXPECT_EQ(ack.opcode, kAck);
+    EXPECT_EQ(ack.psn, acked);
+    EXPECT_EQ(reply.opcode, kSendOnly);
   }
 
   // Sends the pending READ response slices until the streams end; returns
@@ -513,7 +517,8 @@ TEST_F(Hardening, AckLeavesBeforeReceiveCompletion) {
 
 // Receive SEND_ONLY(AckReq) in an application thread's turn (it polls its CQ)
 // / Expect the completion at once and no ACK yet; then the application's
-// reply on the QP / Expect the ACK first and the reply after it, in one burst.
+// reply on the QP / Expect the ACK first (it covers a receive: ACK before
+// completion) and the reply after it, in one burst.
 TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
   std::vector<uint8_t> buf(16, 0);
   recv_buf(buf, 11);
@@ -525,17 +530,45 @@ TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
 
   std::vector<uint8_t> src(8, 7);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
-  expect_reply_carries_ack(1, src, mr, rq(0));
+  expect_reply_carries_ack(1, src, mr, rq(0), /*ack_first=*/true);
 
   // The next turn finds nothing left to acknowledge.
   engine->flush_deferred_acks();
   EXPECT_TRUE(take().empty());
 }
 
+// Receive WRITE_ONLY with immediate (AckReq) in an application thread's turn /
+// Expect its receive completion at once and no ACK yet; then the reply / Expect
+// the ACK first (it covers a receive) and the reply after it, in one burst.
+TEST_F(Hardening, ApplicationTurnAckOfWriteWithImmediatePrecedesTheReply) {
+  std::vector<uint8_t> dst(8, 0), rbuf(8, 0);
+  core::Mr* dmr = reg(dst, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  recv_buf(rbuf, 12);
+  deliver(Craft{.opcode = kWriteOnlyImm,
+                .psn = rq(0),
+                .ack_req = true,
+                .reth_va = reinterpret_cast<uint64_t>(dst.data()),
+                .reth_rkey = dmr->ibmr.rkey,
+                .reth_len = 4,
+                .imm = 0x01020304,
+                .payload = {1, 2, 3, 4}},
+          EngineContext::Turn::kApplication);
+  EXPECT_TRUE(take().empty());
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+
+  std::vector<uint8_t> src(8, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  expect_reply_carries_ack(1, src, mr, rq(0), /*ack_first=*/true);
+}
+
 // The application posted a SEND, acknowledged (its send queue is idle); then
 // receive WRITE_ONLY(AckReq) in the progress thread's turn / Expect the data
 // written and no ACK yet (the application answers on this QP); then its reply
-// / Expect the ACK first and the reply after it, in one burst.
+// / Expect the reply and the ACK behind it, in one burst (no receive was
+// completed, and the peer's poll for its WRITE's completion then takes the
+// reply with the ACK).
 TEST_F(Hardening, PingPongWriteAckRidesWithTheReply) {
   std::vector<uint8_t> src = pattern(8, 1), dst(8, 0);
   core::Mr* smr = reg(src, IBV_ACCESS_LOCAL_WRITE);
@@ -553,7 +586,7 @@ TEST_F(Hardening, PingPongWriteAckRidesWithTheReply) {
                 .payload = {1, 2, 3, 4}});
   EXPECT_TRUE(take().empty());
   EXPECT_EQ(dst[3], 4);
-  expect_reply_carries_ack(2, src, smr, rq(0));
+  expect_reply_carries_ack(2, src, smr, rq(0), /*ack_first=*/false);
 }
 
 // Receive WRITEs in the progress thread's turn on a QP whose application has
