@@ -29,6 +29,12 @@ constexpr auto kAckDelay = std::chrono::microseconds(100);
 // memory): each look costs a few us that would delay it after every datagram.
 constexpr auto kSpinCheck = std::chrono::microseconds(20);
 constexpr auto kSpinBackoff = std::chrono::milliseconds(2);
+// ... and only after a receive turn of at most kSpinBurst datagrams: a
+// request-response exchange, whose next request a wake-up would delay. A
+// stream's receiver gets larger bursts, and keeps getting them without a
+// wake-up; polling its socket would contend with the sender's softirq that
+// fills it.
+constexpr size_t kSpinBurst = 8;
 // After the progress thread had to receive datagrams itself because no
 // application thread was polling, it keeps watching the sockets for a while
 // (a WRITE target that spins on memory polls its CQ between WRITEs, but
@@ -165,7 +171,7 @@ void EngineContext::progress_loop() {
       next_timers = now + std::chrono::milliseconds(kTimerTickMs);
     }
     if (timers_armed || received) last_active = now;
-    if (received) spin_until = now + spin;
+    if (received && (!spin_auto || received <= kSpinBurst)) spin_until = now + spin;
     if (spin_auto && now < spin_until) {
       if (now >= next_check) {
         spin_ok = !advisor.application_runnable();
