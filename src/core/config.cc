@@ -44,11 +44,11 @@ constexpr EnvVarDoc kDocs[] = {
      "1: RDMA WRITE and READ between RC/UC QPs of one host are copied directly between the two processes' "
      "registered memory (process_vm_writev/readv) when the kernel allows it; 0: they go as packets through "
      "the same-host path (docs/architecture.md, direct placement). Off when UROCE_SHM=0 or UROCE_FAULT is set."},
-    {"UROCE_POLL", "block",
+    {"UROCE_POLL", "auto",
      "How the progress thread waits for packets: block sleeps at once; auto (auto:N) keeps polling 50 (N) "
-     "microseconds after each packet while no application thread of the process is runnable (an RDMA READ "
-     "target that sleeps: round trips 2.5 times faster over UDP here); spin:N polls N microseconds regardless "
-     "(docs/architecture.md, \"How the progress thread waits\")."},
+     "microseconds after a burst of at most 8 packets while no application thread of the process is runnable "
+     "(an RDMA READ target that sleeps: round trips twice as fast over UDP here); spin:N polls N microseconds "
+     "regardless (docs/architecture.md, \"How the progress thread waits\")."},
     {"UROCE_PROGRESS_SLICE_US", "0",
      "Scheduler time slice the progress thread asks for (Linux 6.12+), so that it preempts a thread spinning "
      "on its core when a packet arrives; 0: the default slice (measured: no gain here, see docs/architecture.md)."},

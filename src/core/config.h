@@ -29,11 +29,11 @@ struct Config {
   bool shm_direct = true;  // same-host direct placement of WRITE/READ (UROCE_SHM_DIRECT)
   bool shm_jumbo = true;   // same-host jumbo packets for large SEND/WRITE (UROCE_SHM_JUMBO)
   // UROCE_POLL: after a packet the progress thread polls progress_spin_us
-  // more (0, "block", the default: it sleeps at once); with
-  // progress_spin_auto ("auto") only while no application thread is
-  // runnable (engine/spin_advisor.h), with "spin:N" regardless.
-  uint32_t progress_spin_us = 0;
-  bool progress_spin_auto = false;
+  // more (0, "block": it sleeps at once); with progress_spin_auto ("auto",
+  // the default: 50 us) only while no application thread is runnable and
+  // after small bursts (engine/spin_advisor.h), with "spin:N" regardless.
+  uint32_t progress_spin_us = 50;
+  bool progress_spin_auto = true;
   // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).
   uint32_t progress_slice_us = 0;
   bool stats_at_exit = false;
