@@ -17,7 +17,8 @@
 #     UDP GSO (as many segments as fit in 64 KiB a send) + UDP_GRO on the receiver; 64 B
 #     ping-pong one-way latency (RTT/2) with both sides busy-polling and both blocking;
 #   - uroce through unmodified perftest (each under `uroce run`, RC, one QP): ib_write_bw,
-#     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 at 1 MiB (aggregate);
+#     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 and -q 64 at 1 MiB
+#     (aggregate);
 #     ib_send_lat, ib_write_lat, ib_read_lat at 64 B (t_typical and 99 %). On loopback
 #     UROCE_MTU=4096 (GID of 127.0.0.1); across the namespaces the veth's MTU 9000 makes the
 #     port's active MTU 4096 by itself;
@@ -357,6 +358,7 @@ measure_uroce() {
     perftest_bw "$prog" 1048576 "$bw_iters_1m"
   done
   perftest_bw ib_write_bw 1048576 $(((bw_iters_1m + 7) / 8)) -q 8
+  perftest_bw ib_write_bw 1048576 $(((bw_iters_1m + 63) / 64)) -q 64
   for prog in ib_send_lat ib_write_lat ib_read_lat; do perftest_lat "$prog" 64 "$lat_iters"; done
 }
 
@@ -520,8 +522,11 @@ print_location() {
         "$(rexmit_note "$loc:$prog:$s")"
     done
   done
-  row "ib_write_bw 1 MiB -q 8 (aggregate)" "$(get "$loc:ib_write_bw:1048576:-q8")" GB/s "ib_write_bw 1 MiB, 1 QP" "$w1" \
-    "$(rexmit_note "$loc:ib_write_bw:1048576:-q8")"
+  local q
+  for q in 8 64; do
+    row "ib_write_bw 1 MiB -q $q (aggregate)" "$(get "$loc:ib_write_bw:1048576:-q$q")" GB/s "ib_write_bw 1 MiB, 1 QP" \
+      "$w1" "$(rexmit_note "$loc:ib_write_bw:1048576:-q$q")"
+  done
   for prog in ib_send_lat ib_write_lat ib_read_lat; do
     local rlabel="UCX tag_lat (TCP)" rvalue=$ucxl
     label="$prog 64 B t_typical"
@@ -552,6 +557,7 @@ print_location() {
   target "ib_write_lat 64 B / UCX tag_lat 64 B" "$(get "$loc:ib_write_lat:64")" "$ucxl" "<=" 1
   target "ib_read_lat 64 B / UCX tag_lat 64 B" "$(get "$loc:ib_read_lat:64")" "$ucxl" "<=" 1
   target "ib_write_bw 1 MiB -q 8 / -q 1" "$(get "$loc:ib_write_bw:1048576:-q8")" "$w1" ">=" 1
+  target "ib_write_bw 1 MiB -q 64 / -q 1" "$(get "$loc:ib_write_bw:1048576:-q64")" "$w1" ">=" 1
 }
 
 # ---------------------------------------------------------------------------------------
@@ -692,8 +698,11 @@ at_same_host() {
         "$(rexmit_note "shm:$prog:$s")"
     done
   done
-  row "ib_write_bw 1 MiB -q 8 (aggregate)" "$(get "shm:ib_write_bw:1048576:-q8")" GB/s "the same over UDP (loopback)" \
-    "$(get "lo:ib_write_bw:1048576:-q8")"
+  local q
+  for q in 8 64; do
+    row "ib_write_bw 1 MiB -q $q (aggregate)" "$(get "shm:ib_write_bw:1048576:-q$q")" GB/s "the same over UDP (loopback)" \
+      "$(get "lo:ib_write_bw:1048576:-q$q")"
+  done
   for prog in ib_send_lat ib_write_lat ib_read_lat; do
     label="$prog 64 B t_typical"
     [[ $prog != ib_read_lat ]] || label+=" (RTT)"

@@ -71,6 +71,10 @@ struct RequesterState {
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
   bool counted_sending = false;    // counted in EngineContext::senders()
   bool jumbo_sent = false;         // by the current post (requester_after_post)
+  // Whether the path goes through shared memory (requester_post), asked of
+  // the transport every kThroughMemoryRecheck posts.
+  bool through_memory = false;
+  uint32_t through_memory_posts = 0;  // posts until it is asked again
   // Round-trip sample in flight: a new (never resent) packet with AckReq,
   // timed until its acknowledgement (Karn: a rewind discards the sample).
   bool rtt_sampling = false;

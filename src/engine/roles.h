@@ -12,6 +12,9 @@ namespace uroce::engine {
 // Requester (requester.cc): turns send WQEs into request packets while the
 // PSN window and the read/atomic credits allow.
 void requester_run(EngineQp& qp, TxBatch& tx);
+// A post (verbs): requester_run, unless the QP streams (requester.cc,
+// kCoalescePackets): then the new WQEs go with the next ACK's run.
+void requester_post(EngineQp& qp, TxBatch& tx);
 // The started, not yet completed WQE holding `psn` (the first in send-queue
 // order), or null; `*index` is its position, or else where the search ended
 // (the first WQE not started yet).
@@ -41,7 +44,7 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
 void responder_flush_ack(EngineQp& qp, TxBatch& tx);
 // At the end of a burst with requests for an RC QP: whether the application
 // answers them on this QP (a ping-pong), so that the ACK may wait for its
-// reply and go first in the same system call. Called once per such burst.
+// reply and go with it in the same system call. Called once per such burst.
 bool responder_reply_expected(EngineQp& qp);
 // Pushes the QP's deferred receive completions (EngineQp::deferred) to their
 // CQs. Only once the ACKs covering them have been handed to the transport.

@@ -178,6 +178,14 @@ class DatagramTransport {
     return 0;
   }
 
+  // Whether a datagram to `dst` is handed over through shared memory (the
+  // same-host path: no system call) rather than a socket. Decorators answer
+  // for the layer below them. Thread-safe.
+  virtual bool through_memory(const Endpoint& dst) noexcept {
+    DatagramTransport* inner = decorated();
+    return inner && inner->through_memory(dst);
+  }
+
   virtual uint16_t local_port() const noexcept = 0;
   // The port shared by every transport of the host (RoCEv2's 4791, joined
   // with SO_REUSEPORT), whose datagrams it also receives; 0 when none.

@@ -330,6 +330,10 @@ size_t ShmTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   return burst.size();
 }
 
+bool ShmTransport::through_memory(const Endpoint& dst) noexcept {
+  return dst.ip.is_v4() && is_local(dst.ip) && outbound_for(dst.port);
+}
+
 uint32_t ShmTransport::jumbo_limit(const Endpoint& dst) noexcept {
   Outbound* o = dst.ip.is_v4() && is_local(dst.ip) ? outbound_for(dst.port) : nullptr;
   return o ? std::min<uint32_t>(kJumboBytes, o->ring.max_record() - kJumboHeadroom) : 0;

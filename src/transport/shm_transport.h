@@ -78,6 +78,7 @@ class ShmTransport final : public DatagramTransport {
   JumboSend send_jumbo(const Endpoint& dst, const IpAddress& src_ip, const iovec* iov,
                        unsigned iovcnt) noexcept override;
   uint32_t jumbo_limit(const Endpoint& dst) noexcept override;
+  bool through_memory(const Endpoint& dst) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   void wake() noexcept override { inner_->wake(); }
   void wait(int timeout_ms) noexcept override;

@@ -172,7 +172,7 @@ int post_all_or_nothing(ibv_qp* ibqp, ibv_send_wr* first) {
   if (qp->state() == IBV_QPS_ERR)
     qp->flush_send_queue();
   else
-    uroce::engine::requester_run(*qp, uroce::engine::TxBatch::local());
+    uroce::engine::requester_post(*qp, uroce::engine::TxBatch::local());
   uroce::engine::requester_after_post(*qp, lock);
   return 0;
 }

@@ -197,7 +197,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   if (qp->state() == IBV_QPS_ERR)
     qp->flush_send_queue();
   else
-    engine::requester_run(*qp, engine::TxBatch::local());
+    engine::requester_post(*qp, engine::TxBatch::local());
   qp->engine()->note_poller();  // a posting application polls next, usually
   engine::requester_after_post(*qp, lock);
   return err;

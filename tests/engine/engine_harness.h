@@ -318,13 +318,13 @@ class EngineTest : public ::testing::Test {
   }
 
   // Posts like verbs post_send: enqueue under the QP mutex, then run the
-  // requester.
+  // requester (requester_post: not while the QP streams).
   void post_send(ibv_send_wr wr, std::vector<ibv_sge> sges) {
     wr.sg_list = sges.data();
     wr.num_sge = int(sges.size());
     std::lock_guard lock(qp->mu);
     ASSERT_EQ(qp->enqueue_send(wr), 0);
-    requester_run(*qp, TxBatch::local());
+    requester_post(*qp, TxBatch::local());
   }
 
   static ibv_sge sge(const void* addr, uint32_t len, const core::Mr* mr) {

@@ -75,6 +75,53 @@ TEST_F(Requester, SendSegmentedByPathMtuThenAcked) {
   EXPECT_TRUE(take().empty()) << "nothing to send after the ACK";
 }
 
+// Post 20 one-packet SENDs / Expect the first 16 sent as they are posted (fewer
+// than 16 packets unacknowledged) and the last four kept (the QP streams);
+// then ACK the first / Expect the four sent in one burst, in order; then,
+// with everything acknowledged, post one more / Expect it sent at once.
+TEST_F(Requester, PostsToAStreamingQpGoWithTheNextAck) {
+  int bursts = 0;
+  transport->on_send = [&](size_t) { ++bursts; };
+  for (uint32_t i = 0; i < 20; ++i) send(i, 64);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 16u);
+  EXPECT_EQ(bursts, 16);
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_EQ(tx[i].psn, sq(i));
+
+  bursts = 0;
+  ack(sq(0));
+  tx = take();
+  ASSERT_EQ(tx.size(), 4u);
+  EXPECT_EQ(bursts, 1);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(tx[i].opcode, kSendOnly);
+    EXPECT_EQ(tx[i].psn, sq(16 + i));
+  }
+  ASSERT_EQ(poll(*scq).size(), 1u);
+
+  ack(sq(19));
+  EXPECT_EQ(poll(*scq).size(), 19u);
+  EXPECT_TRUE(take().empty());
+  send(20, 64);
+  tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(20));
+  transport->on_send = nullptr;
+}
+
+// Post 20 one-packet SENDs (the last four kept: the QP streams) and let no ACK
+// come / Expect the local ACK timeout (67 ms) to send them, behind the
+// unacknowledged ones again (go-back-N from the oldest).
+TEST_F(Requester, PostsKeptForAnAckGoWhenTheTimerFires) {
+  auto t0 = Clock::now();
+  for (uint32_t i = 0; i < 20; ++i) send(i, 64);
+  ASSERT_EQ(take().size(), 16u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 20u);
+  for (uint32_t i = 0; i < 20; ++i) EXPECT_EQ(tx[i].psn, sq(i));
+}
+
 // Post SEND_WITH_IMM (solicited) of 5 bytes / Expect one
 // SEND_ONLY_WITH_IMMEDIATE with SE, AckReq, ImmDt and pad 3.
 TEST_F(Requester, SendOnlyWithImmediateAndSolicited) {

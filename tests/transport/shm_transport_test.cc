@@ -86,6 +86,7 @@ TEST_F(ShmTransportTest, LocalDatagramGoesThroughSharedMemoryWithItsAddresses) {
   std::vector<uint8_t> a(100, 0xA1), b(60, 0xB2);
   iovec v[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
   TxDatagram d{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 2, v};
+  EXPECT_TRUE(nodes[0].t->through_memory(d.dst));
   ASSERT_EQ(nodes[0].t->send_burst(std::span(&d, 1)), 1u);
   auto got = receive(*nodes[1].t, 1);
   ASSERT_EQ(got.size(), 1u);
@@ -120,6 +121,8 @@ TEST_F(ShmTransportTest, UnknownDestinationGoesThroughTheSocket) {
   std::vector<uint8_t> a(40, 0x5A);
   iovec v{a.data(), a.size()};
   TxDatagram d{Endpoint{kLoopback, other->local_port()}, kLoopback, 0, 1, &v};
+  EXPECT_FALSE(nodes[0].t->through_memory(d.dst));
+  EXPECT_FALSE(other->through_memory(d.dst));
   ASSERT_EQ(nodes[0].t->send_burst(std::span(&d, 1)), 1u);
   std::vector<RxDatagram> rx(4);
   size_t n = 0;
