@@ -68,6 +68,10 @@ struct RequesterState {
   // for PSNs from here on answer nothing we sent — ghosts (completer.cc).
   uint32_t psn_end = 0;
   uint32_t pkts_since_ack_req = 0;
+  // AckReq on every this many packets of a message at least: half the QP's
+  // share of the window (at most 64), so that an ACK is on its way back
+  // before the window is full (requester.cc, send_burst).
+  uint32_t ack_req_every = 64;
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
   bool counted_sending = false;    // counted in EngineContext::senders()
   bool jumbo_sent = false;         // by the current post (requester_after_post)

@@ -698,5 +698,33 @@ TEST_F(Requester, QpsStreamingAtOnceShareTheWindow) {
   EXPECT_EQ(take().size(), 100u);
 }
 
+// Fifteen other QPs of the context are sending; post a 1 MiB SEND / Expect the
+// QP's share of the window, 32 packets, with AckReq on every 16th (half the
+// share), so that an ACK is on its way before the share is full. (Every 64th
+// would leave the share full without one, waiting for a tail-loss probe.)
+TEST_F(Requester, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
+  core::QpCaps caps{64, 64, 4, 4, 64};
+  std::vector<std::unique_ptr<EngineQp>> others;
+  for (int i = 0; i < 15; ++i) {
+    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                                engine->allocate_qp_num(), nullptr));
+    std::lock_guard lock(others.back()->mu);
+    engine->count_sender(*others.back(), true);
+  }
+  std::vector<uint8_t> big(1 << 20, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 32u);  // 512 shared by 16 senders
+  for (size_t i = 0; i < tx.size(); ++i) EXPECT_EQ(tx[i].ack_req, i % 16 == 15) << i;
+  for (auto& o : others) {
+    std::lock_guard lock(o->mu);
+    engine->count_sender(*o, false);
+  }
+}
+
 }  // namespace
 }  // namespace uroce::engine::test
