@@ -528,10 +528,9 @@ measure_location() {
 # The ratio KEY_A / KEY_B of every round at $loc: "r1, r2, ..." (empty with one round).
 round_ratios() {
   ((rounds > 1)) || return 0
-  local k out=()
-  for ((k = 1; k <= rounds; k++)); do out+=("$(ratio "$(get "$loc#$k:$1")" "$(get "$loc#$k:$2")")"); done
-  local IFS=,
-  echo "rounds: ${out[*]// /}" | sed 's/,/, /g'
+  local k list=""
+  for ((k = 1; k <= rounds; k++)); do list+="$(ratio "$(get "$loc#$k:$1")" "$(get "$loc#$k:$2")"), "; done
+  echo "rounds: ${list%, }"
 }
 
 print_location() {

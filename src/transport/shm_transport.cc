@@ -315,10 +315,10 @@ size_t ShmTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   size_t i = 0;
   while (i < burst.size()) {
     TxDatagram& d = burst[i];
-    Outbound* o = is_local(d.dst.ip) ? outbound_for(d.dst.port) : nullptr;
+    Outbound* o = outbound_to(d.dst);
     if (!o) {  // a run of datagrams for the socket
       size_t j = i + 1;
-      while (j < burst.size() && !(is_local(burst[j].dst.ip) && outbound_for(burst[j].dst.port))) ++j;
+      while (j < burst.size() && !outbound_to(burst[j].dst)) ++j;
       auto run = burst.subspan(i, j - i);
       while (!run.empty()) run = run.subspan(std::max<size_t>(inner_->send_burst(run), 1));
       i = j;
@@ -330,19 +330,17 @@ size_t ShmTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   return burst.size();
 }
 
-bool ShmTransport::through_memory(const Endpoint& dst) noexcept {
-  return dst.ip.is_v4() && is_local(dst.ip) && outbound_for(dst.port);
-}
+bool ShmTransport::through_memory(const Endpoint& dst) noexcept { return outbound_to(dst) != nullptr; }
 
 uint32_t ShmTransport::jumbo_limit(const Endpoint& dst) noexcept {
-  Outbound* o = dst.ip.is_v4() && is_local(dst.ip) ? outbound_for(dst.port) : nullptr;
+  Outbound* o = outbound_to(dst);
   return o ? std::min<uint32_t>(kJumboBytes, o->ring.max_record() - kJumboHeadroom) : 0;
 }
 
 JumboSend ShmTransport::send_jumbo(const Endpoint& dst, const IpAddress& src_ip, const iovec* iov,
                                    unsigned iovcnt) noexcept {
-  if (iovcnt > kMaxParts || !dst.ip.is_v4() || !is_local(dst.ip)) return JumboSend::kNotLocal;
-  Outbound* o = outbound_for(dst.port);
+  if (iovcnt > kMaxParts) return JumboSend::kNotLocal;
+  Outbound* o = outbound_to(dst);
   size_t total = 0;
   for (unsigned i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (!o || total > o->ring.max_record()) return JumboSend::kNotLocal;

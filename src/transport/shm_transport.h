@@ -130,6 +130,8 @@ class ShmTransport final : public DatagramTransport {
                ShmDirectory* directory);
   bool is_local(const IpAddress& ip) const noexcept;  // IPv4 only
   Outbound* outbound_for(uint16_t port) noexcept;
+  // The ring a datagram to `dst` goes into (null: it goes to the socket).
+  Outbound* outbound_to(const Endpoint& dst) noexcept { return is_local(dst.ip) ? outbound_for(dst.port) : nullptr; }
   bool push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags = 0) noexcept;
   bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,
                     unsigned n, uint32_t align_at) noexcept;
