@@ -564,27 +564,55 @@ void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock) {
   if (jumbo) qp.engine()->poll_receive();
 }
 
+namespace {
+
+// The ACK packet: BTH, AETH, ICRC.
+constexpr uint32_t kAckPacketBytes =
+    wire::opcode_info(wire::make_opcode(wire::Service::kRc, Operation::kAcknowledge)).header_len + wire::kIcrcSize;
+
+// Whether an ACK that covers a receive may go behind the reply the
+// application is posting, in the same GSO message. The peer's kernel then
+// hands both to one receive, and the peer's burst makes the ACK's send
+// completion visible before the reply's receive completion
+// (EngineContext::process_burst, which publishes receive completions at its
+// end): ACK before completion holds as with the ACK first, and the message
+// costs one datagram, not two (ib_send_lat). It takes: the reply is the one
+// WQE to send, one packet at least as long as the ACK (which then joins its
+// message) and first in the batch; GSO; and a path through a socket (through
+// shared memory each packet is a record of its own, which the peer may take
+// alone). Never a plain WRITE where the same host may place it: placed, the
+// data would be there before the ACK.
+bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
+  if (!tx.gso() || tx.pending() != 0 || qp.req.index + 1 != qp.sq.posted) return false;
+  const core::SendWqe& w = qp.sq.at(qp.req.index);
+  if (w.started || is_read(w) || is_local_op(w) || w.length > qp.path.mtu) return false;
+  if (w.opcode == IBV_WR_RDMA_WRITE && qp.engine()->placement()) return false;
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode_of_qp(qp.type, send_operation(w, true, true)));
+  if (info.header_len + w.length + wire::pad_for(w.length) + wire::kIcrcSize < kAckPacketBytes) return false;
+  return !qp.engine()->transport().through_memory(qp.path.dst);
+}
+
+}  // namespace
+
 void requester_run(EngineQp& qp, TxBatch& tx) {
   // The ACK an application turn left for this post (EngineContext::process_burst)
-  // goes in the same burst as the requests. If it covers a receive, it goes
-  // first: ACK before completion, so a reply to a SEND never arrives before
-  // the ACK of the SEND. Otherwise (WRITEs, READs, atomics) it goes behind
-  // the requests: shorter than they are, it closes their GSO message, so a
-  // peer that polls its CQ for its own WRITE's completion takes the reply
-  // with it in one receive. With the ACK first it took the ACK alone, and the
-  // reply waited for its progress thread (ib_write_lat 64 B over UDP, whose
-  // target spins on memory: 12.2 -> 3.3 us).
+  // goes in the same burst as the requests, mostly behind them: shorter than
+  // they are, it closes their GSO message, so a peer that polls its CQ for
+  // its own WRITE's completion takes the reply with it in one receive. With
+  // the ACK first it took the ACK alone, and the reply waited for its
+  // progress thread (ib_write_lat 64 B over UDP, whose target spins on
+  // memory: 12.2 -> 3.3 us). An ACK that covers a receive (SEND, WRITE with
+  // immediate) goes first unless ack_may_close_reply: ACK before completion,
+  // a reply to a SEND never completes at the peer before the SEND.
   bool acked = qp.in_ack_list && qp.resp.ack_pending;
   bool may_send = qp.state() == IBV_QPS_RTS && !qp.timers.rnr_armed;
-  if (acked && (qp.resp.ack_covers_receive || !may_send)) {
-    tx.use(&qp.engine()->transport());
-    responder_flush_ack(qp, tx);
-  }
+  tx.use(&qp.engine()->transport());
+  bool ack_behind = acked && may_send && (!qp.resp.ack_covers_receive || ack_may_close_reply(qp, tx));
+  if (acked && !ack_behind) responder_flush_ack(qp, tx);
   if (!may_send) {
     if (acked) tx.flush();
     return;
   }
-  tx.use(&qp.engine()->transport());
   bool sent = false;
   while (send_burst(qp, tx, &sent)) {
     if (!run_local_op(qp, qp.sq.at(qp.req.index))) break;
@@ -593,7 +621,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
   if (sent) completer_start_timer(qp);
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
-  if (acked) responder_flush_ack(qp, tx);
+  if (ack_behind) responder_flush_ack(qp, tx);
   tx.flush();
 }
 

@@ -94,6 +94,8 @@ class TxBatch {
 
   void flush();
   unsigned pending() const { return count_; }
+  // Whether the transport takes GSO messages (of more than one packet).
+  bool gso() const { return max_segments_ > 1; }
   bool references_memory() const { return referenced_; }
 
  private:

@@ -107,6 +107,8 @@ class FakeTransport : public transport::DatagramTransport {
   unsigned max_gso_segments() const noexcept override { return gso_segments; }
   // GSO messages this transport takes (1: none, as a transport without GSO).
   unsigned gso_segments = 1;
+  bool through_memory(const transport::Endpoint&) noexcept override { return memory_path; }
+  bool memory_path = false;  // the peer is reached through shared memory
   size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
@@ -189,6 +191,7 @@ class EngineTest : public ::testing::Test {
   // Attributes of the QP under test; tests may change them before bring_up()
   // (qp_type: in the fixture's constructor, the QP is created in SetUp).
   ibv_qp_type qp_type = IBV_QPT_RC;
+  bool one_cq = false;  // the QP's receive completions go to scq too
   unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   uint32_t rq_psn = 1000;
   uint32_t sq_psn = 5000;
@@ -215,7 +218,8 @@ class EngineTest : public ::testing::Test {
     scq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     rcq = std::make_unique<core::Cq>(engine->ib(), 256, nullptr, nullptr);
     core::QpCaps caps{64, 64, 4, 4, 64};
-    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), qp_type, caps, false, engine->allocate_qp_num(), nullptr);
+    qp = new EngineQp(engine, pd.get(), scq.get(), one_cq ? scq.get() : rcq.get(), qp_type, caps, false,
+                      engine->allocate_qp_num(), nullptr);
     engine->register_qp(qp);
   }
 

@@ -27,16 +27,21 @@ class Hardening : public EngineTest {
     post_send(wr, {sge(src.data(), len, mr)});
   }
 
-  // Posts a SEND of 8 bytes of `src` / Expects one burst: the ACK of PSN
+  // Posts a SEND of `len` bytes of `src` / Expects one burst: the ACK of PSN
   // `acked` and the SEND (the ACK rides with the reply) — the ACK first if
-  // `ack_first` (it covers a receive), else behind the SEND.
-  void expect_reply_carries_ack(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t acked,
-                                bool ack_first) {
+  // `ack_first`, else behind the SEND, closing its GSO message if `one_message`.
+  void expect_reply_carries_ack(uint64_t wr_id, std::vector<uint8_t>& src, core::Mr* mr, uint32_t acked, bool ack_first,
+                                bool one_message = false, uint32_t len = 8) {
     int bursts = 0;
     transport->on_send = [&](size_t) { ++bursts; };
-    send(wr_id, src, mr, 8);
+    send(wr_id, src, mr, len);
     transport->on_send = nullptr;
     EXPECT_EQ(bursts, 1);
+    ASSERT_EQ(sent.size(), 2u);
+    EXPECT_EQ(sent[0].message == sent[1].message, one_message);
+    if (one_message) {
+      EXPECT_EQ(sent[1].ip_id, 1u);  // its ICRC checked with it (take)
+    }
     auto tx = take();
     ASSERT_EQ(tx.size(), 2u);
     const Pkt& ack = ack_first ? tx[0] : tx[1];
@@ -44,6 +49,16 @@ class Hardening : public EngineTest {
     EXPECT_EQ(ack.opcode, kAck);
     EXPECT_EQ(ack.psn, acked);
     EXPECT_EQ(reply.opcode, kSendOnly);
+  }
+
+  // Receives SEND_ONLY(AckReq) number `n` in an application thread's turn
+  // and takes its completion (its ACK is left for the reply).
+  void receive_in_application_turn(std::vector<uint8_t>& buf, uint32_t n = 0) {
+    (void)recv_buf(buf, 11 + n);
+    deliver(Craft{.opcode = kSendOnly, .psn = rq(n), .ack_req = true, .payload = {1}},
+            EngineContext::Turn::kApplication);
+    EXPECT_TRUE(take().empty());
+    ASSERT_EQ(poll(*rcq).size(), 1u);
   }
 
   // Sends the pending READ response slices until the streams end; returns
@@ -535,6 +550,78 @@ TEST_F(Hardening, ApplicationTurnAckRidesWithTheReply) {
   // The next turn finds nothing left to acknowledge.
   engine->flush_deferred_acks();
   EXPECT_TRUE(take().empty());
+}
+
+// Receive SEND_ONLY(AckReq) in an application thread's turn, over a socket
+// with GSO / Expect the reply first and the ACK behind it, closing the
+// reply's GSO message: the peer's kernel hands both to one receive, whose
+// burst completes the peer's SEND before the reply (next test) — one
+// datagram per message instead of two.
+TEST_F(Hardening, ApplicationTurnAckOfSendClosesTheReplyOverGso) {
+  transport->gso_segments = 64;
+  std::vector<uint8_t> buf(16, 0);
+  receive_in_application_turn(buf);
+  std::vector<uint8_t> src(8, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  expect_reply_carries_ack(1, src, mr, rq(0), /*ack_first=*/false, /*one_message=*/true);
+}
+
+// The same where the ACK could not join the reply's GSO message / Expect the
+// ACK first when the path goes through shared memory
+// (each packet a record of its own), when the reply (zero-length) is shorter
+// than the ACK, and when the transport takes no GSO.
+TEST_F(Hardening, AckOfSendGoesFirstWhereItCannotCloseTheReply) {
+  std::vector<uint8_t> src(8, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  std::vector<uint8_t> b0(16), b1(16), b2(16);
+  transport->gso_segments = 64;
+  transport->memory_path = true;
+  receive_in_application_turn(b0, 0);
+  expect_reply_carries_ack(1, src, mr, rq(0), /*ack_first=*/true);
+
+  transport->memory_path = false;
+  receive_in_application_turn(b1, 1);
+  // (the shorter reply joins the ACK's message)
+  expect_reply_carries_ack(2, src, mr, rq(1), /*ack_first=*/true, /*one_message=*/true, /*len=*/0);
+
+  transport->gso_segments = 1;
+  receive_in_application_turn(b2, 2);
+  expect_reply_carries_ack(3, src, mr, rq(2), /*ack_first=*/true);
+}
+
+// One CQ for both queues (as ack_order_test's). Post a SEND; then receive in
+// one burst (a GSO message of the peer) its reply SEND and the ACK of ours
+// behind it / Expect our SEND's completion on the CQ before the reply's.
+class HardeningOneCq : public Hardening {
+ protected:
+  HardeningOneCq() { one_cq = true; }
+};
+
+TEST_F(HardeningOneCq, AckBehindTheReplyCompletesTheSendFirst) {
+  std::vector<uint8_t> src(8, 7), buf(16, 0);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  (void)recv_buf(buf, 20);
+  send(10, src, mr, 8);
+  take();
+  for (auto turn : {EngineContext::Turn::kApplication, EngineContext::Turn::kProgress}) {
+    SCOPED_TRACE(turn == EngineContext::Turn::kApplication ? "application turn" : "progress turn");
+    uint32_t n = turn == EngineContext::Turn::kApplication ? 0 : 1;
+    if (n == 1) {
+      (void)recv_buf(buf, 21);
+      send(11, src, mr, 8);
+      take();
+    }
+    deliver({Craft{.opcode = kSendOnly, .psn = rq(n), .ack_req = true, .payload = {5}, .gso_index = 0},
+             Craft{.opcode = kAck, .psn = sq(n), .msn = n + 1, .ip_id = 1, .gso_index = 1}},
+            turn);
+    auto wc = poll(*scq);
+    ASSERT_EQ(wc.size(), 2u);
+    EXPECT_EQ(wc[0].opcode, IBV_WC_SEND);
+    EXPECT_EQ(wc[0].wr_id, 10u + n);
+    EXPECT_EQ(wc[1].opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc[1].wr_id, 20u + n);
+    take();
+  }
 }
 
 // Receive WRITE_ONLY with immediate (AckReq) in an application thread's turn /
