@@ -8,7 +8,7 @@
 
 namespace uroce::engine {
 
-TxBatch::TxBatch() : buffers_(new uint8_t[size_t(kMaxPackets) * kSlotBytes]) {}
+TxBatch::TxBatch() : arena_(new uint8_t[size_t(kMaxPackets) * kMaxPacketBytes]) {}
 
 TxBatch& TxBatch::local() {
   thread_local TxBatch batch;
@@ -25,8 +25,9 @@ void TxBatch::use(transport::DatagramTransport* t) {
 
 uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
                                unsigned header_len) {
+  // (each packet takes at most kMaxPacketBytes of the arena)
   if (count_ == kMaxPackets) flush();
-  uint8_t* h = slot(count_);
+  uint8_t* h = packet();
   std::memset(h, 0, header_len);
   header_len_ = header_len;
   payload_len_ = 0;
@@ -36,7 +37,7 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
   // (a packet dropped or abandoned before its end leaves no piece behind)
   first_piece_ = piece_count_ = done_pieces_;
   pieces_[piece_count_++] = iovec{h, header_len};
-  slot_used_ = header_len;
+  packet_used_ = header_len;
   return h;
 }
 
@@ -46,9 +47,9 @@ bool TxBatch::room_for_payload(uint32_t len) {
   return false;
 }
 
-void TxBatch::grow_slot_piece(uint32_t len) {
-  uint8_t* at = slot(count_) + slot_used_;
-  slot_used_ += len;
+void TxBatch::grow_arena_piece(uint32_t len) {
+  uint8_t* at = packet() + packet_used_;
+  packet_used_ += len;
   iovec& last = pieces_[piece_count_ - 1];
   if (static_cast<uint8_t*>(last.iov_base) + last.iov_len == at)
     last.iov_len += len;
@@ -58,24 +59,33 @@ void TxBatch::grow_slot_piece(uint32_t len) {
 
 bool TxBatch::add_payload(const uint8_t* data, uint32_t len) {
   if (!room_for_payload(len)) return false;
-  std::memcpy(slot(count_) + slot_used_, data, len);
+  std::memcpy(packet() + packet_used_, data, len);
   payload_len_ += len;
-  grow_slot_piece(len);
+  grow_arena_piece(len);
   return true;
+}
+
+bool TxBatch::may_reference(const transport::Endpoint& dst) {
+  if (!memory_known_ || !(memory_dst_ == dst)) {
+    memory_path_ = transport_ && transport_->through_memory(dst);
+    memory_dst_ = dst;
+    memory_known_ = true;
+  }
+  return memory_path_;
 }
 
 bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len) {
   if (!room_for_payload(len)) return false;
-  // A referenced piece leaves room for a slot piece after it, which every
+  // A referenced piece leaves room for an arena piece after it, which every
   // later copy, the pad and the ICRC then extend: a packet never has more
   // than kMaxPacketPieces pieces.
   bool room = piece_count_ - first_piece_ + 2 <= transport::kMaxPacketPieces;
-  if (references_ok_ && room && len >= kMinReference && !core::is_on_demand(mr)) {
+  if (references_ok_ && room && len >= kMinReference && !core::is_on_demand(mr) && may_reference(dst_)) {
     pieces_[piece_count_++] = iovec{const_cast<uint8_t*>(data), len};
     referenced_ = true;
   } else {
-    if (!core::copy_from_mr(mr, slot(count_) + slot_used_, data, len)) return false;
-    grow_slot_piece(len);
+    if (!core::copy_from_mr(mr, packet() + packet_used_, data, len)) return false;
+    grow_arena_piece(len);
   }
   payload_len_ += len;
   return true;
@@ -103,15 +113,28 @@ unsigned TxBatch::place(uint32_t len, bool joinable) {
 void TxBatch::finish() {
   runs_[run_count_ - 1].pieces = piece_count_ - runs_[run_count_ - 1].first_piece;
   done_pieces_ = piece_count_;
+  arena_used_ += packet_used_;
   ++count_;
 }
 
+void TxBatch::coalesce(Run& r) {
+  iovec* p = &pieces_[r.first_piece];
+  unsigned n = 0;
+  for (unsigned i = 0; i < r.pieces; ++i) {
+    if (n > 0 && static_cast<uint8_t*>(p[n - 1].iov_base) + p[n - 1].iov_len == p[i].iov_base)
+      p[n - 1].iov_len += p[i].iov_len;
+    else
+      p[n++] = p[i];
+  }
+  r.pieces = n;
+}
+
 uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
-  if (overflow_) return 0;  // dropped: the slot is reused by the next packet
-  uint8_t* p = slot(count_);
+  if (overflow_) return 0;  // dropped: the next packet overwrites its bytes
+  uint8_t* p = packet();
   unsigned pad = wire::pad_for(payload_len_);
-  std::memset(p + slot_used_, 0, pad + wire::kIcrcSize);  // the ICRC covers the pad
-  grow_slot_piece(pad);
+  std::memset(p + packet_used_, 0, pad + wire::kIcrcSize);  // the ICRC covers the pad
+  grow_arena_piece(pad);
   uint32_t len = header_len_ + payload_len_ + pad;
   unsigned index = place(len + wire::kIcrcSize, true);
   std::span<const iovec> packet(&pieces_[first_piece_], piece_count_ - first_piece_);
@@ -123,8 +146,8 @@ uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
   } else {
     crc = wire::icrc_ipv6(flow.v6, packet, len + wire::kIcrcSize);  // IPv6: no identification
   }
-  std::memcpy(p + slot_used_, &crc, 4);  // little-endian on the wire (x86)
-  grow_slot_piece(wire::kIcrcSize);
+  std::memcpy(p + packet_used_, &crc, 4);  // little-endian on the wire (x86)
+  grow_arena_piece(wire::kIcrcSize);
   finish();
   return len + wire::kIcrcSize;
 }
@@ -138,7 +161,8 @@ void TxBatch::end_datagram() {
 void TxBatch::flush() {
   if (count_ && transport_) {
     for (unsigned i = 0; i < run_count_; ++i) {
-      const Run& r = runs_[i];
+      Run& r = runs_[i];
+      coalesce(r);
       datagrams_[i] = transport::TxDatagram{r.dst, r.src_ip, uint16_t(r.count > 1 ? r.segment : 0), uint16_t(r.pieces),
                                             &pieces_[r.first_piece]};
     }
@@ -148,7 +172,9 @@ void TxBatch::flush() {
   count_ = 0;
   run_count_ = 0;
   piece_count_ = done_pieces_ = 0;
+  arena_used_ = 0;
   referenced_ = false;
+  memory_known_ = false;
 }
 
 }  // namespace uroce::engine

@@ -308,10 +308,12 @@ TEST_F(Hardening, BatchedPacketsHoldCopies) {
 
 // --- payload referenced in registered memory (TxBatch::ReferenceScope) --------------
 
-// Add 2 KiB from a registered region inside a ReferenceScope / Expect the packet
-// still pending within the scope (gathered from header, region, pad and ICRC),
-// and handed to the transport when the scope ends, not at a later flush.
+// Through shared memory: add 2 KiB from a registered region inside a
+// ReferenceScope / Expect the packet still pending within the scope (gathered
+// from header, region, pad and ICRC), and handed to the transport when the
+// scope ends, not at a later flush.
 TEST_F(Hardening, ReferencedPayloadLeavesWhenTheScopeEnds) {
+  transport->memory_path = true;
   std::vector<uint8_t> buf = pattern(2048, 3);
   core::Mr* mr = reg(buf, IBV_ACCESS_LOCAL_WRITE);
   TxBatch tx;
@@ -365,11 +367,12 @@ TEST_F(Hardening, PayloadIsCopiedOutsideAScopeAndFromOnDemandRegions) {
   EXPECT_EQ(p[1].pieces, 1u);
 }
 
-// One packet from pieces that alternate 1 KiB and 1 byte of a registered
-// region, inside a scope / Expect the packet within kMaxPacketPieces buffers
-// (once only two are left, the large pieces are copied too), its payload in
-// order and its ICRC correct (take()).
+// Through shared memory: one packet from pieces that alternate 1 KiB and 1
+// byte of a registered region, inside a scope / Expect the packet within
+// kMaxPacketPieces buffers (once only two are left, the large pieces are
+// copied too), its payload in order and its ICRC correct (take()).
 TEST_F(Hardening, ReferencedPiecesNeverOutgrowAPacket) {
+  transport->memory_path = true;
   std::vector<uint8_t> src = pattern(8 * 1025, 6);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
   TxBatch tx;
@@ -387,12 +390,13 @@ TEST_F(Hardening, ReferencedPiecesNeverOutgrowAPacket) {
   auto p = take();
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].payload, src);
-  EXPECT_EQ(p[0].pieces, 7u);  // header, then 3 x (a region's KiB, the slot again)
+  EXPECT_EQ(p[0].pieces, 7u);  // header, then 3 x (a region's KiB, the arena again)
 }
 
-// Post a SEND of 3 MTUs / Expect each packet gathered from its header, the
-// sender's region and its ICRC, and the payload in order.
+// Through shared memory: post a SEND of 3 MTUs / Expect each packet gathered
+// from its header, the sender's region and its ICRC, and the payload in order.
 TEST_F(Hardening, SendPayloadIsReferencedInTheRegion) {
+  transport->memory_path = true;
   std::vector<uint8_t> src = pattern(3 * kMtu, 7);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
   send(1, src, mr, uint32_t(src.size()));
@@ -402,6 +406,24 @@ TEST_F(Hardening, SendPayloadIsReferencedInTheRegion) {
     EXPECT_EQ(p[i].pieces, 3u);
     EXPECT_TRUE(std::equal(p[i].payload.begin(), p[i].payload.end(), src.begin() + i * kMtu));
   }
+}
+
+// Through a socket, with GSO: post a SEND of 3 MTUs / Expect its packets
+// copied one after the other into one buffer: one GSO message gathered from
+// that buffer alone (the kernel's copy costs per buffer), the payload in order.
+TEST_F(Hardening, SendPayloadIsCopiedIntoOneBufferThroughASocket) {
+  transport->gso_segments = 64;
+  std::vector<uint8_t> src = pattern(3 * kMtu, 7);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  send(1, src, mr, uint32_t(src.size()));
+  ASSERT_EQ(sent.size(), 3u);
+  for (unsigned i = 0; i < 3; ++i) {
+    EXPECT_EQ(sent[i].message, sent[0].message);
+    EXPECT_EQ(sent[i].pieces, 1u);
+  }
+  auto p = take();
+  for (uint32_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(std::equal(p[i].payload.begin(), p[i].payload.end(), src.begin() + i * kMtu));
 }
 
 // --- on-demand paging: memory that vanished ---------------------------------------
