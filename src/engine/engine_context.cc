@@ -334,8 +334,7 @@ void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::Pack
   }
   for (EngineQp* qp : it->second) {
     std::lock_guard ql(qp->mu);
-    qp->count(&QpCounters::rcvd_pkts);
-    qp->counters->rcvd_bytes.fetch_add(d.len, std::memory_order_relaxed);
+    qp->counters->count_received(d.len);
     responder_receive(*qp, pkt, d.src, d.dst_ip, TxBatch::local());
     if (qp->deferred_count && !qp->in_touched_list) {
       qp->in_touched_list = true;
@@ -562,7 +561,10 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   std::shared_lock lock(qps_mu_);
-  for (auto& d : burst) dispatch(d, touched_);
+  uint64_t rx_bytes = 0;  // of packets taken by a QP
+  for (auto& d : burst) dispatch(d, touched_, rx_bytes);
+  stats.rx_packets.fetch_add(burst.size(), std::memory_order_relaxed);
+  stats.rx_bytes.fetch_add(rx_bytes, std::memory_order_relaxed);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
   // In an application's turn, an RC QP's ACK waits instead for the
   // application's next post on the QP, which sends it in the same system
@@ -652,8 +654,7 @@ bool EngineContext::route_to_owner(transport::RxDatagram& d) {
   return false;
 }
 
-void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched) {
-  stats.rx_packets.fetch_add(1, std::memory_order_relaxed);
+void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes) {
   if (d.truncated) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -700,9 +701,8 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  qp.count(&QpCounters::rcvd_pkts);
-  qp.counters->rcvd_bytes.fetch_add(d.len, std::memory_order_relaxed);
-  stats.rx_bytes.fetch_add(d.len, std::memory_order_relaxed);
+  qp.counters->count_received(d.len);
+  rx_bytes += d.len;
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {
