@@ -37,6 +37,7 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
   // (a packet dropped or abandoned before its end leaves no piece behind)
   first_piece_ = piece_count_ = done_pieces_;
   pieces_[piece_count_++] = iovec{h, header_len};
+  copy_ = wire::CopyIn{};
   packet_used_ = header_len;
   return h;
 }
@@ -83,6 +84,9 @@ bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t
   if (references_ok_ && room && len >= kMinReference && !core::is_on_demand(mr) && may_reference(dst_)) {
     pieces_[piece_count_++] = iovec{const_cast<uint8_t*>(data), len};
     referenced_ = true;
+  } else if (copy_.src == nullptr && len >= kMinDeferredCopy && !core::is_on_demand(mr)) {
+    copy_ = wire::CopyIn{packet_used_, data, len};  // stored by the ICRC's pass (end_packet)
+    grow_arena_piece(len);
   } else {
     if (!core::copy_from_mr(mr, packet() + packet_used_, data, len)) return false;
     grow_arena_piece(len);
@@ -137,23 +141,33 @@ uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
   grow_arena_piece(pad);
   uint32_t len = header_len_ + payload_len_ + pad;
   unsigned index = place(len + wire::kIcrcSize, true);
-  std::span<const iovec> packet(&pieces_[first_piece_], piece_count_ - first_piece_);
+  std::span<const iovec> pieces(&pieces_[first_piece_], piece_count_ - first_piece_);
+  if (copy_.src && pieces.size() != 1) store_deferred_copy();  // (not one buffer: cannot happen)
   uint32_t crc;
   if (!flow.ipv6) {
     wire::Ipv4Flow f = flow.v4;
     f.ip_id = uint16_t(flow.v4.ip_id + index);  // the kernel counts on from the first
-    crc = wire::icrc_ipv4(f, packet, len + wire::kIcrcSize);
-  } else {
-    crc = wire::icrc_ipv6(flow.v6, packet, len + wire::kIcrcSize);  // IPv6: no identification
+    crc = copy_.src ? wire::icrc_ipv4_copying(f, p, len + wire::kIcrcSize, copy_)
+                    : wire::icrc_ipv4(f, pieces, len + wire::kIcrcSize);
+  } else {  // IPv6: no identification
+    crc = copy_.src ? wire::icrc_ipv6_copying(flow.v6, p, len + wire::kIcrcSize, copy_)
+                    : wire::icrc_ipv6(flow.v6, pieces, len + wire::kIcrcSize);
   }
+  copy_ = wire::CopyIn{};
   std::memcpy(p + packet_used_, &crc, 4);  // little-endian on the wire (x86)
   grow_arena_piece(wire::kIcrcSize);
   finish();
   return len + wire::kIcrcSize;
 }
 
+void TxBatch::store_deferred_copy() {
+  std::memcpy(packet() + copy_.at, copy_.src, copy_.len);
+  copy_ = wire::CopyIn{};
+}
+
 void TxBatch::end_datagram() {
   if (overflow_) return;
+  if (copy_.src) store_deferred_copy();
   place(header_len_ + payload_len_, false);
   finish();
 }

@@ -51,6 +51,12 @@ class TxBatch {
   static constexpr unsigned kMaxPacketBytes = kMaxHeader + kMaxPayload + 8;  // + pad + ICRC
   // Referenced rather than copied from this size on, through shared memory.
   static constexpr uint32_t kMinReference = 1024;
+  // A packet's first payload piece from registered memory of this size or
+  // more is stored into the arena by the ICRC's pass over the packet
+  // (wire::CopyIn: the payload is read once, not copied and then read again).
+  // That pass comes in end_packet, which the caller reaches under the same
+  // MR table lock as add_payload_from (the lifetime rule).
+  static constexpr uint32_t kMinDeferredCopy = 256;
 
   // While one lives, add_payload_from may reference registered memory; its
   // end flushes the packets that do. Declare it after the guard of the MR
@@ -138,6 +144,8 @@ class TxBatch {
   bool may_reference(const transport::Endpoint& dst);
   // Joins the pieces of run `r` that lie one after the other in memory.
   void coalesce(Run& r);
+  // Stores the packet's deferred payload copy now (no ICRC pass to do it).
+  void store_deferred_copy();
   // Segments a GSO message may have: the transport's limit, within the IP
   // identifications a receiver tries (wire::kMaxGsoIpId).
   void refresh_gso_limit();
@@ -157,6 +165,7 @@ class TxBatch {
   bool memory_known_ = false;   // memory_dst_ and memory_path_ answer for this flush
   bool memory_path_ = false;    // memory_dst_ is reached through shared memory
   transport::Endpoint memory_dst_;
+  wire::CopyIn copy_;            // the packet's payload copy left to the ICRC's pass (src null: none)
   bool overflow_ = false;        // the packet being built is dropped at its end
   transport::Endpoint dst_;      // of the packet being built
   transport::IpAddress src_ip_;  // of the packet being built

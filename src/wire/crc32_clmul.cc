@@ -6,8 +6,10 @@
 // 4 KiB packet; the ICRC of every packet sent and received goes through here.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "wire/icrc.h"
 
@@ -18,6 +20,12 @@
 namespace uroce::wire {
 
 namespace {
+
+// Stores the part of `c` that falls in [from, to) of `p`.
+inline void copy_part(uint8_t* p, size_t from, size_t to, const CopyIn& c) {
+  size_t a = std::max(from, c.at), b = std::min(to, c.at + c.len);
+  if (a < b) std::memcpy(p + a, c.src + (a - c.at), b - a);
+}
 
 uint32_t crc32_zlib(uint32_t crc, const void* data, size_t len) {
   return uint32_t(::crc32_z(crc, static_cast<const Bytef*>(data), len));
@@ -143,6 +151,38 @@ UROCE_VCLMUL uint32_t fold_vclmul_head(uint32_t crc, const uint8_t* head, const 
                           _mm512_loadu_si512(p + 128), p + 192, len - 192);
 }
 
+// fold_vclmul_head over `p` while `c` is stored into it: a 256-byte step that
+// lies inside `c` loads from c.src and stores what it folds; other bytes are
+// stored before they are loaded. `len`: a multiple of 16, at least 448.
+UROCE_VCLMUL uint32_t fold_vclmul_head_copying(uint32_t crc, const uint8_t* head, uint8_t* p, size_t len,
+                                               const CopyIn& c) {
+  const __m512i k2048 = _mm512_set_epi64(0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a, 0x1322d1430, 0x11542778a,
+                                         0x1322d1430, 0x11542778a);
+  copy_part(p, 0, 192, c);
+  __m512i z0 = load_with_crc(head, crc), z1 = _mm512_loadu_si512(p), z2 = _mm512_loadu_si512(p + 64),
+          z3 = _mm512_loadu_si512(p + 128);
+  size_t off = 192;
+  for (; off + 256 <= len; off += 256) {
+    bool inside = off >= c.at && off + 256 <= c.at + c.len;
+    if (!inside) copy_part(p, off, off + 256, c);
+    const uint8_t* from = inside ? c.src + (off - c.at) : p + off;
+    __m512i d0 = _mm512_loadu_si512(from), d1 = _mm512_loadu_si512(from + 64), d2 = _mm512_loadu_si512(from + 128),
+            d3 = _mm512_loadu_si512(from + 192);
+    if (inside) {
+      _mm512_storeu_si512(p + off, d0);
+      _mm512_storeu_si512(p + off + 64, d1);
+      _mm512_storeu_si512(p + off + 128, d2);
+      _mm512_storeu_si512(p + off + 192, d3);
+    }
+    z0 = fold512(z0, k2048, d0);
+    z1 = fold512(z1, k2048, d1);
+    z2 = fold512(z2, k2048, d2);
+    z3 = fold512(z3, k2048, d3);
+  }
+  copy_part(p, off, len, c);
+  return fold_vclmul_from(z0, z1, z2, z3, p + off, len - off);
+}
+
 bool have_vclmul() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vpclmulqdq");
@@ -180,6 +220,20 @@ uint32_t crc32_after_head(uint32_t crc, const uint8_t (&head)[64], const void* d
   }
 #endif
   return crc32(crc32(crc, head, sizeof head), data, len);
+}
+
+uint32_t crc32_after_head_copying(uint32_t crc, const uint8_t (&head)[64], uint8_t* data, size_t len,
+                                  const CopyIn& copy) {
+#if defined(__x86_64__)
+  size_t body = len & ~size_t(15);
+  if (body >= 448 && have_vclmul()) {
+    crc = ~fold_vclmul_head_copying(~crc, head, data, body, copy);
+    copy_part(data, body, len, copy);
+    return len == body ? crc : crc32_zlib(crc, data + body, len - body);
+  }
+#endif
+  copy_part(data, 0, len, copy);
+  return crc32_after_head(crc, head, data, len);
 }
 
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len) { return crc32_zlib(crc, data, len); }

@@ -59,12 +59,32 @@ void put_udp(uint8_t* udp, uint16_t src_port, uint16_t dst_port, size_t roce_len
   udp[6] = udp[7] = 0xFF;  // checksum masked
 }
 
-}  // namespace
+// The ICRC of the contiguous `packet` (`len` bytes before the ICRC) while
+// `c` is stored into it: the bytes the head takes are stored first.
+template <size_t kPseudo>
+uint32_t icrc_after_pseudo_copying(uint8_t (&head)[64], uint8_t* packet, size_t len, const CopyIn& c) {
+  constexpr size_t kTake = sizeof head - kPseudo;
+  if (len <= kTake) {
+    if (c.len) std::memcpy(packet + c.at, c.src, c.len);
+    iovec v{packet, len};
+    return icrc_after_pseudo<kPseudo>(head, std::span<const iovec>(&v, 1));
+  }
+  CopyIn rest{};
+  if (c.at < kTake) {
+    size_t n = std::min(c.len, kTake - c.at);
+    std::memcpy(packet + c.at, c.src, n);
+    if (c.len > n) rest = CopyIn{0, c.src + n, c.len - n};
+  } else {
+    rest = CopyIn{c.at - kTake, c.src, c.len};
+  }
+  std::memcpy(head + kPseudo, packet, kTake);
+  head[kPseudo + 4] = 0xFF;  // BTH byte 4 (FECN, BECN, Resv6a) masked
+  return crc32_after_head_copying(0, head, packet + kTake, len - kTake, rest);
+}
 
-uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
-  // One 64-byte head: 8 x 0xFF, masked IPv4 header (20), masked UDP header
-  // (8), then the first 28 bytes of the packet (its BTH and 16 more).
-  uint8_t head[64];
+// One 64-byte head: 8 x 0xFF, masked IPv4 header (20), masked UDP header (8);
+// the first 28 bytes of the packet (its BTH and 16 more) complete it.
+void put_ipv4_pseudo(uint8_t (&head)[64], const Ipv4Flow& flow, size_t roce_len_with_icrc) {
   std::memset(head, 0xFF, 8);
   uint8_t* ip = head + 8;
   ip[0] = 0x45;
@@ -78,13 +98,11 @@ uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roc
   store_be32(ip + 12, flow.src_ip);
   store_be32(ip + 16, flow.dst_ip);
   put_udp(ip + 20, flow.src_port, flow.dst_port, roce_len_with_icrc);
-  return icrc_after_pseudo<8 + 20 + 8>(head, roce);
 }
 
-uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
-  // 8 x 0xFF, masked IPv6 header (40), masked UDP header (8), then the
-  // packet's first 8 bytes (roce-facts §3.1; rxe_icrc.c masks the same).
-  uint8_t head[64];
+// 8 x 0xFF, masked IPv6 header (40), masked UDP header (8); the packet's
+// first 8 bytes complete the head (roce-facts §3.1; rxe_icrc.c masks the same).
+void put_ipv6_pseudo(uint8_t (&head)[64], const Ipv6Flow& flow, size_t roce_len_with_icrc) {
   std::memset(head, 0xFF, 8);
   uint8_t* ip = head + 8;
   ip[0] = 0x6F;                                          // version 6; traffic class (high nibble) masked
@@ -95,7 +113,35 @@ uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const iovec> roce, size_t roc
   std::memcpy(ip + 8, flow.src_ip.data(), 16);
   std::memcpy(ip + 24, flow.dst_ip.data(), 16);
   put_udp(ip + 40, flow.src_port, flow.dst_port, roce_len_with_icrc);
-  return icrc_after_pseudo<8 + 40 + 8>(head, roce);
+}
+
+constexpr size_t kIpv4Pseudo = 8 + 20 + 8;
+constexpr size_t kIpv6Pseudo = 8 + 40 + 8;
+
+}  // namespace
+
+uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
+  uint8_t head[64];
+  put_ipv4_pseudo(head, flow, roce_len_with_icrc);
+  return icrc_after_pseudo<kIpv4Pseudo>(head, roce);
+}
+
+uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const iovec> roce, size_t roce_len_with_icrc) {
+  uint8_t head[64];
+  put_ipv6_pseudo(head, flow, roce_len_with_icrc);
+  return icrc_after_pseudo<kIpv6Pseudo>(head, roce);
+}
+
+uint32_t icrc_ipv4_copying(const Ipv4Flow& flow, uint8_t* packet, size_t len_with_icrc, const CopyIn& copy) {
+  uint8_t head[64];
+  put_ipv4_pseudo(head, flow, len_with_icrc);
+  return icrc_after_pseudo_copying<kIpv4Pseudo>(head, packet, len_with_icrc - kIcrcSize, copy);
+}
+
+uint32_t icrc_ipv6_copying(const Ipv6Flow& flow, uint8_t* packet, size_t len_with_icrc, const CopyIn& copy) {
+  uint8_t head[64];
+  put_ipv6_pseudo(head, flow, len_with_icrc);
+  return icrc_after_pseudo_copying<kIpv6Pseudo>(head, packet, len_with_icrc - kIcrcSize, copy);
 }
 
 uint32_t icrc_ipv6(const Ipv6Flow& flow, const uint8_t* packet, size_t len_with_icrc) {

@@ -95,11 +95,29 @@ bool icrc_matches(const IpFlow& flow, const uint8_t* packet, size_t len_with_icr
 // IPv4 identification changes by XOR `id_xor` (for tests and the above).
 uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor);
 
+// Bytes of a packet that its ICRC's computation stores first: `len` bytes
+// from `src` go to offset `at` of the packet (of `data` for the crc32 below).
+// The sender defers a payload's copy from registered memory into its packet
+// to the ICRC's pass, which then reads the payload once (TxBatch).
+struct CopyIn {
+  size_t at = 0;
+  const uint8_t* src = nullptr;
+  size_t len = 0;
+};
+
+// The ICRC of the contiguous `packet` (as icrc_ipv4 / icrc_ipv6), whose bytes
+// `copy` names are stored from copy.src in the same pass (before: anything).
+uint32_t icrc_ipv4_copying(const Ipv4Flow& flow, uint8_t* packet, size_t len_with_icrc, const CopyIn& copy);
+uint32_t icrc_ipv6_copying(const Ipv6Flow& flow, uint8_t* packet, size_t len_with_icrc, const CopyIn& copy);
+
 // Plain CRC-32 (zlib polynomial), for tests and the CM.
 uint32_t crc32(uint32_t crc, const void* data, size_t len);
 // crc32 of the 64 bytes of `head` followed by `data` (one pass where the
 // wide folder is available: the ICRC's pseudo-header head and a payload).
 uint32_t crc32_after_head(uint32_t crc, const uint8_t (&head)[64], const void* data, size_t len);
+// crc32_after_head of `data` once `copy` is stored into it, in one pass.
+uint32_t crc32_after_head_copying(uint32_t crc, const uint8_t (&head)[64], uint8_t* data, size_t len,
+                                  const CopyIn& copy);
 // The same by zlib's tables alone (the reference crc32 is tested against).
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len);
 

@@ -380,6 +380,57 @@ TEST(Crc32, AfterHeadEqualsChainedCrc) {
   }
 }
 
+// The copying CRC (CopyIn: the payload stored in the same pass) leaves the
+// buffer as a memcpy would and gives the CRC of the result, wherever the copy
+// lies: inside the first 192 bytes, across the wide folder's 256-byte steps,
+// up to the end, for lengths on both sides of its 448-byte threshold.
+TEST(Crc32, AfterHeadCopyingEqualsCopyThenCrc) {
+  std::vector<uint8_t> src(5000);
+  uint32_t x = 99;
+  for (uint8_t& b : src) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  uint8_t head[64];
+  for (unsigned i = 0; i < 64; ++i) head[i] = uint8_t(i * 11 + 5);
+  for (size_t len : {0u, 15u, 200u, 447u, 448u, 449u, 700u, 4096u, 4112u, 4113u}) {
+    for (size_t at : {0u, 1u, 12u, 191u, 192u, 193u, 260u, 448u, 1000u}) {
+      for (size_t n : {0u, 1u, 100u, 256u, 1000u, 4096u}) {
+        if (at + n > len) continue;
+        std::vector<uint8_t> a(len, 0xA5), b(len, 0xA5);
+        if (n) std::memcpy(a.data() + at, src.data() + 7, n);
+        uint32_t want = crc32_after_head(0x55u, head, a.data(), len);
+        uint32_t got = crc32_after_head_copying(0x55u, head, b.data(), len, CopyIn{at, src.data() + 7, n});
+        ASSERT_EQ(got, want) << len << " " << at << " " << n;
+        ASSERT_EQ(a, b) << len << " " << at << " " << n;
+      }
+    }
+  }
+}
+
+// The copying ICRC equals copy-then-ICRC for IPv4 and IPv6, with the payload
+// starting inside the head's packet bytes (a 12-byte BTH) or after them.
+TEST(Icrc, CopyingEqualsCopyThenIcrc) {
+  std::vector<uint8_t> payload(4096);
+  uint32_t x = 3;
+  for (uint8_t& b : payload) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  Ipv4Flow f4{0x0A000001, 0x0A000002, 49152, 4791, 7};
+  Ipv6Flow f6{};
+  f6.src_ip[15] = 1;
+  f6.dst_ip[15] = 2;
+  f6.src_port = 49152;
+  f6.dst_port = 4791;
+  for (size_t hdr : {12u, 28u, 40u}) {
+    for (size_t n : {0u, 8u, 64u, 1024u, 4096u}) {
+      size_t len = hdr + n + kIcrcSize;
+      std::vector<uint8_t> a(len, 0x3C), b(len, 0x3C), c(len, 0x3C);
+      std::memcpy(a.data() + hdr, payload.data(), n);
+      CopyIn copy{hdr, payload.data(), n};
+      ASSERT_EQ(icrc_ipv4_copying(f4, b.data(), len, copy), icrc_ipv4(f4, a.data(), len)) << hdr << " " << n;
+      ASSERT_EQ(icrc_ipv6_copying(f6, c.data(), len, copy), icrc_ipv6(f6, a.data(), len)) << hdr << " " << n;
+      ASSERT_TRUE(std::equal(a.begin(), a.end() - kIcrcSize, b.begin())) << hdr << " " << n;
+      ASSERT_TRUE(std::equal(a.begin(), a.end() - kIcrcSize, c.begin())) << hdr << " " << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace uroce::wire
 
