@@ -346,10 +346,20 @@ TEST(Icrc6, Ipv4FlowConvertsToIpv4Icrc) {
   EXPECT_TRUE(icrc_matches(flow, f.data() + kRoce, f.size() - kRoce, 0xFED60CA6u));
 }
 
+// `n` pseudo-random bytes (a linear congruential generator from `seed`).
+std::vector<uint8_t> lcg_bytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = uint8_t((seed = seed * 1103515245u + 12345u) >> 16);
+  return v;
+}
+
+// A 64-byte CRC head whose byte i is i * mul + add.
+void fill_head(uint8_t (&head)[64], unsigned mul, unsigned add) {
+  for (unsigned i = 0; i < 64; ++i) head[i] = uint8_t(i * mul + add);
+}
+
 TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
-  std::vector<uint8_t> buf(9000 + 16);
-  uint32_t x = 12345;
-  for (uint8_t& b : buf) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  std::vector<uint8_t> buf = lcg_bytes(9000 + 16, 12345);
   for (size_t off = 0; off < 16; off += 3) {
     for (size_t len = 0; len <= 600; ++len)
       ASSERT_EQ(crc32(0, buf.data() + off, len), crc32_portable(0, buf.data() + off, len)) << off << " " << len;
@@ -369,11 +379,9 @@ TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
 // equals the CRC of the two pieces chained, for every length on both sides of
 // the wide folder's 192-byte threshold.
 TEST(Crc32, AfterHeadEqualsChainedCrc) {
-  std::vector<uint8_t> buf(4400);
-  uint32_t x = 777;
-  for (uint8_t& b : buf) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  std::vector<uint8_t> buf = lcg_bytes(4400, 777);
   uint8_t head[64];
-  for (unsigned i = 0; i < 64; ++i) head[i] = uint8_t(i * 37 + 1);
+  fill_head(head, 37, 1);
   for (size_t len = 0; len <= 4400; len += (len < 600 ? 1 : 97)) {
     uint32_t want = crc32_portable(crc32_portable(0x1234u, head, 64), buf.data() + 3, std::min(len, buf.size() - 3));
     ASSERT_EQ(crc32_after_head(0x1234u, head, buf.data() + 3, std::min(len, buf.size() - 3)), want) << len;
@@ -385,11 +393,9 @@ TEST(Crc32, AfterHeadEqualsChainedCrc) {
 // lies: inside the first 192 bytes, across the wide folder's 256-byte steps,
 // up to the end, for lengths on both sides of its 448-byte threshold.
 TEST(Crc32, AfterHeadCopyingEqualsCopyThenCrc) {
-  std::vector<uint8_t> src(5000);
-  uint32_t x = 99;
-  for (uint8_t& b : src) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  std::vector<uint8_t> src = lcg_bytes(5000, 99);
   uint8_t head[64];
-  for (unsigned i = 0; i < 64; ++i) head[i] = uint8_t(i * 11 + 5);
+  fill_head(head, 11, 5);
   for (size_t len : {0u, 15u, 200u, 447u, 448u, 449u, 700u, 4096u, 4112u, 4113u}) {
     for (size_t at : {0u, 1u, 12u, 191u, 192u, 193u, 260u, 448u, 1000u}) {
       for (size_t n : {0u, 1u, 100u, 256u, 1000u, 4096u}) {
@@ -408,9 +414,7 @@ TEST(Crc32, AfterHeadCopyingEqualsCopyThenCrc) {
 // The copying ICRC equals copy-then-ICRC for IPv4 and IPv6, with the payload
 // starting inside the head's packet bytes (a 12-byte BTH) or after them.
 TEST(Icrc, CopyingEqualsCopyThenIcrc) {
-  std::vector<uint8_t> payload(4096);
-  uint32_t x = 3;
-  for (uint8_t& b : payload) b = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  std::vector<uint8_t> payload = lcg_bytes(4096, 3);
   Ipv4Flow f4{0x0A000001, 0x0A000002, 49152, 4791, 7};
   Ipv6Flow f6{};
   f6.src_ip[15] = 1;
