@@ -142,7 +142,9 @@ uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
   uint32_t len = header_len_ + payload_len_ + pad;
   unsigned index = place(len + wire::kIcrcSize, true);
   std::span<const iovec> pieces(&pieces_[first_piece_], piece_count_ - first_piece_);
-  if (copy_.src && pieces.size() != 1) store_deferred_copy();  // (not one buffer: cannot happen)
+  // The copying ICRC needs the packet in one buffer; through shared memory a
+  // later piece may have been referenced instead: copy first, then gather.
+  if (copy_.src && pieces.size() != 1) store_deferred_copy();
   uint32_t crc;
   if (!flow.ipv6) {
     wire::Ipv4Flow f = flow.v4;
