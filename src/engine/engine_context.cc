@@ -237,29 +237,37 @@ bool EngineContext::start_placement() {
   return true;
 }
 
-// QP numbers are random, so that a blind sender cannot guess them: the low
-// 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
-// a slot. QP0/QP1 are special.
 transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn) {
   if (!registry_ || dst.port != core::config().udp_port || !is_host_address(gid_of(dst.ip))) return dst;
   uint16_t port = registry_->port_of(qpn_slot(dest_qpn));
   return port ? transport::Endpoint{dst.ip, port} : dst;
 }
 
+// QP numbers are random, so that a blind sender cannot guess them: the low
+// 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
+// a slot. QP0/QP1 are special.
+//
+// A number is reserved from the moment it is drawn until register_qp takes
+// it: two threads creating QPs at once must not draw the same number, which
+// neither has registered yet (with 16 random bits a slot this was seen: a
+// test process gave two of its UD QPs one number, and the QP registered last
+// took both QPs' datagrams). A QP that is never registered (its construction
+// failed) keeps its number reserved: one of 65,536.
 uint32_t EngineContext::allocate_qp_num() {
   for (;;) {
     uint32_t n = 0;
     if (getrandom(&n, sizeof n, 0) != sizeof n) n = uint32_t(Clock::now().time_since_epoch().count() * 2654435761u);
     n = registry_ ? registry_->slot() << 16 | (n & 0xFFFF) : n & wire::kPsnMask;
     if (n < 2) continue;
-    std::shared_lock lock(qps_mu_);
-    if (!qps_.count(n)) return n;
+    std::unique_lock lock(qps_mu_);
+    if (!qps_.count(n) && qpns_reserved_.insert(n).second) return n;
   }
 }
 
 void EngineContext::register_qp(EngineQp* qp) {
   qp->counters = live_->claim_qp(qp->qp_num(), qp->type);
   std::unique_lock lock(qps_mu_);
+  qpns_reserved_.erase(qp->qp_num());
   qps_[qp->qp_num()] = qp;
 }
 

@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/context.h"
@@ -208,6 +209,7 @@ class EngineContext : public core::Context {
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
+  std::unordered_set<uint32_t> qpns_reserved_;                  // drawn, not yet registered; guarded by qps_mu_
   std::unordered_map<uint32_t, std::vector<EngineQp*>> mcast_;  // group -> attached QPs; guarded by qps_mu_
   void leave_group_locked(uint32_t group);
   void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, std::vector<EngineQp*>& touched);

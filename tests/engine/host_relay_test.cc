@@ -9,7 +9,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/host_registry.h"
 #include "engine_harness.h"
@@ -84,6 +87,24 @@ TEST_F(HostRelay, QpNumbersCarryTheEnginesSlot) {
   EXPECT_NE(slot, other_->slot());
   EXPECT_EQ(qp->qp_num() >> 16, slot);
   EXPECT_EQ(engine->allocate_qp_num() >> 16, slot);
+}
+
+// Allocate: 20,000 numbers in the slot's 65,536, from two threads, none
+// registered yet (as QPs being created at once, before ibv_create_qp
+// registers them). Expect: no number twice (with 16 random bits a slot, a
+// draw that checked only registered QPs would repeat one within ~300 draws).
+TEST_F(HostRelay, QpNumbersAreUniqueBeforeTheyAreRegistered) {
+  constexpr int kPerThread = 10000;
+  std::vector<uint32_t> drawn[2];
+  std::thread other([&] {
+    for (int i = 0; i < kPerThread; ++i) drawn[1].push_back(engine->allocate_qp_num());
+  });
+  for (int i = 0; i < kPerThread; ++i) drawn[0].push_back(engine->allocate_qp_num());
+  other.join();
+  std::set<uint32_t> unique(drawn[0].begin(), drawn[0].end());
+  unique.insert(drawn[1].begin(), drawn[1].end());
+  EXPECT_EQ(unique.size(), size_t(2 * kPerThread));
+  EXPECT_EQ(unique.count(qp->qp_num()), 0u);  // nor a registered QP's
 }
 
 // Receive: a SEND at the host's port for a QP of the other engine.
