@@ -3,6 +3,8 @@
 // same port for IPv6 peers; the host's port likewise.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -114,6 +116,12 @@ class UdpTransport final : public DatagramTransport {
   unsigned ipv6_sweep_ = 0;  // receiver only
   std::vector<uint8_t> rx_buffers_;
   std::vector<RxMessage> rx_messages_;
+  // The recvmmsg header of each buffer, with its iovec, address and control
+  // space (RxSlot), made once: a receive resets only what the kernel wrote
+  // in the headers it filled (receiver only).
+  struct RxSlot;
+  std::unique_ptr<mmsghdr[]> rx_headers_;
+  std::unique_ptr<RxSlot[]> rx_slots_;
   size_t rx_count_ = 0;
   size_t rx_next_ = 0;
   bool rx_more_ = false;  // the last recvmmsg filled every buffer
