@@ -15,7 +15,9 @@
 #     packets — 4112 B at MTU 4096 and 1040 B at MTU 1024 (MTU + 12 B BTH + 4 B ICRC, a
 #     middle packet of a multi-packet message) — with sendmmsg/recvmmsg (32 a call) and with
 #     UDP GSO (as many segments as fit in 64 KiB a send) + UDP_GRO on the receiver; 64 B
-#     ping-pong one-way latency (RTT/2) with both sides busy-polling and both blocking;
+#     ping-pong one-way latency (RTT/2) with both sides busy-polling and both blocking, and
+#     busy-polling with a 20 B datagram behind each 64 B one in one GSO message (the shape
+#     of an RC reply that carries the ACK of the message it answers);
 #   - uroce through unmodified perftest (each under `uroce run`, RC, one QP): ib_write_bw,
 #     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 and -q 64 at 1 MiB
 #     (aggregate);
@@ -282,6 +284,7 @@ measure_ceilings() {
     for size in $size_4096 $size_1024; do put "$loc:udp_mmsg:$size" failed; put "$loc:udp_gso:$size" failed; done
     put "$loc:udp_poll:64" failed
     put "$loc:udp_block:64" failed
+    put "$loc:udp_ack:64" failed
     return
   fi
   for size in $size_4096 $size_1024; do
@@ -294,7 +297,7 @@ measure_ceilings() {
       put "$loc:udp_$mode:$size:segs" "$(kv "$line" segments_per_send)"
     done
   done
-  for mode in poll block; do
+  for mode in poll block ack; do
     say "$loc: UDP 64 B ping-pong ($mode)"
     run "$logs/udp.out" 120 "${C[@]}" "$ceiling" client "$srv_addr" -p "$p" -m "$mode" -s 64 -n "$udp_lat_iters" || true
     line=$(tail -1 "$logs/udp.out")
@@ -552,6 +555,8 @@ print_location() {
   done
   row "UDP 64 B ping-pong, busy-poll" "$poll" µs "" "" "99 %: $(fmt "$(get "$loc:udp_poll:64:p99")" 2) µs"
   row "UDP 64 B ping-pong, blocking" "$(get "$loc:udp_block:64")" µs "" "" "99 %: $(fmt "$(get "$loc:udp_block:64:p99")" 2) µs"
+  row "UDP 64 B + 20 B ACK, GSO, busy-poll" "$(get "$loc:udp_ack:64")" µs "UDP busy-poll one-way" "$poll" \
+    "an RC reply with its ACK behind it: one GSO message of two datagrams"
   emit ""
   emit "uroce through perftest (RC, 1 QP unless noted)"
   emit "$(printf '  %-40s %9s %4s | %-51s | %s' "" measured "" reference ratio)"
@@ -577,6 +582,9 @@ print_location() {
     [[ $prog != ib_read_lat ]] || label+=" (RTT)"
     row "$label" "$(get "$loc:$prog:64")" µs "$rlabel" "$rvalue" \
       "99 %: $(fmt "$(get "$loc:$prog:64:p99")" 2) µs$(rexmit_note "$loc:$prog:64" ", ")"
+    [[ $prog != ib_send_lat ]] ||
+      row "$label" "$(get "$loc:$prog:64")" µs "UDP 64 B + 20 B ACK, GSO" "$(get "$loc:udp_ack:64")" \
+        "the same floor with the ACK's datagram (RC's wire shape)"
   done
   if ((${PEERS:-1})); then
     emit ""

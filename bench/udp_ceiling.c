@@ -16,6 +16,10 @@
  *   poll   latency: ping-pong of BYTES (default 64) datagrams, ITERATIONS (default 20000)
  *          after WARMUP (default 1000) exchanges; both sides busy-poll (recv MSG_DONTWAIT).
  *   block  latency: the same, both sides blocking in recv.
+ *   ack    latency: as poll, but every ping and pong is one UDP GSO message of two datagrams,
+ *          BYTES and 20 bytes behind it ('A': the shape of a RoCE reply that carries the ACK
+ *          of the message it answers, BTH + AETH + ICRC, as uroce sends it); both sides have
+ *          UDP_GRO on. Against poll, it shows what the second datagram costs the kernel.
  *
  * The client's line (key=value fields; GB/s = 1e9 B/s of UDP payload; latency is one way,
  * RTT/2, in microseconds):
@@ -57,6 +61,7 @@ enum {
   kGroBatch = 8,          /* 64 KiB buffers per recvmmsg with UDP_GRO */
   kMinSize = 4,           /* type byte + 24-bit sequence number */
   kHandshakeIntervalMs = 20,
+  kAckBytes = 20, /* mode ack: the trailing datagram (BTH 12 + AETH 4 + ICRC 4) */
 };
 
 /* Control datagrams: H(ello) client->server, h server->client, F(in) client->server,
@@ -98,7 +103,7 @@ static uint64_t now_ns(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: udp_ceiling server [-p PORT] [-B ADDR] [-r BUFFER] [-W IDLE_S]\n"
-          "       udp_ceiling client HOST -m mmsg|gso|poll|block [-p PORT] [-s BYTES] [-t SECONDS]\n"
+          "       udp_ceiling client HOST -m mmsg|gso|poll|block|ack [-p PORT] [-s BYTES] [-t SECONDS]\n"
           "                   [-n ITERATIONS] [-w WARMUP] [-b BATCH] [-r BUFFER] [-W SECONDS]\n");
   exit(2);
 }
@@ -113,13 +118,15 @@ static const char* mode_name(char m) {
       return "poll";
     case 'b':
       return "block";
+    case 'a':
+      return "ack";
     default:
       return "?";
   }
 }
 
 static char parse_mode(const char* name) {
-  static const char kModes[] = "mgpb";
+  static const char kModes[] = "mgpba";
   for (const char* m = kModes; *m; ++m)
     if (strcmp(name, mode_name(*m)) == 0) return *m;
   usage();
@@ -127,6 +134,28 @@ static char parse_mode(const char* name) {
 }
 
 static bool is_bw(char m) { return m == 'm' || m == 'g'; }
+static bool uses_gro(char m) { return m == 'g' || m == 'a'; }
+
+/* Sends p[0, len) as one UDP GSO message of `segment`-byte datagrams (the last shorter). */
+static void send_gso(int fd, const char* p, size_t len, uint16_t segment, const struct sockaddr_in* to) {
+  struct iovec iov = {.iov_base = (void*)p, .iov_len = len};
+  union {
+    char buf[CMSG_SPACE(sizeof(uint16_t))];
+    struct cmsghdr align;
+  } control;
+  struct msghdr h = {.msg_name = (void*)to,
+                     .msg_namelen = sizeof *to,
+                     .msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = control.buf,
+                     .msg_controllen = sizeof control.buf};
+  struct cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = IPPROTO_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof segment);
+  memcpy(CMSG_DATA(c), &segment, sizeof segment);
+  (void)sendmsg(fd, &h, 0);
+}
 
 /* Socket buffers as large as asked: SO_*BUFFORCE when privileged, else up to *mem_max. */
 static void set_buffers(int fd, int bytes) {
@@ -233,7 +262,7 @@ static void server_control(int fd, const char* p, size_t len, const struct socka
   if (c.type == 'H') {
     if (c.id != t->id) {
       *t = (struct ServerTest){.id = c.id, .mode = c.mode, .size = c.size, .peer = *src};
-      int gro = c.mode == 'g';
+      int gro = uses_gro(c.mode);
       (void)setsockopt(fd, IPPROTO_UDP, UDP_GRO, &gro, sizeof gro);
     }
     struct Control h = {.type = 'h', .mode = c.mode, .id = c.id, .size = c.size};
@@ -261,8 +290,16 @@ static void server_datagram(int fd, char* p, size_t len, int seg, const struct s
       t->bytes += n;
       t->segments++;
       *got_data = true;
+    } else if (s[0] == 'P' && t->mode == 'a') {
+      /* The pong in the ping's shape, also when the ack's datagram was not coalesced with
+       * it (it follows alone and is skipped): the buffer has room behind the ping. */
+      memset(s + n, 'A', kAckBytes);
+      send_gso(fd, s, n + kAckBytes, (uint16_t)n, src);
+      return;
     } else if (s[0] == 'P') {
       (void)sendto(fd, s, n, 0, (const struct sockaddr*)src, sizeof *src);
+    } else if (s[0] == 'A') {
+      continue;  /* an ack's datagram that arrived alone (not coalesced) */
     } else {
       server_control(fd, s, n, src, t);
     }
@@ -290,8 +327,8 @@ static int run_server(const struct Options* o) {
   unsigned spins = 0;
   setup_recv(&rb, 65536, kRecvBatch);
   for (;;) {
-    bool polling = t.mode == 'p' && !t.finished;
-    bool gro = t.mode == 'g' && !t.finished;
+    bool polling = (t.mode == 'p' || t.mode == 'a') && !t.finished;
+    bool gro = uses_gro(t.mode) && !t.finished;
     rb.count = gro ? kGroBatch : kRecvBatch;
     int flags = polling ? MSG_DONTWAIT : MSG_WAITFORONE;
     int n = recvmmsg(fd, rb.msgs, polling ? 1 : rb.count, flags, NULL);
@@ -444,12 +481,19 @@ static bool await_pong(int fd, bool poll, char* buf, size_t size, uint32_t seq, 
 }
 
 static int run_lat(const struct Options* o, int fd, const struct sockaddr_in* to, uint32_t id) {
-  bool poll = o->mode == 'p';
-  char* out = calloc(1, o->size);
-  char* in = calloc(1, o->size + 64);
+  bool poll = o->mode == 'p' || o->mode == 'a';
+  bool ack = o->mode == 'a';
+  size_t out_len = o->size + (ack ? kAckBytes : 0);
+  char* out = calloc(1, out_len);
+  char* in = calloc(1, out_len + 64);
   uint64_t* rtt = calloc(o->iterations, sizeof *rtt);
   if (!out || !in || !rtt) return fail(o, "out_of_memory");
   out[0] = 'P';
+  if (ack) {
+    out[o->size] = 'A';
+    int on = 1;
+    if (setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) != 0) return fail(o, "gro_unsupported");
+  }
   if (!poll) set_recv_timeout(fd, 100000000u);
   const uint64_t per_try = 1000000000u; /* 1 s, then the ping is sent again */
   unsigned retries = 0;
@@ -461,8 +505,11 @@ static int run_lat(const struct Options* o, int fd, const struct sockaddr_in* to
     bool ok = false;
     for (unsigned attempt = 0; attempt < 4 && !ok; ++attempt) {
       if (attempt) retries++;
-      (void)sendto(fd, out, o->size, 0, (const struct sockaddr*)to, sizeof *to);
-      ok = await_pong(fd, poll, in, o->size + 64, i, now_ns() + per_try);
+      if (ack)
+        send_gso(fd, out, out_len, (uint16_t)o->size, to);
+      else
+        (void)sendto(fd, out, o->size, 0, (const struct sockaddr*)to, sizeof *to);
+      ok = await_pong(fd, poll, in, out_len + 64, i, now_ns() + per_try);
     }
     if (!ok) return fail(o, "no_echo_from_server");
     if (i >= o->warmup) rtt[i - o->warmup] = now_ns() - t0;
@@ -555,5 +602,6 @@ int main(int argc, char** argv) {
   if (!o.mode) usage();
   if (o.size == 0) o.size = is_bw(o.mode) ? 4112 : 64;
   if (o.size < kMinSize || o.size > kMaxUdpPayload || o.iterations == 0 || o.batch > 1024 || o.seconds <= 0) usage();
+  if (o.mode == 'a' && (o.size < kAckBytes || o.size + kAckBytes > kMaxUdpPayload)) usage();
   return run_client(&o);
 }
