@@ -299,7 +299,7 @@ static void server_datagram(int fd, char* p, size_t len, int seg, const struct s
     } else if (s[0] == 'P') {
       (void)sendto(fd, s, n, 0, (const struct sockaddr*)src, sizeof *src);
     } else if (s[0] == 'A') {
-      continue;  /* an ack's datagram that arrived alone (not coalesced) */
+      continue; /* an ack's datagram that arrived alone (not coalesced) */
     } else {
       server_control(fd, s, n, src, t);
     }
