@@ -70,8 +70,7 @@ void arm_timer(EngineQp& qp, Clock::time_point now) {
 }
 
 // Progress: the timer runs again from now while requests are outstanding.
-void restart_timer(EngineQp& qp) {
-  auto now = Clock::now();
+void restart_timer(EngineQp& qp, Clock::time_point now) {
   if (has_outstanding(qp) && qp.attr.timeout != 0) {
     arm_timer(qp, now);
   } else {
@@ -82,10 +81,10 @@ void restart_timer(EngineQp& qp) {
 
 // The acknowledgement of every PSN before `psn` ends the round-trip sample if
 // it covers the sampled packet (srtt = 7/8 srtt + 1/8 sample, as TCP's).
-void sample_rtt(EngineQp& qp, uint32_t psn) {
+void sample_rtt(EngineQp& qp, uint32_t psn, Clock::time_point now) {
   if (!qp.req.rtt_sampling || wire::psn_diff(psn, qp.req.rtt_psn) <= 0) return;
   qp.req.rtt_sampling = false;
-  Clock::duration rtt = Clock::now() - qp.req.rtt_sent;
+  Clock::duration rtt = now - qp.req.rtt_sent;
   qp.timers.srtt = qp.timers.srtt.count() == 0 ? rtt : (7 * qp.timers.srtt + rtt) / 8;
 }
 
@@ -137,18 +136,19 @@ void probe_tail(EngineQp& qp, TxBatch& tx) {
 }
 
 // Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
-void progress(EngineQp& qp) {
+void progress(EngineQp& qp, Clock::time_point now) {
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_retry_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
-  restart_timer(qp);
+  restart_timer(qp, now);
 }
 
 // Everything before `psn` is acknowledged: complete SEND/WRITE WQEs whose last
 // PSN precedes it. Stops at a READ that has not completed; if the ACK passed
 // such a READ, its responses were lost and the READ is retried.
 void acknowledge_before(EngineQp& qp, uint32_t psn) {
-  sample_rtt(qp, psn);
+  auto now = Clock::now();  // one clock read for the RTT sample and the timer
+  sample_rtt(qp, psn, now);
   bool advanced = false;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
@@ -178,7 +178,7 @@ void acknowledge_before(EngineQp& qp, uint32_t psn) {
   }
   retire_send_wqes(qp);
   requester_catch_up(qp);
-  if (advanced) progress(qp);
+  if (advanced) progress(qp, now);
 }
 
 void fail_oldest(EngineQp& qp, ibv_wc_status status) {
@@ -248,7 +248,7 @@ void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx) {
   complete_send_wqe(qp, w, IBV_WC_SUCCESS);
   retire_send_wqes(qp);
   requester_catch_up(qp);
-  progress(qp);
+  progress(qp, Clock::now());
   requester_run(qp, tx);
 }
 
@@ -294,7 +294,7 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
     qp.comp.read_offset = 0;
     finish_response(qp, w, tx);
   } else {
-    progress(qp);
+    progress(qp, Clock::now());
   }
 }
 
@@ -377,9 +377,9 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   }
 }
 
-void completer_start_timer(EngineQp& qp) {
+void completer_start_timer(EngineQp& qp, Clock::time_point now) {
   if (!is_reliable(qp.type) || qp.attr.timeout == 0 || qp.timers.retransmit_armed) return;
-  arm_timer(qp, Clock::now());
+  arm_timer(qp, now);
 }
 
 void completer_stop_timer(EngineQp& qp) {
@@ -412,7 +412,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   go_back_n(qp, tx);
-  restart_timer(qp);
+  restart_timer(qp, Clock::now());
 }
 
 }  // namespace uroce::engine

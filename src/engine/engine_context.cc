@@ -565,7 +565,7 @@ bool EngineContext::send_reads() {
   return !reading_.empty();
 }
 
-void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn) {
+void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn, Clock::time_point now) {
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   std::shared_lock lock(qps_mu_);
@@ -589,7 +589,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
     bool reply_expected = rc_ack && responder_reply_expected(*qp);
     if (rc_ack && (turn == Turn::kApplication || reply_expected)) {
       if (!qp->in_ack_list) {
-        if (deferred_acks_.empty()) acks_deferred_at_ = Clock::now();
+        if (deferred_acks_.empty()) acks_deferred_at_ = now;
         qp->in_ack_list = true;
         deferred_acks_.push_back(qp);
       }

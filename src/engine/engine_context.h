@@ -117,8 +117,9 @@ class EngineContext : public core::Context {
   // thread polling a CQ (whose RC ACKs may wait for its next post, below).
   enum class Turn { kProgress, kApplication };
   // Receive path: one burst of datagrams (the thread holding the receive
-  // turn, or tests).
-  void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress);
+  // turn, or tests), arrived by `now`.
+  void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress,
+                     Clock::time_point now = Clock::now());
   // Runs every QP's timers; true if some timer is still armed.
   bool run_timers(Clock::time_point now);
 
@@ -143,7 +144,9 @@ class EngineContext : public core::Context {
   static constexpr Clock::duration kRecentWriter = std::chrono::milliseconds(1);
   // An application thread is in a verb (posting, polling): it is likely to
   // poll again soon (see poller_active). Any thread, relaxed.
-  void note_poller() { poll_stamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+  void note_poller(Clock::time_point now = Clock::now()) {
+    poll_stamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // The application is about to wait without polling (ibv_req_notify_cq):
   // the progress thread watches the sockets again at once.
   void poller_leaves() {
@@ -186,9 +189,9 @@ class EngineContext : public core::Context {
   static std::unique_ptr<transport::DatagramTransport> with_capture(std::unique_ptr<transport::DatagramTransport> t);
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
       std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);
-  // One receive turn (caller holds rx_mu_): a burst, then READ responses.
-  // True if more is ready to receive or send at once.
-  bool receive_turn(size_t* received, Turn turn);
+  // One receive turn (caller holds rx_mu_), begun at `now`: a burst, then
+  // READ responses. True if more is ready to receive or send at once.
+  bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
   // Whether an application thread is polling a CQ of this context now (it
   // called poll_receive within kPollerFresh): it then receives for itself.
   bool poller_active(Clock::time_point now) const {

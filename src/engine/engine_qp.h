@@ -82,6 +82,7 @@ struct RequesterState {
   // Round-trip sample in flight: a new (never resent) packet with AckReq,
   // timed until its acknowledgement (Karn: a rewind discards the sample).
   bool rtt_sampling = false;
+  bool rtt_unstamped = false;  // started by this post: requester_run stamps rtt_sent once it is built
   uint32_t rtt_psn = 0;
   Clock::time_point rtt_sent{};
 };

@@ -148,7 +148,7 @@ void EngineContext::progress_loop() {
     }
     if (take_turn) {
       std::lock_guard rx(rx_mu_);
-      busy = receive_turn(&received, Turn::kProgress);
+      busy = receive_turn(&received, Turn::kProgress, now);
       // Datagrams that waited through a nap: the application polls its CQ
       // but not for these (a WRITE target spinning on memory between its
       // posts). Watch the sockets for a while.
@@ -183,21 +183,22 @@ void EngineContext::progress_loop() {
   if (spin_auto) SpinAdvisor::forget_internal_thread();
 }
 
-bool EngineContext::receive_turn(size_t* received, Turn turn) {
+bool EngineContext::receive_turn(size_t* received, Turn turn, Clock::time_point now) {
   flush_deferred_acks();
   size_t n = transport_->recv_burst(rx_, 0);
   *received = n;
-  if (n) process_burst(std::span(rx_.data(), n), turn);
+  if (n) process_burst(std::span(rx_.data(), n), turn, now);
   bool reads_pending = send_reads();
   return reads_pending || transport_->more_ready();
 }
 
 bool EngineContext::poll_receive() {
-  note_poller();
+  auto now = Clock::now();
+  note_poller(now);
   std::unique_lock rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return false;
   size_t received;
-  receive_turn(&received, Turn::kApplication);
+  receive_turn(&received, Turn::kApplication, now);
   return true;
 }
 

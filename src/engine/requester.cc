@@ -185,12 +185,13 @@ void fill_request_headers(EngineQp& qp, const wire::OpcodeInfo& info, uint8_t* h
   }
 }
 
-// Starts the RTT sample on a new packet with AckReq (one sample in flight).
+// Starts the RTT sample on a new packet with AckReq (one sample in flight);
+// requester_run stamps its time with the timer's.
 void sample_rtt(EngineQp& qp) {
   if (!qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
     qp.req.rtt_sampling = true;
+    qp.req.rtt_unstamped = true;
     qp.req.rtt_psn = qp.req.psn;
-    qp.req.rtt_sent = Clock::now();
   }
 }
 
@@ -619,7 +620,14 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     retire_send_wqes(qp);
   }
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
-  if (sent) completer_start_timer(qp);
+  if (sent) {
+    // One clock read for the post: the RTT sample it started and the local ACK
+    // timer (the packets leave at the flush below, after it).
+    auto now = Clock::now();
+    if (qp.req.rtt_unstamped) qp.req.rtt_sent = now;
+    qp.req.rtt_unstamped = false;
+    completer_start_timer(qp, now);
+  }
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
   if (ack_behind) responder_flush_ack(qp, tx);
   tx.flush();

@@ -65,7 +65,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
 // the requester starts the former when it has sent requests (no effect while
 // it runs, on an unreliable QP or with attr.timeout 0); the QP stops both on
 // its way to ERR.
-void completer_start_timer(EngineQp& qp);
+void completer_start_timer(EngineQp& qp, Clock::time_point now);
 void completer_stop_timer(EngineQp& qp);
 
 // Completion helpers shared by the roles.

@@ -196,6 +196,26 @@ TEST_F(Requester, AckIsCumulative) {
   EXPECT_EQ(wc[0].wr_id, 3u);
 }
 
+// Post a SEND; ACK it 3 ms later / Expect the round trip sampled from the
+// post to the ACK: srtt at least 3 ms (and not from some older time: under a
+// second). Then a second SEND, ACKed at once / Expect srtt = 7/8 of the first
+// sample + 1/8 of the new one, so smaller than the first.
+TEST_F(Requester, RoundTripIsTimedFromThePostToItsAck) {
+  send(1, 10);
+  ASSERT_EQ(take().size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  ack(sq(0));
+  Clock::duration first = qp->timers.srtt;
+  EXPECT_GE(first, std::chrono::milliseconds(3));
+  EXPECT_LT(first, std::chrono::seconds(1));
+  send(2, 10);
+  ASSERT_EQ(take().size(), 1u);
+  ack(sq(1));
+  EXPECT_LT(qp->timers.srtt, first);
+  EXPECT_GE(qp->timers.srtt, first * 7 / 8);
+  EXPECT_EQ(poll(*scq).size(), 2u);
+}
+
 // Post an unsignaled SEND then a signaled one; ACK both / Expect only the
 // signaled completion.
 TEST_F(Requester, UnsignaledSendHasNoCompletion) {
