@@ -146,8 +146,9 @@ void progress(EngineQp& qp, Clock::time_point now) {
 // Everything before `psn` is acknowledged: complete SEND/WRITE WQEs whose last
 // PSN precedes it. Stops at a READ that has not completed; if the ACK passed
 // such a READ, its responses were lost and the READ is retried.
-void acknowledge_before(EngineQp& qp, uint32_t psn) {
-  auto now = Clock::now();  // one clock read for the RTT sample and the timer
+// `now`: the response's time (one clock read for the RTT sample, the timer
+// and whatever else the response does).
+void acknowledge_before(EngineQp& qp, uint32_t psn, Clock::time_point now) {
   sample_rtt(qp, psn, now);
   bool advanced = false;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
@@ -186,8 +187,8 @@ void fail_oldest(EngineQp& qp, ibv_wc_status status) {
   qp.enter_error();
 }
 
-void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
-  acknowledge_before(qp, psn);
+void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx, Clock::time_point now) {
+  acknowledge_before(qp, psn, now);
   switch (wire::NakCode(aeth.code())) {
     case wire::NakCode::kPsnSeqError:
       qp.count(&QpCounters::rcvd_seq_err);
@@ -207,30 +208,30 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx) {
   }
 }
 
-void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth) {
-  acknowledge_before(qp, psn);
+void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, Clock::time_point now) {
+  acknowledge_before(qp, psn, now);
   qp.count(&QpCounters::rcvd_rnr_err);
   qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.rnr_retry, qp.comp.rnr_retry_left)) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
   requester_rewind(qp, psn);
   qp.timers.rnr_armed = true;
-  qp.timers.rnr_deadline = Clock::now() + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
+  qp.timers.rnr_deadline = now + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
   qp.engine()->timer_armed();
   qp.timers.retransmit_armed = false;  // the RNR timer runs instead
 }
 
-void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
   uint32_t psn = pkt.bth().psn();
   wire::Aeth aeth = pkt.aeth();
   switch (aeth.type()) {
     case wire::AckType::kAck:
-      acknowledge_before(qp, wire::psn_add(psn, 1));
+      acknowledge_before(qp, wire::psn_add(psn, 1), now);
       requester_run(qp, tx);
       return;
     case wire::AckType::kRnrNak:
-      return on_rnr_nak(qp, psn, aeth);
+      return on_rnr_nak(qp, psn, aeth, now);
     case wire::AckType::kNak:
-      return on_nak(qp, psn, aeth, tx);
+      return on_nak(qp, psn, aeth, tx, now);
     default:
       return;  // reserved syndrome: ignore
   }
@@ -243,18 +244,18 @@ bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data,
 
 // The last response of a READ or atomic: the WQE completes, and its credit
 // (max_rd_atomic) is free for the requester.
-void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx) {
+void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx, Clock::time_point now) {
   requester_read_done(qp);
   complete_send_wqe(qp, w, IBV_WC_SUCCESS);
   retire_send_wqes(qp);
   requester_catch_up(qp);
-  progress(qp, Clock::now());
+  progress(qp, now);
   requester_run(qp, tx);
 }
 
-void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
   uint32_t psn = pkt.bth().psn();
-  acknowledge_before(qp, psn);
+  acknowledge_before(qp, psn, now);
   if (qp.state() == IBV_QPS_ERR) return;
   uint32_t index = qp.sq.retired;
   if (index == qp.sq.posted) return;
@@ -292,17 +293,17 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
   if (ends) {
     qp.comp.read_offset = 0;
-    finish_response(qp, w, tx);
+    finish_response(qp, w, tx, now);
   } else {
-    progress(qp, Clock::now());
+    progress(qp, now);
   }
 }
 
 // ATOMIC_ACKNOWLEDGE: the original remote value goes to the 8-byte local
 // buffer (host byte order), and the atomic completes.
-void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
   uint32_t psn = pkt.bth().psn();
-  acknowledge_before(qp, psn);
+  acknowledge_before(qp, psn, now);
   if (qp.state() == IBV_QPS_ERR) return;
   uint32_t index = qp.sq.retired;
   if (index == qp.sq.posted) return;
@@ -315,7 +316,7 @@ void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
-  finish_response(qp, w, tx);
+  finish_response(qp, w, tx, now);
 }
 
 // IBA 9.7.5.1 (rxe_comp.c check_psn): a response is for a PSN that is
@@ -358,7 +359,7 @@ void retire_send_wqes(EngineQp& qp) {
   }
 }
 
-void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
   if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -368,12 +369,12 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
     return;
   }
   if (wire::operation_of(pkt.bth().opcode()) == Operation::kAtomicAcknowledge) {
-    on_atomic_ack(qp, pkt, tx);
+    on_atomic_ack(qp, pkt, tx, now);
   } else if (pkt.info->flags & wire::kOpReadResponse) {
     // FIRST/LAST/ONLY carry an AETH; a NAK arrives as an ACKNOWLEDGE.
-    on_read_response(qp, pkt, tx);
+    on_read_response(qp, pkt, tx, now);
   } else {
-    on_ack(qp, pkt, tx);
+    on_ack(qp, pkt, tx, now);
   }
 }
 
