@@ -413,7 +413,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   go_back_n(qp, tx);
-  restart_timer(qp, Clock::now());
+  restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }
 
 }  // namespace uroce::engine
