@@ -221,10 +221,14 @@ HandleClose xrc_target_close(EngineQp& qp) {
   }
   if (gone) return HandleClose::kDestroyQp;
   // Other handles remain: the QP stays registered and answering; the domain
-  // handle it was created with may be closed now.
-  t.xrcd->users.fetch_sub(1);
-  t.xrcd = nullptr;
-  t.handle_closed = true;
+  // handle it was created with may be closed now. Under the QP's lock: the
+  // receive path reads handle_closed (xrc_target_sync) while it answers.
+  {
+    std::lock_guard ql(qp.mu);
+    t.xrcd->users.fetch_sub(1);
+    t.xrcd = nullptr;
+    t.handle_closed = true;
+  }
   ctx.keep_xrc_target(&qp);
   return HandleClose::kQpKept;
 }

@@ -53,7 +53,7 @@ struct XrcTarget {
   uint16_t home_port = 0;  // the target QP: its context's port and its number
   uint32_t qp_num = 0;
   bool opened = false;         // an ibv_open_qp handle, not the QP itself
-  bool handle_closed = false;  // the QP itself, kept for other handles after its creator's was destroyed
+  bool handle_closed = false;  // the QP itself, kept for other handles after its creator's was destroyed; under EngineQp::mu
   uint32_t attr_gen = 0;       // the slot's attributes the QP itself last loaded
 };
 
