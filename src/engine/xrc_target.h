@@ -52,9 +52,11 @@ struct XrcTarget {
   uint32_t slot_index = 0;
   uint16_t home_port = 0;  // the target QP: its context's port and its number
   uint32_t qp_num = 0;
-  bool opened = false;         // an ibv_open_qp handle, not the QP itself
-  bool handle_closed = false;  // the QP itself, kept for other handles after its creator's was destroyed; under EngineQp::mu
-  uint32_t attr_gen = 0;       // the slot's attributes the QP itself last loaded
+  bool opened = false;  // an ibv_open_qp handle, not the QP itself
+  // The QP itself, kept for other handles after its creator's was destroyed
+  // (written and read under EngineQp::mu).
+  bool handle_closed = false;
+  uint32_t attr_gen = 0;  // the slot's attributes the QP itself last loaded
 };
 
 inline constexpr uint32_t kXrcSrqsPerContext = 256;
