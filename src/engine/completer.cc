@@ -359,7 +359,7 @@ void retire_send_wqes(EngineQp& qp) {
   }
 }
 
-void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -368,6 +368,10 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, C
     qp.engine()->stats.rx_ghost.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // The response's own time, not its burst's: a burst may take milliseconds
+  // (a sanitizer build), and progress dated from its start would leave the
+  // tail-loss probe already due at its end (a spurious resend).
+  auto now = Clock::now();
   if (wire::operation_of(pkt.bth().opcode()) == Operation::kAtomicAcknowledge) {
     on_atomic_ack(qp, pkt, tx, now);
   } else if (pkt.info->flags & wire::kOpReadResponse) {

@@ -570,7 +570,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   tx.use(transport_.get());
   std::shared_lock lock(qps_mu_);
   uint64_t rx_bytes = 0;  // of packets taken by a QP
-  for (auto& d : burst) dispatch(d, touched_, rx_bytes, now);
+  for (auto& d : burst) dispatch(d, touched_, rx_bytes);
   stats.rx_packets.fetch_add(burst.size(), std::memory_order_relaxed);
   stats.rx_bytes.fetch_add(rx_bytes, std::memory_order_relaxed);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
@@ -662,8 +662,7 @@ bool EngineContext::route_to_owner(transport::RxDatagram& d) {
   return false;
 }
 
-void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
-                             Clock::time_point now) {
+void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes) {
   if (d.truncated) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -715,7 +714,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {
-    completer_receive(qp, pkt, TxBatch::local(), now);
+    completer_receive(qp, pkt, TxBatch::local());
   } else {
     responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
     if ((qp.resp.ack_pending || qp.deferred_count) && !qp.in_touched_list) {

@@ -200,7 +200,7 @@ class EngineContext : public core::Context {
   static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   bool any_timer_armed();
   // One datagram of a burst; adds the length of a packet a QP takes to `rx_bytes`.
-  void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
+  void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes);
   bool route_to_owner(transport::RxDatagram& d);
   bool jumbo_ok(const wire::PacketView& pkt) const;
   void print_stats() const;

@@ -57,9 +57,8 @@ void responder_publish(EngineQp& qp, TxBatch& tx);
 // true while some remain (the caller comes back for them).
 bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 
-// Completer (completer.cc): one incoming response (ACK/NAK/READ response),
-// received by `now` (its burst's time: RTT samples and timers).
-void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now);
+// Completer (completer.cc): one incoming response (ACK/NAK/READ response).
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
 // Local ACK timeout and RNR timer.
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
 // The local ACK timer (IBA 9.7.6.1.3) and the RNR timer are the completer's:
