@@ -117,7 +117,8 @@ class EngineContext : public core::Context {
   // thread polling a CQ (whose RC ACKs may wait for its next post, below).
   enum class Turn { kProgress, kApplication };
   // Receive path: one burst of datagrams (the thread holding the receive
-  // turn, or tests), arrived by `now`.
+  // turn, or tests); `now`, the turn's clock reading, dates the ACKs it
+  // defers (responses read the clock each: completer_receive).
   void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress,
                      Clock::time_point now = Clock::now());
   // Runs every QP's timers; true if some timer is still armed.

@@ -440,7 +440,7 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
     h.msg_namelen = sizeof slot.addr;
     h.msg_controllen = sizeof slot.control;
   }
-  return got > 0 ? size_t(got) : 0;
+  return size_t(got);
 }
 
 bool UdpTransport::read_host_socket() noexcept {
