@@ -683,49 +683,62 @@ TEST_F(Requester, InlineSendCopiesAtPost) {
   EXPECT_EQ(tx[0].payload, inl);
 }
 
-// Post a 1 MiB SEND on one QP / Expect 512 packets (the whole window), no
+// Post a 2 MiB SEND (2048 packets) on one QP / Expect `window` packets, no
 // more until an ACK. Then a second QP of the context streams too / Expect the
-// two to share the window: the first, acknowledged, sends up to 256.
-TEST_F(Requester, QpsStreamingAtOnceShareTheWindow) {
-  std::vector<uint8_t> big(1 << 20, 3);
-  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
-  EXPECT_EQ(take().size(), 512u);
-  EXPECT_EQ(engine->senders(), 1u);
+// two to share the window: the first, acknowledged, sends up to half of it.
+class RequesterWindow : public Requester {
+ protected:
+  void expect_shared_window(uint32_t window) {
+    std::vector<uint8_t> big(2 << 20, 3);
+    core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+    EXPECT_EQ(take().size(), window);
+    EXPECT_EQ(engine->senders(), 1u);
 
-  // A second QP, connected like the first, starts a stream of its own.
-  core::QpCaps caps{64, 64, 4, 4, 64};
-  EngineQp* first = qp;
-  qp =
-      new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false, engine->allocate_qp_num(), nullptr);
-  engine->register_qp(qp);
-  bring_up();
-  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
-  EXPECT_EQ(take().size(), 256u);  // 512 shared by two senders
-  EXPECT_EQ(engine->senders(), 2u);
-  engine->unregister_qp(qp);
-  delete qp;
-  qp = first;
-  EXPECT_EQ(engine->senders(), 1u);
+    // A second QP, connected like the first, starts a stream of its own.
+    core::QpCaps caps{64, 64, 4, 4, 64};
+    EngineQp* first = qp;
+    qp = new EngineQp(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false, engine->allocate_qp_num(),
+                      nullptr);
+    engine->register_qp(qp);
+    bring_up();
+    post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+    EXPECT_EQ(take().size(), window / 2);  // shared by two senders
+    EXPECT_EQ(engine->senders(), 2u);
+    engine->unregister_qp(qp);
+    delete qp;
+    qp = first;
+    EXPECT_EQ(engine->senders(), 1u);
 
-  // Acknowledge the first QP's first 100 packets: it may have 512 in flight
-  // again (it is the only sender left), so it sends 100 more.
-  ack(wire::psn_add(sq_psn, 99));
-  EXPECT_EQ(take().size(), 100u);
+    // Acknowledge the first QP's first 100 packets: it may have the whole
+    // window in flight again (it is the only sender left), so it sends 100 more.
+    ack(wire::psn_add(sq_psn, 99));
+    EXPECT_EQ(take().size(), 100u);
+  }
+};
+
+// Through a socket / Expect a window of 1024 PSNs.
+TEST_F(RequesterWindow, QpsStreamingAtOnceShareTheWindow) { expect_shared_window(1024); }
+
+// Through shared memory / Expect 512: 1024 MTU packets could fill the
+// sender's ring.
+TEST_F(RequesterWindow, QpsStreamingThroughMemoryShareASmallerWindow) {
+  transport->memory_path = true;
+  expect_shared_window(512);
 }
 
-// Fifteen other QPs of the context are sending; post a 1 MiB SEND / Expect the
-// QP's share of the window, 32 packets, with AckReq on every 16th (half the
-// share), so that an ACK is on its way before the share is full. (Every 64th
-// would leave the share full without one, waiting for a tail-loss probe.)
+// Thirty-one other QPs of the context are sending; post a 1 MiB SEND / Expect
+// the QP's share of the window, 32 packets, with AckReq on every 16th (half
+// the share), so that an ACK is on its way before the share is full. (Every
+// 64th would leave the share full without one, waiting for a tail-loss probe.)
 TEST_F(Requester, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
   core::QpCaps caps{64, 64, 4, 4, 64};
   std::vector<std::unique_ptr<EngineQp>> others;
-  for (int i = 0; i < 15; ++i) {
+  for (int i = 0; i < 31; ++i) {
     others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
                                                 engine->allocate_qp_num(), nullptr));
     std::lock_guard lock(others.back()->mu);
@@ -738,7 +751,7 @@ TEST_F(Requester, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
   wr.send_flags = IBV_SEND_SIGNALED;
   post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
   auto tx = take();
-  ASSERT_EQ(tx.size(), 32u);  // 512 shared by 16 senders
+  ASSERT_EQ(tx.size(), 32u);  // 1024 shared by 32 senders
   for (size_t i = 0; i < tx.size(); ++i) EXPECT_EQ(tx[i].ack_req, i % 16 == 15) << i;
   for (auto& o : others) {
     std::lock_guard lock(o->mu);
