@@ -478,8 +478,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
   auto mr_lock = qp.ctx->mrs.read_lock();
   TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
   PeerJumbo peer(qp);
-  const uint32_t window_psns =
-      is_reliable(qp.type) && !qp.engine()->transport().through_memory(qp.path.dst) ? kSocketWindowPsns : kWindowPsns;
+  uint32_t window_psns = 0;  // looked up at the first packet (a placed WRITE needs none)
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
     uint32_t index = qp.req.index;
     core::SendWqe& w = qp.sq.at(index);
@@ -505,6 +504,8 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
     uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
+    if (window_psns == 0)
+      window_psns = qp.engine()->transport().through_memory(qp.path.dst) ? kWindowPsns : kSocketWindowPsns;
     uint32_t window = std::max(kMinWindowPsns, window_psns / senders);
     qp.req.ack_req_every = std::min(kMaxPacketsPerAckReq, window / 2);
     uint32_t need = is_read(w) ? wire::packets_for(w.length - qp.req.offset, mtu) : 1;
