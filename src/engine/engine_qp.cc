@@ -27,6 +27,21 @@ void EngineQp::count_sent(uint32_t bytes) {
   s.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+void EngineQp::count_sent_in_burst(uint32_t bytes) {
+  if (bytes == 0) return;
+  counters->count_sent(bytes);
+  ++unpublished_packets;
+  unpublished_bytes += bytes;
+}
+
+void EngineQp::publish_sent() {
+  if (unpublished_packets == 0) return;
+  Stats& s = engine()->stats;
+  s.tx_packets.fetch_add(unpublished_packets, std::memory_order_relaxed);
+  s.tx_bytes.fetch_add(unpublished_bytes, std::memory_order_relaxed);
+  unpublished_packets = unpublished_bytes = 0;
+}
+
 core::Cq* EngineQp::recv_completion_cq() const { return srq && srq->xrc_cq ? srq->xrc_cq : recv_cq; }
 
 Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr) {

@@ -232,6 +232,8 @@ class EngineQp : public core::Qp {
   bool relay_proxy = false;  // the context's stand-in for other processes' targets
   // Live counters (live_counters.h): the QP's entry while it is registered.
   QpCounters* counters = &LiveCounters::unlisted();
+  uint64_t unpublished_packets = 0;  // count_sent_in_burst, for the port's totals
+  uint64_t unpublished_bytes = 0;
 
   // Modify with the engine's reactions to the new state (caller holds mu).
   int modify(const ibv_qp_attr& a, int mask);
@@ -247,6 +249,12 @@ class EngineQp : public core::Qp {
   // Counts a packet built for this QP (`bytes` 0: dropped, not counted) and
   // one event of `counter`, in the QP's entry and the port's totals.
   void count_sent(uint32_t bytes);
+  // The same for a packet of a requester burst, whose port totals are added
+  // once, by publish_sent at the burst's end (caller holds mu): the port's
+  // counters take atomic adds, and two a packet — each waiting for the
+  // ICRC's stores to drain — cost ~2 % of a stream's CPU.
+  void count_sent_in_burst(uint32_t bytes);
+  void publish_sent();
   void count(std::atomic<uint64_t> QpCounters::*counter) {
     (counters->*counter).fetch_add(1, std::memory_order_relaxed);
   }

@@ -237,7 +237,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     tx.abort_packet();
     return false;
   }
-  qp.count_sent(tx.end_packet(*flow));
+  qp.count_sent_in_burst(tx.end_packet(*flow));  // send_burst publishes
   if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;
@@ -475,6 +475,10 @@ namespace {
 // shared lock. Returns true when it stopped at a local operation that may run
 // now (it changes the table, so it runs outside the lock).
 bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
+  struct PublishSent {
+    EngineQp& qp;
+    ~PublishSent() { qp.publish_sent(); }
+  } publish{qp};
   auto mr_lock = qp.ctx->mrs.read_lock();
   TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
   PeerJumbo peer(qp);

@@ -62,6 +62,11 @@ TEST_F(Requester, SendSegmentedByPathMtuThenAcked) {
   EXPECT_EQ(tx[0].pad, 0u);
   EXPECT_EQ(tx[2].pad, 3u);
   EXPECT_TRUE(poll(*scq).empty());
+  // Live counters: the three packets in the QP's entry and, once the burst
+  // is over, in the port's totals (added once a burst).
+  EXPECT_EQ(qp->counters->sent_pkts.load(), 3u);
+  EXPECT_EQ(engine->stats.tx_packets.load(), 3u);
+  EXPECT_EQ(engine->stats.tx_bytes.load(), qp->counters->sent_bytes.load());
 
   ack(sq(1));  // partial: not yet complete
   EXPECT_TRUE(poll(*scq).empty());
