@@ -85,7 +85,11 @@ bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t
     pieces_[piece_count_++] = iovec{const_cast<uint8_t*>(data), len};
     referenced_ = true;
   } else if (copy_.src == nullptr && len >= kMinDeferredCopy && !core::is_on_demand(mr)) {
-    copy_ = wire::CopyIn{packet_used_, data, len};  // stored by the ICRC's pass (end_packet)
+    // Stored by the ICRC's pass (end_packet), which prefetches what follows
+    // in the region.
+    const uint8_t* region_end = mr.host + mr.length;
+    size_t after = size_t(region_end - (data + len));
+    copy_ = wire::CopyIn{packet_used_, data, len, std::min(after, wire::kCopyAhead)};
     grow_arena_piece(len);
   } else {
     if (!core::copy_from_mr(mr, packet() + packet_used_, data, len)) return false;

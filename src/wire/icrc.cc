@@ -73,9 +73,9 @@ uint32_t icrc_after_pseudo_copying(uint8_t (&head)[64], uint8_t* packet, size_t 
   if (c.at < kTake) {
     size_t n = std::min(c.len, kTake - c.at);
     std::memcpy(packet + c.at, c.src, n);
-    if (c.len > n) rest = CopyIn{0, c.src + n, c.len - n};
+    if (c.len > n) rest = CopyIn{0, c.src + n, c.len - n, c.ahead};
   } else {
-    rest = CopyIn{c.at - kTake, c.src, c.len};
+    rest = CopyIn{c.at - kTake, c.src, c.len, c.ahead};
   }
   std::memcpy(head + kPseudo, packet, kTake);
   head[kPseudo + 4] = 0xFF;  // BTH byte 4 (FECN, BECN, Resv6a) masked

@@ -103,7 +103,13 @@ struct CopyIn {
   size_t at = 0;
   const uint8_t* src = nullptr;
   size_t len = 0;
+  // Bytes after src + len that lie in the same registered region (at most
+  // kCopyAhead): the pass prefetches them as it goes — the next packet's
+  // payload, which a source in DRAM would otherwise make it wait for at the
+  // start of every page (the hardware prefetcher stops at page boundaries).
+  size_t ahead = 0;
 };
+inline constexpr size_t kCopyAhead = 4096;
 
 // The ICRC of the contiguous `packet` (as icrc_ipv4 / icrc_ipv6), whose bytes
 // `copy` names are stored from copy.src in the same pass (before: anything).
