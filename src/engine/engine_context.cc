@@ -568,6 +568,7 @@ bool EngineContext::send_reads() {
 void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn, Clock::time_point now) {
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
+  TxBatch::BurstScope in_burst(tx);  // flushed below
   std::shared_lock lock(qps_mu_);
   uint64_t rx_bytes = 0;  // of packets taken by a QP
   for (auto& d : burst) dispatch(d, touched_, rx_bytes);

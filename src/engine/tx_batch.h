@@ -76,6 +76,22 @@ class TxBatch {
     bool outer_;
   };
 
+  // Open while a receive turn processes a burst (EngineContext::process_burst),
+  // which flushes at its end: until then the requester may leave a stream's
+  // packets pending (requester_run), so that the bursts that several QPs'
+  // ACKs release leave in one system call, not one each.
+  class BurstScope {
+   public:
+    explicit BurstScope(TxBatch& tx) : tx_(tx), outer_(tx.in_burst_) { tx.in_burst_ = true; }
+    ~BurstScope() { tx_.in_burst_ = outer_; }
+    BurstScope(const BurstScope&) = delete;
+    BurstScope& operator=(const BurstScope&) = delete;
+
+   private:
+    TxBatch& tx_;
+    bool outer_;
+  };
+
   TxBatch();
 
   // The calling thread's batch.
@@ -109,6 +125,7 @@ class TxBatch {
   // Whether the transport takes GSO messages (of more than one packet).
   bool gso() const { return max_segments_ > 1; }
   bool references_memory() const { return referenced_; }
+  bool in_burst() const { return in_burst_; }
 
  private:
   // Packets [first, first + count) to one destination, sent as one datagram
@@ -162,6 +179,7 @@ class TxBatch {
   unsigned done_pieces_ = 0;    // pieces of the finished packets
   bool references_ok_ = false;  // a ReferenceScope is open
   bool referenced_ = false;     // a pending packet references registered memory
+  bool in_burst_ = false;       // a BurstScope is open
   bool memory_known_ = false;   // memory_dst_ and memory_path_ answer for this flush
   bool memory_path_ = false;    // memory_dst_ is reached through shared memory
   transport::Endpoint memory_dst_;

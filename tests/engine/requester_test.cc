@@ -736,6 +736,44 @@ TEST_F(RequesterWindow, QpsStreamingThroughMemoryShareASmallerWindow) {
   expect_shared_window(512);
 }
 
+// QP A streams a 2 MiB SEND alone (the whole window, 1024 packets); QP B
+// then streams one too (its share, 512). Receive one burst with an ACK for
+// each: A's of 520 packets (504 left in flight, its share 512) and B's of 8 /
+// Expect the 16 packets the two ACKs release in one send (one system call),
+// A's first: the stream's run in the burst leaves its packets for the
+// burst's end.
+TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
+  std::vector<uint8_t> big(2 << 20, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), 1024u);
+  core::QpCaps caps{64, 64, 4, 4, 64};
+  EngineQp* a = qp;
+  auto b = std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                      engine->allocate_qp_num(), nullptr);
+  qp = b.get();
+  engine->register_qp(qp);
+  bring_up();
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), 512u);
+  qp = a;
+
+  unsigned sends = 0;
+  transport->on_send = [&](size_t) { ++sends; };
+  deliver({Craft{.opcode = kAck, .psn = wire::psn_add(sq_psn, 519), .syndrome = 0x1F, .msn = 1},
+           Craft{.opcode = kAck, .psn = wire::psn_add(sq_psn, 7), .dest_qp = b->qp_num(), .syndrome = 0x1F, .msn = 1}});
+  transport->on_send = nullptr;
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 16u);
+  EXPECT_EQ(sends, 1u);
+  for (size_t i = 0; i < tx.size(); ++i)
+    EXPECT_EQ(tx[i].psn, wire::psn_add(sq_psn, i < 8 ? 1024 + i : 512 + i - 8)) << i;
+  engine->unregister_qp(b.get());
+}
+
 // Thirty-one other QPs of the context are sending; post a 1 MiB SEND / Expect
 // the QP's share of the window, 32 packets, with AckReq on every 16th (half
 // the share), so that an ACK is on its way before the share is full. (Every
