@@ -279,23 +279,27 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Cl
   }
   Operation op = wire::operation_of(pkt.bth().opcode());
   // At offset 0 the response must start a message. Past it, MIDDLE/LAST
-  // continue the original request and FIRST/ONLY answer a re-request, which
-  // restarts there.
+  // continue a request and FIRST/ONLY answer the next one: the WQE's next
+  // part (send_read_request) or a re-request, which restart there. Only the
+  // WQE's last response may be shorter than the MTU: a part ends at a
+  // multiple of it.
   bool first_expected = qp.comp.read_offset == 0;
   bool starts = op == Operation::kReadResponseFirst || op == Operation::kReadResponseOnly;
   bool ends = op == Operation::kReadResponseLast || op == Operation::kReadResponseOnly;
   uint32_t remaining = w.length - qp.comp.read_offset;
-  bool size_ok = ends ? pkt.payload_len == remaining : pkt.payload_len == mtu && remaining > mtu;
+  bool full = pkt.payload_len == mtu && remaining > mtu;
+  bool size_ok = full || (ends && pkt.payload_len == remaining);
   if ((first_expected && !starts) || !size_ok) return fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
   if (!scatter(qp, index, qp.comp.read_offset, pkt.payload(), pkt.payload_len))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.read_offset += pkt.payload_len;
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
-  if (ends) {
+  if (qp.comp.read_offset == w.length) {
     qp.comp.read_offset = 0;
     finish_response(qp, w, tx, now);
   } else {
     progress(qp, now);
+    if (ends) requester_run(qp, tx);  // a part's end: the window has room for the next
   }
 }
 

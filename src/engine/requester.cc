@@ -143,17 +143,21 @@ bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigne
   return true;
 }
 
-// Builds the READ request for the rest of a READ WQE.
-void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
-  uint32_t remaining = w.length - qp.req.offset;
+// Builds a READ request for the next part of a READ WQE: at most `packets`
+// response packets of what is left from qp.req.offset, which moves on by the
+// part's length (the whole rest when it fits: a part ends at a multiple of
+// the MTU, so that only the WQE's last response may be short).
+void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx, uint32_t packets) {
+  uint32_t len = uint32_t(std::min<uint64_t>(w.length - qp.req.offset, uint64_t(packets) * qp.path.mtu));
   uint8_t opcode = opcode_of_qp(qp.type, Operation::kReadRequest);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
   fill_xrceth(info, h, w);
-  wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, remaining);
+  wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, len);
   qp.count_sent(tx.end_packet(qp.path.flow));
-  advance_psn(qp, wire::packets_for(remaining, qp.path.mtu));
+  advance_psn(qp, wire::packets_for(len, qp.path.mtu));
+  qp.req.offset += len;
   qp.req.pkts_since_ack_req = 0;
 }
 
@@ -512,7 +516,11 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       window_psns = qp.engine()->transport().through_memory(qp.path.dst) ? kWindowPsns : kSocketWindowPsns;
     uint32_t window = std::max(kMinWindowPsns, window_psns / senders);
     qp.req.ack_req_every = std::min(kMaxPacketsPerAckReq, window / 2);
-    uint32_t need = is_read(w) ? wire::packets_for(w.length - qp.req.offset, mtu) : 1;
+    // A READ asks for at most the window's worth of responses at a time
+    // (send_read_request): 64 QPs reading 1 MiB each asked for 64 MiB at
+    // once, more than the receiving socket holds, and collapsed in drops
+    // and re-requests (ib_read_bw -q 64: 2-4 GB/s, 2.4 M ghost responses).
+    uint32_t need = is_read(w) ? std::min(wire::packets_for(w.length - qp.req.offset, mtu), window) : 1;
     // Jumbo packets (same host): a window of bytes rather than PSNs, and
     // only whole jumbos (or a message's rest) go: partial ones would cut the
     // stream into ever smaller pieces as ACKs free the window bit by bit.
@@ -534,9 +542,11 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       if (core::is_atomic(w.opcode))
         send_atomic_request(qp, w, tx);
       else
-        send_read_request(qp, w, tx);
-      qp.req.offset = 0;
-      ++qp.req.index;
+        send_read_request(qp, w, tx, need);
+      if (core::is_atomic(w.opcode) || qp.req.offset >= w.length) {
+        qp.req.offset = 0;
+        ++qp.req.index;
+      }
     } else {
       Jumbo jumbo = jumbo_psns ? send_jumbo_packet(qp, index, w, tx, need) : Jumbo::kNotUsed;
       if (jumbo == Jumbo::kLocalError || (jumbo == Jumbo::kNotUsed && !send_data_packet(qp, index, w, tx))) {

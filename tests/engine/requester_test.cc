@@ -635,6 +635,93 @@ TEST_F(Requester, ReadResponseGapReRequests) {
   EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
 }
 
+// Thirty-one other QPs of the context are sending (a share of 32 PSNs each);
+// post a READ of 40 MTUs + 100 bytes (41 responses) / Expect a READ request
+// for the share, 32 MTUs. Receive its 32 responses (FIRST, MIDDLEs, LAST) /
+// Expect the next part requested: PSN sq(32), va and length advanced by 32
+// MTUs, and no completion yet. Receive its responses / Expect the READ
+// complete with all of its data.
+TEST_F(Requester, ReadLargerThanTheShareIsRequestedInParts) {
+  core::QpCaps caps{64, 64, 4, 4, 64};
+  std::vector<std::unique_ptr<EngineQp>> others;
+  for (int i = 0; i < 31; ++i) {
+    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                                engine->allocate_qp_num(), nullptr));
+    std::lock_guard lock(others.back()->mu);
+    engine->count_sender(*others.back(), true);
+  }
+  const uint32_t len = 40 * kMtu + 100;
+  std::vector<uint8_t> d(len + 64, 0);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x200000;
+  wr.wr.rdma.rkey = 0x33;
+  post_send(wr, {sge(d.data(), len, m)});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(0));
+  EXPECT_EQ(*tx[0].reth_va, 0x200000u);
+  EXPECT_EQ(tx[0].reth_len, 32 * kMtu);
+
+  auto data = pattern(len, 9);
+  auto piece = [&](uint32_t k) {
+    auto from = data.begin() + long(k) * kMtu;
+    return std::vector<uint8_t>(from, std::min(from + kMtu, data.end()));
+  };
+  for (uint32_t k = 0; k < 32; ++k) {
+    uint8_t op = k == 0 ? kReadRespFirst : k == 31 ? kReadRespLast : kReadRespMiddle;
+    deliver(Craft{.opcode = op, .psn = sq(k), .msn = 1, .payload = piece(k)});
+  }
+  EXPECT_TRUE(poll(*scq).empty());
+  tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(32));
+  EXPECT_EQ(*tx[0].reth_va, 0x200000u + 32 * kMtu);
+  EXPECT_EQ(tx[0].reth_len, 8 * kMtu + 100);
+
+  for (uint32_t k = 32; k < 41; ++k) {
+    uint8_t op = k == 32 ? kReadRespFirst : k == 40 ? kReadRespLast : kReadRespMiddle;
+    deliver(Craft{.opcode = op, .psn = sq(k), .msn = 2, .payload = piece(k)});
+  }
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 9u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].byte_len, len);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
+  EXPECT_EQ(d[len], 0);
+  for (auto& o : others) {
+    std::lock_guard lock(o->mu);
+    engine->count_sender(*o, false);
+  }
+}
+
+// A READ's response LAST shorter than the MTU while more of the READ is
+// left / Expect IBV_WC_BAD_RESP_ERR: only a READ's last response may be
+// short (a part ends at a multiple of the MTU).
+TEST_F(Requester, ShortReadResponseBeforeTheEndIsABadResponse) {
+  std::vector<uint8_t> d(4 * kMtu, 0);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 4;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x1000;
+  wr.wr.rdma.rkey = 0x22;
+  post_send(wr, {sge(d.data(), 3 * kMtu, m)});
+  ASSERT_EQ(take().size(), 1u);
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = pattern(kMtu, 1)});
+  deliver(Craft{.opcode = kReadRespLast, .psn = sq(1), .msn = 1, .payload = pattern(100, 2)});
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_BAD_RESP_ERR);
+}
+
 // sq_psn near the wrap: a 3-packet SEND from 0xFFFFFE / Expect PSNs 0xFFFFFE,
 // 0xFFFFFF, 0 and completion on ACK(0).
 class RequesterWrap : public Requester {
