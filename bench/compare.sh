@@ -19,7 +19,8 @@
 #     busy-polling with a 20 B datagram behind each 64 B one in one GSO message (the shape
 #     of an RC reply that carries the ACK of the message it answers);
 #   - uroce through unmodified perftest (each under `uroce run`, RC, one QP): ib_write_bw,
-#     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 and -q 64 at 1 MiB
+#     ib_send_bw, ib_read_bw at 4 KiB, 64 KiB, 1 MiB; ib_write_bw -q 8 and -q 64 at 1 MiB,
+#     ib_send_bw and ib_read_bw -q 64 at 1 MiB
 #     (aggregate);
 #     ib_send_lat, ib_write_lat, ib_read_lat at 64 B (t_typical and 99 %). On loopback
 #     UROCE_MTU=4096 (GID of 127.0.0.1); across the namespaces the veth's MTU 9000 makes the
@@ -365,6 +366,8 @@ measure_uroce() {
   done
   perftest_bw ib_write_bw 1048576 $(((bw_iters_1m + 7) / 8)) -q 8
   perftest_bw ib_write_bw 1048576 $(((bw_iters_1m + 63) / 64)) -q 64
+  perftest_bw ib_send_bw 1048576 $(((bw_iters_1m + 63) / 64)) -q 64
+  perftest_bw ib_read_bw 1048576 $(((bw_iters_1m + 63) / 64)) -q 64
   for prog in ib_send_lat ib_write_lat ib_read_lat; do perftest_lat "$prog" 64 "$lat_iters"; done
 }
 
@@ -575,6 +578,10 @@ print_location() {
     row "ib_write_bw 1 MiB -q $q (aggregate)" "$(get "$loc:ib_write_bw:1048576:-q$q")" GB/s "ib_write_bw 1 MiB, 1 QP" \
       "$w1" "$(rexmit_note "$loc:ib_write_bw:1048576:-q$q")"
   done
+  for prog in ib_send_bw ib_read_bw; do
+    row "$prog 1 MiB -q 64 (aggregate)" "$(get "$loc:$prog:1048576:-q64")" GB/s "$prog 1 MiB, 1 QP" \
+      "$(get "$loc:$prog:1048576")" "$(rexmit_note "$loc:$prog:1048576:-q64")"
+  done
   for prog in ib_send_lat ib_write_lat ib_read_lat; do
     local rlabel="UCX tag_lat (TCP)" rvalue=$ucxl
     label="$prog 64 B t_typical"
@@ -757,6 +764,10 @@ at_same_host() {
   for q in 8 64; do
     row "ib_write_bw 1 MiB -q $q (aggregate)" "$(get "shm:ib_write_bw:1048576:-q$q")" GB/s "the same over UDP (loopback)" \
       "$(get "lo:ib_write_bw:1048576:-q$q")"
+  done
+  for prog in ib_send_bw ib_read_bw; do
+    row "$prog 1 MiB -q 64 (aggregate)" "$(get "shm:$prog:1048576:-q64")" GB/s "the same over UDP (loopback)" \
+      "$(get "lo:$prog:1048576:-q64")"
   done
   for prog in ib_send_lat ib_write_lat ib_read_lat; do
     label="$prog 64 B t_typical"
