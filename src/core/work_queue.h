@@ -56,7 +56,11 @@ struct SendWqe {
   // Requester/completer bookkeeping.
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
-  bool started = false;    // first packet assigned its PSN
+  bool started = false;  // first packet assigned its PSN
+  // READ: response packets one request asks for at most, fixed at the first
+  // (the requester's window share then): its parts, and any re-request stays
+  // inside the part it repeats (engine/requester.cc, send_read_request).
+  uint32_t read_part_packets = 0;
   bool completed = false;  // completion decided (status below)
   ibv_wc_status status = IBV_WC_SUCCESS;
   uint64_t atomic_orig = 0;  // returned value of an atomic

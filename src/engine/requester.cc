@@ -143,6 +143,16 @@ bool local_keys_ok(EngineQp& qp, uint32_t index, const core::SendWqe& w, unsigne
   return true;
 }
 
+// Response packets from packet `done` of a READ WQE (of `total`) to the end
+// of the part it lies in. Parts are read_part_packets long from the WQE's
+// start, so a re-request from a lost response asks for no more than the
+// request it repeats did: the responder replays only a range inside one it
+// remembers (responder.cc, duplicate).
+uint32_t read_part_left(const core::SendWqe& w, uint32_t done, uint32_t total) {
+  uint32_t part_end = (done / w.read_part_packets + 1) * w.read_part_packets;
+  return std::min(part_end, total) - done;
+}
+
 // Builds a READ request for the next part of a READ WQE: at most `packets`
 // response packets of what is left from qp.req.offset, which moves on by the
 // part's length (the whole rest when it fits: a part ends at a multiple of
@@ -520,7 +530,12 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     // (send_read_request): 64 QPs reading 1 MiB each asked for 64 MiB at
     // once, more than the receiving socket holds, and collapsed in drops
     // and re-requests (ib_read_bw -q 64: 2-4 GB/s, 2.4 M ghost responses).
-    uint32_t need = is_read(w) ? std::min(wire::packets_for(w.length - qp.req.offset, mtu), window) : 1;
+    uint32_t need = 1;
+    if (is_read(w) && !core::is_atomic(w.opcode)) {
+      uint32_t total = wire::packets_for(w.length, mtu);
+      if (w.read_part_packets == 0) w.read_part_packets = std::min(total, window);
+      need = read_part_left(w, qp.req.offset / mtu, total);
+    }
     // Jumbo packets (same host): a window of bytes rather than PSNs, and
     // only whole jumbos (or a message's rest) go: partial ones would cut the
     // stream into ever smaller pieces as ACKs free the window bit by bit.

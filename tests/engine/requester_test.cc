@@ -701,6 +701,48 @@ TEST_F(Requester, ReadLargerThanTheShareIsRequestedInParts) {
   }
 }
 
+// The same READ in parts of 32; lose its second response / Expect the
+// re-request to ask from the lost one to the end of the first part only
+// (PSN sq(1), va + 1 MTU, 31 MTUs): the responder replays only a range
+// inside a request it remembers, and a re-request reaching into the next
+// part was dropped there, for ever (fault.rc_stress.read_parts hung).
+TEST_F(Requester, ReadReRequestStaysInsideItsPart) {
+  core::QpCaps caps{64, 64, 4, 4, 64};
+  std::vector<std::unique_ptr<EngineQp>> others;
+  for (int i = 0; i < 31; ++i) {
+    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                                engine->allocate_qp_num(), nullptr));
+    std::lock_guard lock(others.back()->mu);
+    engine->count_sender(*others.back(), true);
+  }
+  const uint32_t len = 40 * kMtu + 100;
+  std::vector<uint8_t> d(len, 0);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x200000;
+  wr.wr.rdma.rkey = 0x33;
+  post_send(wr, {sge(d.data(), len, m)});
+  ASSERT_EQ(take().size(), 1u);
+  auto data = pattern(len, 9);
+  auto piece = [&](uint32_t k) {
+    return std::vector<uint8_t>(data.begin() + long(k) * kMtu, data.begin() + long(k + 1) * kMtu);
+  };
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = piece(0)});
+  deliver(Craft{.opcode = kReadRespMiddle, .psn = sq(2), .payload = piece(2)});
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].opcode, kReadRequest);
+  EXPECT_EQ(re[0].psn, sq(1));
+  EXPECT_EQ(*re[0].reth_va, 0x200000u + kMtu);
+  EXPECT_EQ(re[0].reth_len, 31 * kMtu);
+  for (auto& o : others) {
+    std::lock_guard lock(o->mu);
+    engine->count_sender(*o, false);
+  }
+}
+
 // A READ's response LAST shorter than the MTU while more of the READ is
 // left / Expect IBV_WC_BAD_RESP_ERR: only a READ's last response may be
 // short (a part ends at a multiple of the MTU).

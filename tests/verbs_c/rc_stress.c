@@ -20,7 +20,9 @@
  *  - each completion arrives within 30 s; at the end no extra completion shows up on
  *    either CQ and the guard zones around the regions are intact.
  *
- * Usage: rc_stress [--mib N] [--seed S]. Prints one summary line and exits 0 on success. */
+ * Usage: rc_stress [--mib N] [--seed S] [--mtu BYTES]. Prints one summary line and exits 0
+ * on success. --mtu 256 makes a 1 MiB READ 4096 responses, more than the requester's window
+ * (1024): it is asked for in parts. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <stdio.h>
@@ -369,37 +371,48 @@ static int final_checks(void) {
   return 0;
 }
 
-static int parse_args(int argc, char** argv, uint64_t* mib) {
-  for (int i = 1; i < argc; i += 2) { /* options come in pairs: --mib N, --seed S */
+/* The path MTU enum for `bytes` (256..4096), or 0. */
+static enum ibv_mtu mtu_of(uint64_t bytes) {
+  for (int m = IBV_MTU_256; m <= IBV_MTU_4096; ++m)
+    if (bytes == 128u << m) return (enum ibv_mtu)m;
+  return (enum ibv_mtu)0;
+}
+
+static int parse_args(int argc, char** argv, uint64_t* mib, enum ibv_mtu* mtu) {
+  for (int i = 1; i < argc; i += 2) { /* options come in pairs: --mib N, --seed S, --mtu B */
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf(
-          "usage: %s [--mib N] [--seed S]\n  RC SEND/WRITE/READ stress between two local QPs, every byte and "
-          "completion verified (default: --mib 256 --seed 1)\n",
+          "usage: %s [--mib N] [--seed S] [--mtu BYTES]\n  RC SEND/WRITE/READ stress between two local QPs, "
+          "every byte and completion verified (default: --mib 256 --seed 1 --mtu 4096)\n",
           argv[0]);
       exit(0);
     }
     char* end = NULL;
-    int known = !strcmp(argv[i], "--mib") || !strcmp(argv[i], "--seed");
+    int known = !strcmp(argv[i], "--mib") || !strcmp(argv[i], "--seed") || !strcmp(argv[i], "--mtu");
     uint64_t v = known && i + 1 < argc ? strtoull(argv[i + 1], &end, 0) : 0;
-    if (!end || end == argv[i + 1] || *end) {
+    if (!end || end == argv[i + 1] || *end || (!strcmp(argv[i], "--mtu") && !mtu_of(v))) {
       printf("rc_stress: bad argument '%s' (try --help)\n", argv[i]);
       return -1;
     }
-    *(!strcmp(argv[i], "--mib") ? mib : &g_seed) = v;
+    if (!strcmp(argv[i], "--mtu"))
+      *mtu = mtu_of(v);
+    else
+      *(!strcmp(argv[i], "--mib") ? mib : &g_seed) = v;
   }
   return 0;
 }
 
 int main(int argc, char** argv) {
   uint64_t mib = 256;
+  enum ibv_mtu mtu = IBV_MTU_4096;
   g_seed = 1;
-  if (parse_args(argc, argv, &mib)) return 1;
+  if (parse_args(argc, argv, &mib, &mtu)) return 1;
   setvbuf(stdout, NULL, _IOLBF, 0);
   memset(g_guard, kGuard, sizeof g_guard);
 
   struct vp_params p;
   vp_default_params(&p);
-  p.mtu = IBV_MTU_4096;
+  p.mtu = mtu;
   p.sq_depth = 2 * kDepth;
   p.rq_depth = 2 * kDepth;
   if (query_limits(&p)) return 1;
