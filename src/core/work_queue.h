@@ -61,7 +61,8 @@ struct SendWqe {
   // (the requester's window share then): its parts, and any re-request stays
   // inside the part it repeats (engine/requester.cc, send_read_request).
   uint32_t read_part_packets = 0;
-  bool completed = false;  // completion decided (status below)
+  uint32_t read_requested = 0;  // READ: response packets asked for so far (a request below repeats one)
+  bool completed = false;       // completion decided (status below)
   ibv_wc_status status = IBV_WC_SUCCESS;
   uint64_t atomic_orig = 0;  // returned value of an atomic
 };

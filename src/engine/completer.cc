@@ -299,7 +299,10 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Cl
     finish_response(qp, w, tx, now);
   } else {
     progress(qp, now);
-    if (ends) requester_run(qp, tx);  // a part's end: the window has room for the next
+    if (ends) {  // a part's end: its credit and the window have room for the next
+      requester_read_part_done(qp);
+      requester_run(qp, tx);
+    }
   }
 }
 

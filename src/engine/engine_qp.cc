@@ -154,6 +154,7 @@ void EngineQp::flush_send_queue() {
   req.index = sq.posted;
   req.offset = 0;
   req.reads_outstanding = 0;
+  req.read_requests = 0;
   completer_stop_timer(*this);
 }
 

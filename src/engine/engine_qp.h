@@ -73,8 +73,11 @@ struct RequesterState {
   // before the window is full (requester.cc, send_burst).
   uint32_t ack_req_every = 64;
   uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
-  bool counted_sending = false;    // counted in EngineContext::senders()
-  bool jumbo_sent = false;         // by the current post (requester_after_post)
+  // READ and atomic requests sent and not yet answered in full, which
+  // max_rd_atomic bounds: each part of a READ is one (send_read_request).
+  uint32_t read_requests = 0;
+  bool counted_sending = false;  // counted in EngineContext::senders()
+  bool jumbo_sent = false;       // by the current post (requester_after_post)
   // Whether the path goes through shared memory (requester_post), asked of
   // the transport every kThroughMemoryRecheck posts.
   bool through_memory = false;

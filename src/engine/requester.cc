@@ -473,6 +473,11 @@ void requester_rewind(EngineQp& qp, uint32_t psn) {
 
 void requester_read_done(EngineQp& qp) {
   if (qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
+  requester_read_part_done(qp);
+}
+
+void requester_read_part_done(EngineQp& qp) {
+  if (qp.req.read_requests > 0) --qp.req.read_requests;
 }
 
 void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
@@ -502,9 +507,9 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     core::SendWqe& w = qp.sq.at(index);
     uint32_t mtu = qp.path.mtu;
     if (!w.started && is_local_op(w)) return !((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0);
+    const uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
     if (!w.started) {
-      uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
-      if (is_read(w) && qp.req.reads_outstanding >= max_reads) break;
+      if (is_read(w) && qp.req.read_requests >= max_reads) break;
       // Fence: wait until every earlier READ/ATOMIC has completed.
       if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
       if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
@@ -519,6 +524,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       w.last_psn = wire::psn_add(w.first_psn, wire::packets_for(w.length, mtu) - 1);
       qp.req.offset = 0;
       if (is_read(w)) ++qp.req.reads_outstanding;
+      if (core::is_atomic(w.opcode)) ++qp.req.read_requests;  // a READ's parts count as they go
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
     uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
@@ -554,10 +560,18 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > window) break;
 
     if (is_read(w)) {
-      if (core::is_atomic(w.opcode))
+      if (core::is_atomic(w.opcode)) {
         send_atomic_request(qp, w, tx);
-      else
+      } else {
+        // A new part takes a credit; a request below what was asked for
+        // already repeats one (after a rewind) and takes none.
+        uint32_t done = qp.req.offset / mtu;
+        bool new_part = done >= w.read_requested;
+        if (new_part && qp.req.read_requests >= max_reads) break;
         send_read_request(qp, w, tx, need);
+        if (new_part) ++qp.req.read_requests;
+        w.read_requested = std::max(w.read_requested, done + need);
+      }
       if (core::is_atomic(w.opcode) || qp.req.offset >= w.length) {
         qp.req.offset = 0;
         ++qp.req.index;

@@ -28,6 +28,9 @@ void requester_catch_up(EngineQp& qp);
 // The last response of a READ or atomic arrived: its credit (max_rd_atomic)
 // is free again.
 void requester_read_done(EngineQp& qp);
+// A READ's part other than its last was answered in full: its request's
+// max_rd_atomic credit is free for the next.
+void requester_read_part_done(EngineQp& qp);
 // The end of a post (verbs; `lock` holds qp.mu and is released here). A post
 // that sent jumbo packets takes a receive turn right after: the stream's ACKs
 // are then taken, and its next jumbos sent, by the posting thread, not by

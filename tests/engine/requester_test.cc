@@ -743,6 +743,93 @@ TEST_F(Requester, ReadReRequestStaysInsideItsPart) {
   }
 }
 
+// One READ credit (max_rd_atomic 1) and a share of 32 PSNs (31 other senders).
+class RequesterOneReadCredit : public Requester {
+ protected:
+  RequesterOneReadCredit() { max_rd_atomic = 1; }
+  void SetUp() override {
+    Requester::SetUp();
+    core::QpCaps caps{64, 64, 4, 4, 64};
+    for (int i = 0; i < 31; ++i) {
+      others_.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                                   engine->allocate_qp_num(), nullptr));
+      std::lock_guard lock(others_.back()->mu);
+      engine->count_sender(*others_.back(), true);
+    }
+  }
+  void TearDown() override {
+    for (auto& o : others_) {
+      std::lock_guard lock(o->mu);
+      engine->count_sender(*o, false);
+    }
+    others_.clear();
+    Requester::TearDown();
+  }
+  std::vector<std::unique_ptr<EngineQp>> others_;
+};
+
+// Post a READ of 40 MTUs + 100 (two parts) and a READ of one MTU / Expect the
+// first part's request alone: each part is a READ request on the wire, which
+// max_rd_atomic bounds. Receive twenty responses and post a SEND / Expect
+// nothing sent, though the window has room. Receive the rest of the part /
+// Expect the second part (its LAST gave the credit back), still not the other
+// READ. Receive the second part / Expect the first READ complete and the
+// other READ requested, and the SEND.
+TEST_F(RequesterOneReadCredit, EachPartOfAReadTakesACredit) {
+  const uint32_t len = 40 * kMtu + 100;
+  std::vector<uint8_t> d(len + kMtu, 0);
+  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x200000;
+  wr.wr.rdma.rkey = 0x33;
+  post_send(wr, {sge(d.data(), len, m)});
+  wr.wr_id = 2;
+  wr.wr.rdma.remote_addr = 0x400000;
+  post_send(wr, {sge(d.data() + len, kMtu, m)});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].reth_len, 32 * kMtu);
+
+  auto data = pattern(len, 5);
+  auto piece = [&](uint32_t k) {
+    auto from = data.begin() + long(k) * kMtu;
+    return std::vector<uint8_t>(from, std::min(from + kMtu, data.end()));
+  };
+  auto respond = [&](uint32_t from, uint32_t to) {
+    for (uint32_t k = from; k < to; ++k) {
+      uint8_t op = k == from ? kReadRespFirst : k == to - 1 ? kReadRespLast : kReadRespMiddle;
+      deliver(Craft{.opcode = op, .psn = sq(k), .msn = 1, .payload = piece(k)});
+    }
+  };
+  // Twenty responses in (12 in flight: a post runs the requester, the QP no
+  // longer streams), the window has room for the second part (9 packets),
+  // but its request would be the second on the wire: nothing goes (the SEND
+  // waits behind the READ).
+  for (uint32_t k = 0; k < 20; ++k)
+    deliver(Craft{.opcode = k == 0 ? kReadRespFirst : kReadRespMiddle, .psn = sq(k), .msn = 1, .payload = piece(k)});
+  send(3, 4);
+  EXPECT_TRUE(take().empty());
+  for (uint32_t k = 20; k < 32; ++k)
+    deliver(Craft{.opcode = k == 31 ? kReadRespLast : kReadRespMiddle, .psn = sq(k), .msn = 1, .payload = piece(k)});
+  tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(32));
+  EXPECT_EQ(*tx[0].reth_va, 0x200000u + 32 * kMtu);
+  respond(32, 41);
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  tx = take();
+  ASSERT_EQ(tx.size(), 2u);  // the other READ, then the SEND behind it
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(41));
+  EXPECT_EQ(*tx[0].reth_va, 0x400000u);
+  EXPECT_EQ(tx[1].psn, sq(42));
+}
+
 // A READ's response LAST shorter than the MTU while more of the READ is
 // left / Expect IBV_WC_BAD_RESP_ERR: only a READ's last response may be
 // short (a part ends at a multiple of the MTU).
