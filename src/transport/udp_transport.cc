@@ -21,9 +21,39 @@
 #define UDP_GRO 104
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+#define UROCE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UROCE_TSAN 1
+#endif
+#endif
+#ifdef UROCE_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace uroce::transport {
 
 namespace {
+
+// ThreadSanitizer sees the order a datagram makes between its sender and its
+// receiver only through libc's sendmmsg/recvmmsg, which it intercepts; uroce
+// makes the system calls itself (recv_into), so it tells it. One object for
+// the process: a datagram may go from one of its contexts to another (a
+// program's two QPs, rc_stress), and a WRITE's target must be seen written by
+// the application before the post that sent it, not at the same time.
+[[maybe_unused]] char tsan_datagrams;
+inline void tsan_sent() {
+#ifdef UROCE_TSAN
+  __tsan_release(&tsan_datagrams);
+#endif
+}
+inline void tsan_received() {
+#ifdef UROCE_TSAN
+  __tsan_acquire(&tsan_datagrams);
+#endif
+}
 
 constexpr size_t kMaxBurst = 64;        // datagrams (or GSO messages) per sendmmsg / recvmmsg
 constexpr size_t kGroMessages = 32;     // recvmmsg buffers with GRO: 64 KiB each
@@ -321,6 +351,7 @@ size_t UdpTransport::send_some(std::span<TxDatagram> burst) noexcept {
   }
   burst = burst.first(n);
   for (size_t i = 0; i < burst.size(); ++i) fill_header(msgs[i].msg_hdr, addrs[i], control[i], burst[i]);
+  tsan_sent();
   for (;;) {
     int sent = int(syscall(SYS_sendmmsg, fd, msgs, unsigned(burst.size()), 0));  // as recv_into's
     if (sent > 0) return size_t(sent);
@@ -400,6 +431,7 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
   // costs two calls around every receive (~2 % of a ping-pong's time).
   long r = syscall(SYS_recvmmsg, fd, msgs, unsigned(want), MSG_DONTWAIT, nullptr);
   int got = r > 0 ? int(r) : 0;
+  if (got) tsan_received();
   for (int i = 0; i < got; ++i) {
     RxMessage& m = rx_messages_[first + size_t(i)];
     msghdr& h = msgs[i].msg_hdr;
