@@ -635,21 +635,38 @@ TEST_F(Requester, ReadResponseGapReRequests) {
   EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
 }
 
+// Thirty-one other QPs of the context are sending: the QP's share of the
+// window is 32 PSNs (1024 / 32).
+class RequesterShare32 : public Requester {
+ protected:
+  void SetUp() override {
+    Requester::SetUp();
+    core::QpCaps caps{64, 64, 4, 4, 64};
+    for (int i = 0; i < 31; ++i) {
+      others_.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
+                                                   engine->allocate_qp_num(), nullptr));
+      std::lock_guard lock(others_.back()->mu);
+      engine->count_sender(*others_.back(), true);
+    }
+  }
+  void TearDown() override {
+    for (auto& o : others_) {
+      std::lock_guard lock(o->mu);
+      engine->count_sender(*o, false);
+    }
+    others_.clear();
+    Requester::TearDown();
+  }
+  std::vector<std::unique_ptr<EngineQp>> others_;
+};
+
 // Thirty-one other QPs of the context are sending (a share of 32 PSNs each);
 // post a READ of 40 MTUs + 100 bytes (41 responses) / Expect a READ request
 // for the share, 32 MTUs. Receive its 32 responses (FIRST, MIDDLEs, LAST) /
 // Expect the next part requested: PSN sq(32), va and length advanced by 32
 // MTUs, and no completion yet. Receive its responses / Expect the READ
 // complete with all of its data.
-TEST_F(Requester, ReadLargerThanTheShareIsRequestedInParts) {
-  core::QpCaps caps{64, 64, 4, 4, 64};
-  std::vector<std::unique_ptr<EngineQp>> others;
-  for (int i = 0; i < 31; ++i) {
-    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
-                                                engine->allocate_qp_num(), nullptr));
-    std::lock_guard lock(others.back()->mu);
-    engine->count_sender(*others.back(), true);
-  }
+TEST_F(RequesterShare32, ReadLargerThanTheShareIsRequestedInParts) {
   const uint32_t len = 40 * kMtu + 100;
   std::vector<uint8_t> d(len + 64, 0);
   core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
@@ -695,10 +712,6 @@ TEST_F(Requester, ReadLargerThanTheShareIsRequestedInParts) {
   EXPECT_EQ(wc[0].byte_len, len);
   EXPECT_TRUE(std::equal(data.begin(), data.end(), d.begin()));
   EXPECT_EQ(d[len], 0);
-  for (auto& o : others) {
-    std::lock_guard lock(o->mu);
-    engine->count_sender(*o, false);
-  }
 }
 
 // The same READ in parts of 32; lose its second response / Expect the
@@ -706,15 +719,7 @@ TEST_F(Requester, ReadLargerThanTheShareIsRequestedInParts) {
 // (PSN sq(1), va + 1 MTU, 31 MTUs): the responder replays only a range
 // inside a request it remembers, and a re-request reaching into the next
 // part was dropped there, for ever (fault.rc_stress.read_parts hung).
-TEST_F(Requester, ReadReRequestStaysInsideItsPart) {
-  core::QpCaps caps{64, 64, 4, 4, 64};
-  std::vector<std::unique_ptr<EngineQp>> others;
-  for (int i = 0; i < 31; ++i) {
-    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
-                                                engine->allocate_qp_num(), nullptr));
-    std::lock_guard lock(others.back()->mu);
-    engine->count_sender(*others.back(), true);
-  }
+TEST_F(RequesterShare32, ReadReRequestStaysInsideItsPart) {
   const uint32_t len = 40 * kMtu + 100;
   std::vector<uint8_t> d(len, 0);
   core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
@@ -737,35 +742,12 @@ TEST_F(Requester, ReadReRequestStaysInsideItsPart) {
   EXPECT_EQ(re[0].psn, sq(1));
   EXPECT_EQ(*re[0].reth_va, 0x200000u + kMtu);
   EXPECT_EQ(re[0].reth_len, 31 * kMtu);
-  for (auto& o : others) {
-    std::lock_guard lock(o->mu);
-    engine->count_sender(*o, false);
-  }
 }
 
-// One READ credit (max_rd_atomic 1) and a share of 32 PSNs (31 other senders).
-class RequesterOneReadCredit : public Requester {
+// One READ credit (max_rd_atomic 1), and the share of 32 PSNs.
+class RequesterOneReadCredit : public RequesterShare32 {
  protected:
   RequesterOneReadCredit() { max_rd_atomic = 1; }
-  void SetUp() override {
-    Requester::SetUp();
-    core::QpCaps caps{64, 64, 4, 4, 64};
-    for (int i = 0; i < 31; ++i) {
-      others_.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
-                                                   engine->allocate_qp_num(), nullptr));
-      std::lock_guard lock(others_.back()->mu);
-      engine->count_sender(*others_.back(), true);
-    }
-  }
-  void TearDown() override {
-    for (auto& o : others_) {
-      std::lock_guard lock(o->mu);
-      engine->count_sender(*o, false);
-    }
-    others_.clear();
-    Requester::TearDown();
-  }
-  std::vector<std::unique_ptr<EngineQp>> others_;
 };
 
 // Post a READ of 40 MTUs + 100 (two parts) and a READ of one MTU / Expect the
@@ -994,15 +976,7 @@ TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
 // the QP's share of the window, 32 packets, with AckReq on every 16th (half
 // the share), so that an ACK is on its way before the share is full. (Every
 // 64th would leave the share full without one, waiting for a tail-loss probe.)
-TEST_F(Requester, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
-  core::QpCaps caps{64, 64, 4, 4, 64};
-  std::vector<std::unique_ptr<EngineQp>> others;
-  for (int i = 0; i < 31; ++i) {
-    others.push_back(std::make_unique<EngineQp>(engine, pd.get(), scq.get(), rcq.get(), IBV_QPT_RC, caps, false,
-                                                engine->allocate_qp_num(), nullptr));
-    std::lock_guard lock(others.back()->mu);
-    engine->count_sender(*others.back(), true);
-  }
+TEST_F(RequesterShare32, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
   std::vector<uint8_t> big(1 << 20, 3);
   core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};
@@ -1012,10 +986,6 @@ TEST_F(Requester, ShareOfTheWindowAsksForAnAckEveryHalfShare) {
   auto tx = take();
   ASSERT_EQ(tx.size(), 32u);  // 1024 shared by 32 senders
   for (size_t i = 0; i < tx.size(); ++i) EXPECT_EQ(tx[i].ack_req, i % 16 == 15) << i;
-  for (auto& o : others) {
-    std::lock_guard lock(o->mu);
-    engine->count_sender(*o, false);
-  }
 }
 
 }  // namespace
