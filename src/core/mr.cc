@@ -17,11 +17,6 @@
 
 namespace uroce::core {
 
-namespace {
-// Bytes after a scatter's end it prefetches (one MTU-4096 packet's payload).
-constexpr size_t kScatterAhead = 4096;
-}  // namespace
-
 int validate_mr_access(unsigned access) {
   if (access & ~kSupportedAccess) return EINVAL;
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
@@ -260,14 +255,7 @@ bool MrTable::scatter(const Pd* pd, const Sge* sge, uint16_t num_sge, uint32_t o
     if (!copy_to_mr(*mr, dst, data, n)) return false;
     data += n;
     len -= n;
-    if (len == 0 && !is_on_demand(*mr)) {
-      // A message's next packet most likely lands right after this one: its
-      // lines are fetched while it is received and checked (a hint, inside
-      // the SGE; written out here, since GCC drops the calls to a function
-      // that holds nothing but prefetches).
-      size_t ahead = std::min<size_t>(sge[i].length - skip - n, kScatterAhead);
-      for (size_t at = 0; at < ahead; at += 64) __builtin_prefetch(dst + n + at, 1, 3);
-    }
+    if (len == 0 && !is_on_demand(*mr)) prefetch_for_write(dst + n, sge[i].length - skip - n);  // within the SGE
     skip = 0;
   }
   return len == 0;

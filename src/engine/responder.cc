@@ -19,7 +19,6 @@
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/headers.h"
-#include "wire/icrc.h"
 #include "wire/psn.h"
 
 namespace uroce::engine {
@@ -421,14 +420,9 @@ bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data
   auto c = qp.ctx->mrs.with_range(rkey, access_pd(qp), va, len, IBV_ACCESS_REMOTE_WRITE, true, qp.qp_num(),
                                   [&](const core::Mr& mr, uint8_t* dst) {
                                     copied = core::copy_to_mr(mr, dst, data, len);
-                                    if (!copied || core::is_on_demand(mr)) return;
-                                    // The next packet most likely lands right after this one: its
-                                    // lines are fetched while it is received and checked (a hint,
-                                    // inside the region; ib_write_bw -q 64 writes 64 MiB of
-                                    // targets, and each packet's stores waited for DRAM).
-                                    uint8_t* next = dst + len;
-                                    size_t ahead = std::min<size_t>(mr.host + mr.length - next, wire::kCopyAhead);
-                                    for (size_t at = 0; at < ahead; at += 64) __builtin_prefetch(next + at, 1, 3);
+                                    // The next WRITE packet's target, within the region.
+                                    if (copied && !core::is_on_demand(mr))
+                                      core::prefetch_for_write(dst + len, size_t(mr.host + mr.length - (dst + len)));
                                   });
   return c == core::KeyCheck::kOk && copied;
 }
