@@ -657,6 +657,31 @@ class RequesterShare32 : public Requester {
     others_.clear();
     Requester::TearDown();
   }
+  // Posts a signaled RDMA READ of `len` bytes from remote `va` (rkey 0x33)
+  // into `buf`, registered as `mr`.
+  void post_read(uint64_t wr_id, uint64_t va, uint8_t* buf, uint32_t len, core::Mr* mr) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = va;
+    wr.wr.rdma.rkey = 0x33;
+    post_send(wr, {sge(buf, len, mr)});
+  }
+  // Response k of a READ of `data`: its k-th MTU.
+  static std::vector<uint8_t> read_piece(const std::vector<uint8_t>& data, uint32_t k) {
+    auto from = data.begin() + long(k) * kMtu;
+    return std::vector<uint8_t>(from, std::min(from + kMtu, data.end()));
+  }
+  // Delivers responses [from, to) of a READ of `data` at PSNs sq(k): FIRST at
+  // `from` if `starts`, LAST at to - 1 if `ends`, MIDDLEs otherwise.
+  void respond_read(const std::vector<uint8_t>& data, uint32_t from, uint32_t to, uint32_t msn = 1, bool starts = true,
+                    bool ends = true) {
+    for (uint32_t k = from; k < to; ++k) {
+      uint8_t op = starts && k == from ? kReadRespFirst : ends && k == to - 1 ? kReadRespLast : kReadRespMiddle;
+      deliver(Craft{.opcode = op, .psn = sq(k), .msn = msn, .payload = read_piece(data, k)});
+    }
+  }
   std::vector<std::unique_ptr<EngineQp>> others_;
 };
 
@@ -669,14 +694,7 @@ class RequesterShare32 : public Requester {
 TEST_F(RequesterShare32, ReadLargerThanTheShareIsRequestedInParts) {
   const uint32_t len = 40 * kMtu + 100;
   std::vector<uint8_t> d(len + 64, 0);
-  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
-  ibv_send_wr wr{};
-  wr.wr_id = 9;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = 0x200000;
-  wr.wr.rdma.rkey = 0x33;
-  post_send(wr, {sge(d.data(), len, m)});
+  post_read(9, 0x200000, d.data(), len, reg(d, IBV_ACCESS_LOCAL_WRITE));
   auto tx = take();
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_EQ(tx[0].opcode, kReadRequest);
@@ -685,14 +703,7 @@ TEST_F(RequesterShare32, ReadLargerThanTheShareIsRequestedInParts) {
   EXPECT_EQ(tx[0].reth_len, 32 * kMtu);
 
   auto data = pattern(len, 9);
-  auto piece = [&](uint32_t k) {
-    auto from = data.begin() + long(k) * kMtu;
-    return std::vector<uint8_t>(from, std::min(from + kMtu, data.end()));
-  };
-  for (uint32_t k = 0; k < 32; ++k) {
-    uint8_t op = k == 0 ? kReadRespFirst : k == 31 ? kReadRespLast : kReadRespMiddle;
-    deliver(Craft{.opcode = op, .psn = sq(k), .msn = 1, .payload = piece(k)});
-  }
+  respond_read(data, 0, 32);
   EXPECT_TRUE(poll(*scq).empty());
   tx = take();
   ASSERT_EQ(tx.size(), 1u);
@@ -701,10 +712,7 @@ TEST_F(RequesterShare32, ReadLargerThanTheShareIsRequestedInParts) {
   EXPECT_EQ(*tx[0].reth_va, 0x200000u + 32 * kMtu);
   EXPECT_EQ(tx[0].reth_len, 8 * kMtu + 100);
 
-  for (uint32_t k = 32; k < 41; ++k) {
-    uint8_t op = k == 32 ? kReadRespFirst : k == 40 ? kReadRespLast : kReadRespMiddle;
-    deliver(Craft{.opcode = op, .psn = sq(k), .msn = 2, .payload = piece(k)});
-  }
+  respond_read(data, 32, 41, 2);
   auto wc = poll(*scq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 9u);
@@ -722,20 +730,11 @@ TEST_F(RequesterShare32, ReadLargerThanTheShareIsRequestedInParts) {
 TEST_F(RequesterShare32, ReadReRequestStaysInsideItsPart) {
   const uint32_t len = 40 * kMtu + 100;
   std::vector<uint8_t> d(len, 0);
-  core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = 0x200000;
-  wr.wr.rdma.rkey = 0x33;
-  post_send(wr, {sge(d.data(), len, m)});
+  post_read(0, 0x200000, d.data(), len, reg(d, IBV_ACCESS_LOCAL_WRITE));
   ASSERT_EQ(take().size(), 1u);
   auto data = pattern(len, 9);
-  auto piece = [&](uint32_t k) {
-    return std::vector<uint8_t>(data.begin() + long(k) * kMtu, data.begin() + long(k + 1) * kMtu);
-  };
-  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = piece(0)});
-  deliver(Craft{.opcode = kReadRespMiddle, .psn = sq(2), .payload = piece(2)});
+  deliver(Craft{.opcode = kReadRespFirst, .psn = sq(0), .msn = 1, .payload = read_piece(data, 0)});
+  deliver(Craft{.opcode = kReadRespMiddle, .psn = sq(2), .payload = read_piece(data, 2)});
   auto re = take();
   ASSERT_EQ(re.size(), 1u);
   EXPECT_EQ(re[0].opcode, kReadRequest);
@@ -761,46 +760,26 @@ TEST_F(RequesterOneReadCredit, EachPartOfAReadTakesACredit) {
   const uint32_t len = 40 * kMtu + 100;
   std::vector<uint8_t> d(len + kMtu, 0);
   core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = 0x200000;
-  wr.wr.rdma.rkey = 0x33;
-  post_send(wr, {sge(d.data(), len, m)});
-  wr.wr_id = 2;
-  wr.wr.rdma.remote_addr = 0x400000;
-  post_send(wr, {sge(d.data() + len, kMtu, m)});
+  post_read(1, 0x200000, d.data(), len, m);
+  post_read(2, 0x400000, d.data() + len, kMtu, m);
   auto tx = take();
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_EQ(tx[0].reth_len, 32 * kMtu);
 
   auto data = pattern(len, 5);
-  auto piece = [&](uint32_t k) {
-    auto from = data.begin() + long(k) * kMtu;
-    return std::vector<uint8_t>(from, std::min(from + kMtu, data.end()));
-  };
-  auto respond = [&](uint32_t from, uint32_t to) {
-    for (uint32_t k = from; k < to; ++k) {
-      uint8_t op = k == from ? kReadRespFirst : k == to - 1 ? kReadRespLast : kReadRespMiddle;
-      deliver(Craft{.opcode = op, .psn = sq(k), .msn = 1, .payload = piece(k)});
-    }
-  };
   // Twenty responses in (12 in flight: a post runs the requester, the QP no
   // longer streams), the window has room for the second part (9 packets),
   // but its request would be the second on the wire: nothing goes (the SEND
   // waits behind the READ).
-  for (uint32_t k = 0; k < 20; ++k)
-    deliver(Craft{.opcode = k == 0 ? kReadRespFirst : kReadRespMiddle, .psn = sq(k), .msn = 1, .payload = piece(k)});
+  respond_read(data, 0, 20, 1, true, false);
   send(3, 4);
   EXPECT_TRUE(take().empty());
-  for (uint32_t k = 20; k < 32; ++k)
-    deliver(Craft{.opcode = k == 31 ? kReadRespLast : kReadRespMiddle, .psn = sq(k), .msn = 1, .payload = piece(k)});
+  respond_read(data, 20, 32, 1, false, true);
   tx = take();
   ASSERT_EQ(tx.size(), 1u);
   EXPECT_EQ(tx[0].psn, sq(32));
   EXPECT_EQ(*tx[0].reth_va, 0x200000u + 32 * kMtu);
-  respond(32, 41);
+  respond_read(data, 32, 41);
   auto wc = poll(*scq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 1u);
