@@ -291,6 +291,8 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   qps_.erase(qp->qp_num());
   std::erase(reading_, qp);
   std::erase(deferred_acks_, qp);
+  reading_count_.store(reading_.size(), std::memory_order_relaxed);
+  deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
   count_sender(*qp, false);
   std::vector<uint32_t> emptied;  // a destroyed QP leaves its groups
   for (auto& [group, members] : mcast_)
@@ -552,6 +554,7 @@ void EngineContext::drain_received() {
 }
 
 bool EngineContext::send_reads() {
+  if (reading_count_.load(std::memory_order_relaxed) == 0) return false;
   std::shared_lock lock(qps_mu_);
   if (reading_.empty()) return false;
   TxBatch& tx = TxBatch::local();
@@ -561,6 +564,7 @@ bool EngineContext::send_reads() {
     qp->in_read_list = responder_send_reads(*qp, tx, kReadBudgetPerQp);
     return !qp->in_read_list;
   });
+  reading_count_.store(reading_.size(), std::memory_order_relaxed);
   tx.flush();
   return !reading_.empty();
 }
@@ -593,6 +597,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
         if (deferred_acks_.empty()) acks_deferred_at_ = now;
         qp->in_ack_list = true;
         deferred_acks_.push_back(qp);
+        deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
       }
       continue;
     }
@@ -725,6 +730,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     if (qp.resp.read_count && !qp.in_read_list) {
       qp.in_read_list = true;
       reading_.push_back(&qp);
+      reading_count_.store(reading_.size(), std::memory_order_relaxed);
     }
   }
 }

@@ -233,6 +233,13 @@ class EngineContext : public core::Context {
   void close_xrc_handles();
   void linger();
   std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_mu_
+  // reading_.size() and deferred_acks_.size() as of their last change, so
+  // that a receive turn with nothing to send skips qps_mu_ (an empty poll
+  // took it twice). Every entry is added under rx_mu_, which the turn holds,
+  // so a zero it reads is current; only unregister_qp removes entries
+  // without rx_mu_, and a count it leaves stale costs one lock.
+  std::atomic<size_t> reading_count_{0};
+  std::atomic<size_t> deferred_ack_count_{0};
   std::mutex drain_mu_;
   std::condition_variable drain_cv_;
   uint64_t drain_requested_ = 0;  // guarded by drain_mu_

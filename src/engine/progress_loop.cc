@@ -233,6 +233,7 @@ void EngineContext::send_deferred_acks_now() {
 }
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {
+  if (deferred_ack_count_.load(std::memory_order_relaxed) == 0) return;  // see its declaration
   std::shared_lock lock(qps_mu_);  // unregister_qp erases from deferred_acks_ under it
   if (deferred_acks_.empty()) return;
   if (older_than != Clock::duration::zero() && Clock::now() - acks_deferred_at_ < older_than) return;
@@ -248,6 +249,7 @@ void EngineContext::flush_deferred_acks(Clock::duration older_than) {
     tx.flush();
   }
   deferred_acks_.clear();
+  deferred_ack_count_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace uroce::engine

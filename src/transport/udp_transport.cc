@@ -486,7 +486,8 @@ bool UdpTransport::read_host_socket() noexcept {
   constexpr auto kHostMaxGap = std::chrono::microseconds(200);
   auto now = std::chrono::steady_clock::now();
   bool due = ++host_countdown_ >= kHostEvery || now - host_read_at_ >= kHostMaxGap;
-  if (due || host_hot_ > 0 || host_ready_.exchange(false, std::memory_order_acq_rel)) {
+  bool ready = host_ready_.load(std::memory_order_relaxed) && host_ready_.exchange(false, std::memory_order_acq_rel);
+  if (due || host_hot_ > 0 || ready) {
     host_countdown_ = 0;
     host_read_at_ = now;
     return true;
