@@ -82,9 +82,10 @@ void restart_timer(EngineQp& qp, Clock::time_point now) {
 // The acknowledgement of every PSN before `psn` ends the round-trip sample if
 // it covers the sampled packet (srtt = 7/8 srtt + 1/8 sample, as TCP's).
 void sample_rtt(EngineQp& qp, uint32_t psn, Clock::time_point now) {
-  if (!qp.req.rtt_sampling || wire::psn_diff(psn, qp.req.rtt_psn) <= 0) return;
-  qp.req.rtt_sampling = false;
-  Clock::duration rtt = now - qp.req.rtt_sent;
+  RttSample& s = qp.timers.rtt;
+  if (!s.active || wire::psn_diff(psn, s.psn) <= 0) return;
+  s.active = false;
+  Clock::duration rtt = now - s.sent;
   qp.timers.srtt = qp.timers.srtt.count() == 0 ? rtt : (7 * qp.timers.srtt + rtt) / 8;
 }
 

@@ -82,12 +82,6 @@ struct RequesterState {
   // the transport every kThroughMemoryRecheck posts.
   bool through_memory = false;
   uint32_t through_memory_posts = 0;  // posts until it is asked again
-  // Round-trip sample in flight: a new (never resent) packet with AckReq,
-  // timed until its acknowledgement (Karn: a rewind discards the sample).
-  bool rtt_sampling = false;
-  bool rtt_unstamped = false;  // started by this post: requester_run stamps rtt_sent once it is built
-  uint32_t rtt_psn = 0;
-  Clock::time_point rtt_sent{};
 };
 
 struct CompleterState {
@@ -164,6 +158,17 @@ static_assert(std::is_trivially_copyable_v<ResponderState>);
 
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
 
+// The round-trip sample in flight: a new (never resent) packet with AckReq,
+// timed until its acknowledgement. The requester starts and stamps it
+// (requester.cc), the completer ends it into srtt (sample_rtt), a rewind
+// discards it (Karn: a resent packet's ACK times nothing).
+struct RttSample {
+  bool active = false;
+  bool unstamped = false;  // started by this post: requester_run stamps `sent` once it is built
+  uint32_t psn = 0;
+  Clock::time_point sent{};
+};
+
 struct QpTimers {
   bool retransmit_armed = false;            // QpTimers: written by completer.cc only (roles.h), reset with the QP
   Clock::time_point retransmit_deadline{};  // local ACK timeout (IBA 9.7.6.1.3)
@@ -182,6 +187,7 @@ struct QpTimers {
   // ACKs queue behind a deep socket buffer (many QPs streaming at once), a
   // fixed 2 ms would resend data that is only late.
   Clock::duration srtt{};
+  RttSample rtt;
 };
 
 inline Clock::duration first_probe_interval(const QpTimers& t) { return std::max(kFirstProbeInterval, 3 * t.srtt); }

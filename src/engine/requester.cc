@@ -208,10 +208,11 @@ void fill_request_headers(EngineQp& qp, const wire::OpcodeInfo& info, uint8_t* h
 // Starts the RTT sample on a new packet with AckReq (one sample in flight);
 // requester_run stamps its time with the timer's.
 void sample_rtt(EngineQp& qp) {
-  if (!qp.req.rtt_sampling && qp.req.psn == qp.req.psn_end) {
-    qp.req.rtt_sampling = true;
-    qp.req.rtt_unstamped = true;
-    qp.req.rtt_psn = qp.req.psn;
+  RttSample& s = qp.timers.rtt;
+  if (!s.active && qp.req.psn == qp.req.psn_end) {
+    s.active = true;
+    s.unstamped = true;
+    s.psn = qp.req.psn;
   }
 }
 
@@ -452,7 +453,7 @@ core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
 void requester_rewind(EngineQp& qp, uint32_t psn) {
   // Acknowledged PSNs are never sent again (a late NAK may name one).
   if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
-  qp.req.rtt_sampling = false;  // Karn: a resent packet's ACK times nothing
+  qp.timers.rtt.active = false;  // Karn: a resent packet's ACK times nothing
   uint32_t i;
   if (const core::SendWqe* w = requester_wqe_at(qp, psn, &i)) {
     qp.req.index = i;
@@ -680,8 +681,8 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     // One clock read for the post: the RTT sample it started and the local ACK
     // timer (the packets leave at the flush below, after it).
     auto now = Clock::now();
-    if (qp.req.rtt_unstamped) qp.req.rtt_sent = now;
-    qp.req.rtt_unstamped = false;
+    if (qp.timers.rtt.unstamped) qp.timers.rtt.sent = now;
+    qp.timers.rtt.unstamped = false;
     completer_start_timer(qp, now);
   }
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
