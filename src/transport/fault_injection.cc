@@ -1,10 +1,36 @@
 #include "transport/fault_injection.h"
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 namespace uroce::transport {
+
+namespace {
+
+// A probability: a decimal number in [0, 1] (NaN is not one).
+bool parse_probability(const std::string& text, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= 0 && v <= 1)) return false;
+  *out = v;
+  return true;
+}
+
+// A whole number in [0, max], decimal digits only (no sign, no fraction, no
+// exponent: a seed is taken exactly, and nothing is converted out of range).
+bool parse_whole(const std::string& text, uint64_t max, uint64_t* out) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > max) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
 
 std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* error) {
   FaultSpec s;
@@ -18,31 +44,31 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
       return std::nullopt;
     }
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    char* end = nullptr;
-    double v = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0') {
-      *error = "bad number '" + value + "' for " + key;
-      return std::nullopt;
-    }
-    bool probability = key == "loss" || key == "dup" || key == "reorder" || key == "corrupt";
-    if (probability && (v < 0 || v > 1)) {
-      *error = key + " must be a probability between 0 and 1";
-      return std::nullopt;
-    }
-    if (key == "loss")
-      s.loss = v;
-    else if (key == "dup")
-      s.dup = v;
-    else if (key == "reorder")
-      s.reorder = v;
-    else if (key == "corrupt")
-      s.corrupt = v;
-    else if (key == "delay_us" && v >= 0)
-      s.delay_us = uint32_t(v);
-    else if (key == "seed" && v >= 0)
-      s.seed = uint64_t(v);
-    else {
-      *error = "unknown or invalid key '" + key + "'";
+    double* probability = key == "loss"      ? &s.loss
+                          : key == "dup"     ? &s.dup
+                          : key == "reorder" ? &s.reorder
+                          : key == "corrupt" ? &s.corrupt
+                                             : nullptr;
+    uint64_t whole = 0;
+    if (probability) {
+      if (!parse_probability(value, probability)) {
+        *error = key + " must be a probability between 0 and 1, got '" + value + "'";
+        return std::nullopt;
+      }
+    } else if (key == "delay_us") {
+      if (!parse_whole(value, UINT32_MAX, &whole)) {
+        *error = "delay_us must be a whole number of microseconds up to 4294967295, got '" + value + "'";
+        return std::nullopt;
+      }
+      s.delay_us = uint32_t(whole);
+    } else if (key == "seed") {
+      if (!parse_whole(value, UINT64_MAX, &whole)) {
+        *error = "seed must be a whole number up to 18446744073709551615, got '" + value + "'";
+        return std::nullopt;
+      }
+      s.seed = whole;
+    } else {
+      *error = "unknown key '" + key + "'";
       return std::nullopt;
     }
   }
@@ -50,16 +76,19 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
 }
 
 FaultyTransport::FaultyTransport(std::unique_ptr<DatagramTransport> inner, const FaultSpec& spec)
-    : inner_(std::move(inner)), spec_(spec), rng_(spec.seed * 0x9E3779B97F4A7C15ull + 1) {}
+    : inner_(std::move(inner)), spec_(spec), rng_(mix64(spec.seed)) {}
 
-double FaultyTransport::next_uniform() {
-  // splitmix64
-  uint64_t z = (rng_ += 0x9E3779B97F4A7C15ull);
+// splitmix64's output function: a bijection that spreads every input bit.
+uint64_t FaultyTransport::mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) * 0x1.0p-53;
+  return z ^ (z >> 31);
 }
+
+// splitmix64. The generator starts at the seed mixed, not at a multiple of
+// the increment: seed s+1 would otherwise replay seed s's draws one step on,
+// and nearby seeds (a sweep) would fall into step after a few datagrams.
+double FaultyTransport::next_uniform() { return double(mix64(rng_ += 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53; }
 
 FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
   Copy c{d.dst, d.src_ip, {}, {}};

@@ -31,8 +31,9 @@ struct FaultSpec {
   uint64_t seed = 1;
 
   bool any() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0; }
-  // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,seed=7";
-  // nullopt (with a message in *error) on a malformed spec.
+  // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,seed=7"
+  // (probabilities in [0, 1]; delay_us and seed whole decimal numbers, taken
+  // exactly); nullopt (with a message in *error) on a malformed spec.
   static std::optional<FaultSpec> parse(const std::string& text, std::string* error);
 };
 
@@ -70,6 +71,7 @@ class FaultyTransport final : public DatagramTransport {
     std::vector<uint8_t> bytes;
     Clock::time_point due;
   };
+  static uint64_t mix64(uint64_t z);
   double next_uniform();  // caller holds mu_
   Copy copy_of(const TxDatagram& d) const;
   void release_due(Clock::time_point now);     // caller holds mu_

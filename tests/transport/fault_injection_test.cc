@@ -232,11 +232,9 @@ TEST(FaultSpecParse, MalformedSpecIsRefusedWithAMessage) {
 
 // Parse "loss=nan" / Expect it refused like any other probability outside
 // [0, 1].
-// DISABLED: fails. strtod accepts "nan" and the range check
-// (fault_injection.cc:28, `v < 0 || v > 1`) is false for NaN, so the spec is
-// accepted with loss = NaN; any() is then false and UROCE_FAULT=loss=nan
-// silently injects nothing (engine_context.cc:87 does not even wrap).
-TEST(FaultSpecParse, DISABLED_NanProbabilityIsRefused) {
+// (The range check once read `v < 0 || v > 1`, false for NaN: loss=nan was
+// accepted and silently injected nothing.)
+TEST(FaultSpecParse, NanProbabilityIsRefused) {
   for (const char* text : {"loss=nan", "dup=nan", "reorder=NAN", "corrupt=nan"}) {
     std::string error;
     auto s = FaultSpec::parse(text, &error);
@@ -245,13 +243,9 @@ TEST(FaultSpecParse, DISABLED_NanProbabilityIsRefused) {
 }
 
 // Parse a delay or seed out of their integer type's range / Expect nullopt.
-// DISABLED: fails. fault_injection.cc:40-43 convert the double with
-// uint32_t(v) / uint64_t(v) after checking only v >= 0, so these are
-// accepted and the conversion is undefined behaviour (UBSan:
-// float-cast-overflow). With GCC on x86-64: delay_us=1e10 gives 1410065408,
-// delay_us=4294967296 and delay_us=inf give 0 (no delay), seed=1e30 and
-// seed=inf give 0.
-TEST(FaultSpecParse, DISABLED_OutOfRangeDelayOrSeedIsRefused) {
+// (They were once converted from a double after checking only v >= 0:
+// undefined behaviour, and delay_us=4294967296 became 0, no delay.)
+TEST(FaultSpecParse, OutOfRangeDelayOrSeedIsRefused) {
   for (const char* text : {"delay_us=1e10", "delay_us=4294967296", "delay_us=inf", "seed=1e30", "seed=inf"}) {
     std::string error;
     auto s = FaultSpec::parse(text, &error);
@@ -260,12 +254,8 @@ TEST(FaultSpecParse, DISABLED_OutOfRangeDelayOrSeedIsRefused) {
 }
 
 // Parse seed=2^53+1 and seed=2^64-1 / Expect those seeds exactly.
-// DISABLED: fails. The seed goes through strtod (fault_injection.cc:22), so
-// a seed above 2^53 is rounded: 9007199254740993 becomes 9007199254740992
-// (two seeds given by the user can be the same run), and 2^64-1 rounds to
-// 2^64, whose conversion (fault_injection.cc:43) is undefined: 0 with GCC on
-// x86-64.
-TEST(FaultSpecParse, DISABLED_LargeSeedIsExact) {
+// (Seeds were once read as doubles: above 2^53 two seeds could be one run.)
+TEST(FaultSpecParse, LargeSeedIsExact) {
   EXPECT_EQ(parsed("seed=9007199254740993").seed, 9007199254740993ull);
   EXPECT_EQ(parsed("seed=18446744073709551615").seed, UINT64_MAX);
 }
@@ -356,15 +346,10 @@ TEST(FaultyTransport, SameSeedSameFaultsOtherSeedOtherFaults) {
 // Send the same 1000 datagrams, one per burst, with seed 1 and with seed 3
 // (loss=dup=reorder=corrupt=0.02) / Expect different faults: which datagrams
 // are lost, duplicated, held or corrupted should not repeat across seeds.
-// DISABLED: fails: from datagram 100 on both seeds fault exactly the same
-// datagrams the same way. The generator is splitmix64 started at
-// seed * 0x9E3779B97F4A7C15 + 1 and advanced by that same constant
-// (fault_injection.cc:53, :57), so seed s+k's draws are seed s's shifted by
-// k; every datagram takes 1 draw (lost), 4, or 6 (corrupted), so two nearby
-// seeds soon fall into step and stay there. Seeds 1..100 give only about 26
-// distinct fault sequences after the first 100 datagrams (classes of four:
-// 1 3 6 8, 5 7 10 12, ...), with this spec or loss=dup=reorder=corrupt=0.05.
-TEST(FaultyTransport, DISABLED_NearbySeedsGiveDifferentFaults) {
+// (The generator once started at seed * its increment, so seed s+k replayed
+// seed s's draws k steps on; as a datagram takes 1, 4 or 6 draws, nearby
+// seeds fell into step: seeds 1..100 gave about 26 distinct sequences.)
+TEST(FaultyTransport, NearbySeedsGiveDifferentFaults) {
   auto fates = [](uint64_t seed) {
     Log log;
     auto t =
