@@ -141,7 +141,7 @@ class AtomicNoQpAccess : public Atomic {
 };
 
 // Receive FETCH_ADD on a QP that does not permit remote atomics / Expect NAK
-// invalid request (C9-…: the QP's access flags are checked first).
+// invalid request (as rxe's check_op_valid: the QP's access flags are checked first).
 TEST_F(AtomicNoQpAccess, IsInvalidRequest) {
   deliver(fetch_add(rq(0), 0, 1));
   EXPECT_EQ(word(0), 0u);

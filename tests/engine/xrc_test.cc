@@ -1,4 +1,4 @@
-// XRC protocol tests (IBA 9.x XRC transport, engine/xrc_target.h): crafted XRC
+// XRC protocol tests (IBA Vol. 1 Annex A14, XRC, engine/xrc_target.h): crafted XRC
 // requests in for a target QP (IBV_QPT_XRC_RECV) delivering into XRC SRQs,
 // the relay of requests for SRQs of other contexts out and in, and an
 // initiator QP (IBV_QPT_XRC_SEND) whose requests carry the XRCETH.
