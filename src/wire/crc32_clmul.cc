@@ -103,21 +103,49 @@ UROCE_VCLMUL inline __m512i fold512(__m512i x, __m512i k, __m512i next) {
                                    0x96);  // a ^ b ^ c
 }
 
+// Up to 64 bytes at `p`, the rest of the register zero: nothing past them is read.
+UROCE_VCLMUL inline __m512i load_upto64(const uint8_t* p, size_t n) {
+  return _mm512_maskz_loadu_epi8(__mmask64(n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1), p);
+}
+
 // The constants that move a 128-bit lane on by d lanes (d * 128 bits):
 // x^(128d+32) mod P in the low half, x^(128d-32) in the high; d = 0 (the lane
 // taken as it is) and the lanes past the data are zero.
-constexpr uint64_t kLaneMove[7][2] = {{0, 0},
-                                      {0x1751997d0, 0x0ccaa009e},
-                                      {0x0f1da05aa, 0x15a546366},
-                                      {0x03db1ecdc, 0x174359406},
-                                      {0x154442bd4, 0x1c6e41596},
-                                      {0x1c7569e54, 0x0ae0b5394},
-                                      {0x0df068dc2, 0x18cb44e58}};
+constexpr uint64_t kLaneMove[15][2] = {{0, 0},
+                                       {0x1751997d0, 0x0ccaa009e},
+                                       {0x0f1da05aa, 0x15a546366},
+                                       {0x03db1ecdc, 0x174359406},
+                                       {0x154442bd4, 0x1c6e41596},
+                                       {0x1c7569e54, 0x0ae0b5394},
+                                       {0x0df068dc2, 0x18cb44e58},
+                                       {0x1ea89367e, 0x1d7cfc6ac},
+                                       {0x1e88ef372, 0x14a7fe880},
+                                       {0x1fdc60a7c, 0x03f41287a},
+                                       {0x0e3543be0, 0x14b57d3f0},
+                                       {0x1816ab61c, 0x10aae2566},
+                                       {0x1821d8bc0, 0x12e958ac4},
+                                       {0x1b35adb0e, 0x1e7146aac},
+                                       {0x19159bb02, 0x125f17dfc}};
 
 // Four lanes' constants, lane i moving on by d[i] lanes.
 UROCE_VCLMUL inline __m512i lane_moves(unsigned d0, unsigned d1, unsigned d2, unsigned d3) {
   return _mm512_set_epi64(kLaneMove[d3][1], kLaneMove[d3][0], kLaneMove[d2][1], kLaneMove[d2][0], kLaneMove[d1][1],
                           kLaneMove[d1][0], kLaneMove[d0][1], kLaneMove[d0][0]);
+}
+
+// Four consecutive blocks' constants, the first `d` blocks from the last
+// (lanes at or past the last: zero).
+UROCE_VCLMUL inline __m512i lane_moves_from(int d) {
+  auto at = [](int k) { return unsigned(k > 0 ? k : 0); };
+  return lane_moves(at(d), at(d - 1), at(d - 2), at(d - 3));
+}
+
+// The four 128-bit lanes of `w` XORed into one. (The masked forms: GCC 12
+// warns that the plain ones' undefined source is used uninitialized.)
+UROCE_VCLMUL inline __m128i xor_lanes(__m512i w) {
+  w = _mm512_xor_si512(w, _mm512_mask_shuffle_i64x2(w, 0xFF, w, w, 0x4E));  // lanes 0^2, 1^3
+  w = _mm512_xor_si512(w, _mm512_mask_shuffle_i64x2(w, 0xFF, w, w, 0xB1));  // and those two
+  return _mm512_maskz_extracti32x4_epi32(0xF, w, 0);
 }
 
 // The same folding with 512-bit registers (VPCLMULQDQ): sixteen 128-bit lanes,
@@ -156,16 +184,11 @@ UROCE_VCLMUL uint32_t fold_vclmul_from(__m512i z0, __m512i z1, __m512i z2, __m51
   // lane of z and of the tail moved onto the last block, which is taken as
   // it is, and the four lanes XORed into one.
   unsigned r = unsigned(len / 16);
-  __m512i t = _mm512_maskz_loadu_epi8(__mmask64((uint64_t(1) << len) - 1), p);
+  __m512i t = load_upto64(p, len);
   __m512i kz = lane_moves(3 + r, 2 + r, 1 + r, r);
   __m512i kt = lane_moves(r > 1 ? r - 1 : 0, r > 2 ? r - 2 : 0, 0, 0);
   __m512i last = r == 0 ? _mm512_maskz_mov_epi64(0xC0, z) : _mm512_maskz_mov_epi64(__mmask8(3u << (2 * (r - 1))), t);
-  __m512i w = fold512(t, kt, fold512(z, kz, last));
-  // (The masked forms: GCC 12 warns that the plain ones' undefined source is
-  // used uninitialized.)
-  w = _mm512_xor_si512(w, _mm512_mask_shuffle_i64x2(w, 0xFF, w, w, 0x4E));  // lanes 0^2, 1^3
-  w = _mm512_xor_si512(w, _mm512_mask_shuffle_i64x2(w, 0xFF, w, w, 0xB1));  // and those two
-  return reduce128(_mm512_maskz_extracti32x4_epi32(0xF, w, 0));
+  return reduce128(xor_lanes(fold512(t, kt, fold512(z, kz, last))));
 }
 
 UROCE_VCLMUL inline __m512i load_with_crc(const uint8_t* p, uint32_t crc) {
@@ -182,6 +205,25 @@ UROCE_VCLMUL uint32_t fold_vclmul(uint32_t crc, const uint8_t* p, size_t len) {
 UROCE_VCLMUL uint32_t fold_vclmul_head(uint32_t crc, const uint8_t* head, const uint8_t* p, size_t len) {
   return fold_vclmul_from(load_with_crc(head, crc), _mm512_loadu_si512(p), _mm512_loadu_si512(p + 64),
                           _mm512_loadu_si512(p + 128), p + 192, len - 192);
+}
+
+// The 64 bytes of `head` followed by `p`, `len` (a multiple of 16) under 192:
+// a short packet's ICRC (a ping-pong's, an ACK's) in one pass, every block
+// moved straight onto the last (up to 14 blocks on) and one reduction, where
+// head and packet were two CRCs of serial folds, each with its reduction.
+UROCE_VCLMUL uint32_t fold_vclmul_head_short(uint32_t crc, const uint8_t* head, const uint8_t* p, size_t len) {
+  int blocks = int(len / 16);  // after the head's four
+  int last = 3 + blocks;       // the last block's index; it is taken as it is
+  __m512i h = load_with_crc(head, crc);
+  __m512i raw = blocks == 0 ? _mm512_maskz_mov_epi64(0xC0, h) : _mm512_setzero_si512();
+  __m512i w = fold512(h, lane_moves_from(last), raw);
+  for (int from = 0; from < blocks * 16; from += 64) {
+    __m512i d = load_upto64(p + from, len - size_t(from));
+    int first = 4 + from / 16;  // index of d's first block
+    if (last - first < 4) w = _mm512_xor_si512(w, _mm512_maskz_mov_epi64(__mmask8(3u << (2 * (last - first))), d));
+    w = fold512(d, lane_moves_from(last - first), w);
+  }
+  return reduce128(xor_lanes(w));
 }
 
 // fold_vclmul_head over `p` while `c` is stored into it: a 256-byte step that
@@ -251,10 +293,10 @@ uint32_t crc32(uint32_t crc, const void* data, size_t len) {
 
 uint32_t crc32_after_head(uint32_t crc, const uint8_t (&head)[64], const void* data, size_t len) {
 #if defined(__x86_64__)
-  if (len >= 192 && have_vclmul()) {
+  if (have_vclmul()) {
     const auto* p = static_cast<const uint8_t*>(data);
     size_t body = len & ~size_t(15);
-    crc = ~fold_vclmul_head(~crc, head, p, body);
+    crc = ~(len >= 192 ? fold_vclmul_head(~crc, head, p, body) : fold_vclmul_head_short(~crc, head, p, body));
     return len == body ? crc : crc32_zlib(crc, p + body, len - body);
   }
 #endif
