@@ -73,7 +73,7 @@ int Cq::resize(uint32_t entries) {
   return 0;
 }
 
-int Cq::poll(int max, ibv_wc* out) {
+int Cq::poll(int max, ibv_wc* out) noexcept {
   if (max <= 0 || count_.load(std::memory_order_acquire) == 0) return 0;
   std::lock_guard lock(mu_);
   uint32_t n = std::min<uint32_t>(uint32_t(max), count_.load(std::memory_order_relaxed));
@@ -87,7 +87,7 @@ int Cq::poll(int max, ibv_wc* out) {
   return int(n);
 }
 
-bool Cq::pop(CqEntry* out) {
+bool Cq::pop(CqEntry* out) noexcept {
   if (count_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(mu_);
   uint32_t n = count_.load(std::memory_order_relaxed);
@@ -98,7 +98,7 @@ bool Cq::pop(CqEntry* out) {
   return true;
 }
 
-int Cq::arm(bool solicited_only) {
+int Cq::arm(bool solicited_only) noexcept {
   std::lock_guard lock(mu_);
   // A stronger arm is not weakened by a later solicited-only arm.
   if (!solicited_only)

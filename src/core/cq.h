@@ -50,16 +50,17 @@ class Cq {
   // or a completion in error). Returns false if the CQ is full (overrun: the
   // completion is lost and counted).
   bool push(const ibv_wc& wc, bool solicited);
-  int poll(int max, ibv_wc* out);
+  // poll, pop and arm are noexcept: the data path (verbs/ops.h) is.
+  int poll(int max, ibv_wc* out) noexcept;
   // Removes the oldest completion into *out; false if the CQ is empty.
-  bool pop(CqEntry* out);
+  bool pop(CqEntry* out) noexcept;
   bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
   // Which clocks push() samples. Set before the CQ is given to any QP.
   void record_timestamps(bool completion, bool wallclock) {
     record_completion_ts_ = completion;
     record_wallclock_ = wallclock;
   }
-  int arm(bool solicited_only);
+  int arm(bool solicited_only) noexcept;
   // ibv_resize_cq: keeps every queued completion; EINVAL if they would not fit.
   [[nodiscard]] int resize(uint32_t entries);
   uint32_t capacity() const { return capacity_; }

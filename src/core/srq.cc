@@ -15,7 +15,7 @@ Srq::Srq(Context* c, Pd* p, uint32_t max_wr, uint32_t max_sge) : ctx(c), pd(p), 
   rq_.init(max_wr, max_sge);
 }
 
-int Srq::post(const ibv_recv_wr& wr) {
+int Srq::post(const ibv_recv_wr& wr) noexcept {
   if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge_) return EINVAL;
   std::lock_guard lock(mu_);
   if (rq_.size() >= max_wr_) return ENOMEM;

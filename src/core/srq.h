@@ -40,7 +40,7 @@ class Srq {
   Cq* xrc_cq = nullptr;
   uint32_t srq_num = 0;
 
-  [[nodiscard]] int post(const ibv_recv_wr& wr);
+  [[nodiscard]] int post(const ibv_recv_wr& wr) noexcept;  // ibv_post_srq_recv: the data path
   // Moves the oldest WQE into `w`/`sges` (max_sge entries). Returns false when
   // empty. `*limit_reached` is set when this take crossed the armed limit.
   bool take(RecvWqe* w, Sge* sges, bool* limit_reached);

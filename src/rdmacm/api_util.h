@@ -1,5 +1,5 @@
 // Conventions of the exported librdmacm functions: 0, or -1 with errno set;
-// no exception crosses the ABI (verbs::abi_guard).
+// no exception crosses the ABI (verbs::abi_guard, verbs/export.h).
 #pragma once
 
 #include <cerrno>
@@ -17,8 +17,9 @@ inline int abi_result(int err) {
 }
 
 // Runs f (returning an errno) inside abi_guard, in librdmacm's convention.
+// Not noexcept: thread cancellation passes (verbs/export.h).
 template <class F>
-int cm_call(F&& f) noexcept {
+int cm_call(F&& f) {
   return verbs::abi_guard<int>(-1, [&] { return abi_result(f()); });
 }
 

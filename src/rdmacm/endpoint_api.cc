@@ -17,6 +17,7 @@ using uroce::rdmacm::cm_call;
 using uroce::rdmacm::CmEvent;
 using uroce::rdmacm::CmId;
 using uroce::rdmacm::CmService;
+using uroce::verbs::abi_guard;
 
 namespace uroce::rdmacm {
 int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma_port_space ps, ibv_qp_type qp_type);
@@ -205,38 +206,40 @@ UROCE_API int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
     errno = EINVAL;
     return -1;
   }
-  auto& s = CmService::get();
-  CmId* l = CmId::from(listen);
-  ibv_qp_init_attr* ep_attr = nullptr;
-  {
-    std::lock_guard lock(s.mu);
-    if (!l->sync) {
-      errno = EINVAL;
+  return abi_guard<int>(-1, [&] {
+    auto& s = CmService::get();
+    CmId* l = CmId::from(listen);
+    ibv_qp_init_attr* ep_attr = nullptr;
+    {
+      std::lock_guard lock(s.mu);
+      if (!l->sync) {
+        errno = EINVAL;
+        return -1;
+      }
+      ep_attr = l->ep_qp_init_attr.get();
+    }
+    if (listen->event) {
+      s.ack_event(CmEvent::from(listen->event));
+      listen->event = nullptr;
+    }
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(listen->channel, &event)) return -1;
+    int err = 0;
+    if (event->status) {
+      err = event->status < 0 ? -event->status : event->status;
+    } else if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      err = EINVAL;
+    } else if (ep_attr) {
+      ibv_qp_init_attr attr = *ep_attr;
+      if (rdma_create_qp(event->id, listen->pd, &attr)) err = errno;
+    }
+    if (err) {
+      listen->event = event;  // acknowledged by the next call or rdma_destroy_id
+      errno = err;
       return -1;
     }
-    ep_attr = l->ep_qp_init_attr.get();
-  }
-  if (listen->event) {
-    s.ack_event(CmEvent::from(listen->event));
-    listen->event = nullptr;
-  }
-  rdma_cm_event* event = nullptr;
-  if (rdma_get_cm_event(listen->channel, &event)) return -1;
-  int err = 0;
-  if (event->status) {
-    err = event->status < 0 ? -event->status : event->status;
-  } else if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-    err = EINVAL;
-  } else if (ep_attr) {
-    ibv_qp_init_attr attr = *ep_attr;
-    if (rdma_create_qp(event->id, listen->pd, &attr)) err = errno;
-  }
-  if (err) {
-    listen->event = event;  // acknowledged by the next call or rdma_destroy_id
-    errno = err;
-    return -1;
-  }
-  *id = event->id;
-  (*id)->event = event;
-  return 0;
+    *id = event->id;
+    (*id)->event = event;
+    return 0;
+  });
 }

@@ -52,9 +52,11 @@ UROCE_API rdma_event_channel* rdma_create_event_channel(void) {
 
 UROCE_API void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (!channel) return;
-  auto& s = CmService::get();
-  std::lock_guard lock(s.mu);
-  EventChannel::from(channel)->destroy();
+  abi_guard([&] {
+    auto& s = CmService::get();
+    std::lock_guard lock(s.mu);
+    EventChannel::from(channel)->destroy();
+  });
 }
 
 UROCE_API int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {

@@ -14,6 +14,7 @@
 using uroce::rdmacm::cm_call;
 using uroce::rdmacm::CmId;
 using uroce::rdmacm::CmService;
+using uroce::verbs::abi_guard;
 
 namespace {
 
@@ -159,15 +160,17 @@ UROCE_API int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_in
 
 UROCE_API void rdma_destroy_qp(rdma_cm_id* id) {
   if (!id) return;
-  ibv_qp* qp;
-  {
-    auto& s = CmService::get();
-    std::lock_guard lock(s.mu);
-    qp = id->qp;
-    id->qp = nullptr;
-  }
-  if (qp) ibv_destroy_qp(qp);
-  destroy_cqs(id);
+  abi_guard([&] {
+    ibv_qp* qp;
+    {
+      auto& s = CmService::get();
+      std::lock_guard lock(s.mu);
+      qp = id->qp;
+      id->qp = nullptr;
+    }
+    if (qp) ibv_destroy_qp(qp);
+    destroy_cqs(id);
+  });
 }
 
 UROCE_API int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
@@ -235,7 +238,9 @@ UROCE_API int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* att
 
 UROCE_API void rdma_destroy_srq(rdma_cm_id* id) {
   if (!id) return;
-  if (id->srq) ibv_destroy_srq(id->srq);
-  id->srq = nullptr;
-  destroy_cqs(id);
+  abi_guard([&] {
+    if (id->srq) ibv_destroy_srq(id->srq);
+    id->srq = nullptr;
+    destroy_cqs(id);
+  });
 }

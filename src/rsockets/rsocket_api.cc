@@ -319,36 +319,38 @@ UROCE_API int rpoll(pollfd* fds, nfds_t nfds, int timeout) {
 }
 
 UROCE_API int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, timeval* timeout) {
-  std::vector<pollfd> p;
-  for (int fd = 0; fd < nfds; ++fd) {
-    short events = 0;
-    if (readfds && FD_ISSET(fd, readfds)) events |= POLLIN;
-    if (writefds && FD_ISSET(fd, writefds)) events |= POLLOUT;
-    if (exceptfds && FD_ISSET(fd, exceptfds)) events |= POLLPRI;
-    if (events) p.push_back({fd, events, 0});
-  }
-  int ms = timeout ? int(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
-  int n = rpoll(p.data(), p.size(), ms);
-  if (n < 0) return -1;
-  if (readfds) FD_ZERO(readfds);
-  if (writefds) FD_ZERO(writefds);
-  if (exceptfds) FD_ZERO(exceptfds);
-  int count = 0;
-  for (const pollfd& q : p) {
-    if (readfds && (q.revents & (POLLIN | POLLHUP | POLLERR))) {
-      FD_SET(q.fd, readfds);
-      ++count;
+  return abi_guard<int>(-1, [&] {
+    std::vector<pollfd> p;
+    for (int fd = 0; fd < nfds; ++fd) {
+      short events = 0;
+      if (readfds && FD_ISSET(fd, readfds)) events |= POLLIN;
+      if (writefds && FD_ISSET(fd, writefds)) events |= POLLOUT;
+      if (exceptfds && FD_ISSET(fd, exceptfds)) events |= POLLPRI;
+      if (events) p.push_back({fd, events, 0});
     }
-    if (writefds && (q.revents & (POLLOUT | POLLERR))) {
-      FD_SET(q.fd, writefds);
-      ++count;
+    int ms = timeout ? int(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+    int n = rpoll(p.data(), p.size(), ms);
+    if (n < 0) return -1;
+    if (readfds) FD_ZERO(readfds);
+    if (writefds) FD_ZERO(writefds);
+    if (exceptfds) FD_ZERO(exceptfds);
+    int count = 0;
+    for (const pollfd& q : p) {
+      if (readfds && (q.revents & (POLLIN | POLLHUP | POLLERR))) {
+        FD_SET(q.fd, readfds);
+        ++count;
+      }
+      if (writefds && (q.revents & (POLLOUT | POLLERR))) {
+        FD_SET(q.fd, writefds);
+        ++count;
+      }
+      if (exceptfds && (q.revents & POLLPRI)) {
+        FD_SET(q.fd, exceptfds);
+        ++count;
+      }
     }
-    if (exceptfds && (q.revents & POLLPRI)) {
-      FD_SET(q.fd, exceptfds);
-      ++count;
-    }
-  }
-  return count;
+    return count;
+  });
 }
 
 UROCE_API int rgetpeername(int s, sockaddr* addr, socklen_t* addrlen) {

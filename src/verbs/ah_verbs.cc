@@ -12,6 +12,7 @@ using uroce::core::Ah;
 using uroce::core::Pd;
 using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
 
 UROCE_API ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
   return abi_guard<ibv_ah*>(nullptr, [&]() -> ibv_ah* {
@@ -40,18 +41,22 @@ UROCE_API ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
 
 UROCE_API int ibv_destroy_ah(ibv_ah* ibah) {
   if (!ibah) return EINVAL;
-  Pd::from(ibah->pd)->users.fetch_sub(1);
-  EngineContext::from(ibah->context)->release(uroce::core::Resource::kAh);
-  delete Ah::from(ibah);
-  return 0;
+  return abi_guard_errno([&] {
+    Pd::from(ibah->pd)->users.fetch_sub(1);
+    EngineContext::from(ibah->context)->release(uroce::core::Resource::kAh);
+    delete Ah::from(ibah);
+    return 0;
+  });
 }
 
 UROCE_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                                   ibv_ah_attr* ah_attr) {
   if (!context || !wc || !ah_attr) return -1;
-  int e = uroce::core::ah_attr_from_wc(*EngineContext::from(context), port_num, *wc, grh, ah_attr);
-  if (e) errno = e;
-  return e ? -1 : 0;
+  return abi_guard<int>(-1, [&] {
+    int e = uroce::core::ah_attr_from_wc(*EngineContext::from(context), port_num, *wc, grh, ah_attr);
+    if (e) errno = e;
+    return e ? -1 : 0;
+  });
 }
 
 UROCE_API ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {

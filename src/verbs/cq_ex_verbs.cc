@@ -27,12 +27,12 @@ constexpr uint32_t kSupportedCompMask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
 // overrun never raises a CQ error (the completion is dropped and counted).
 constexpr uint32_t kSupportedCreateFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
 
-Cq* cq_of(ibv_cq_ex* c) { return Cq::from(ibv_cq_ex_to_cq(c)); }
-const ibv_wc& current_wc(ibv_cq_ex* c) { return cq_of(c)->current.wc; }
+Cq* cq_of(ibv_cq_ex* c) noexcept { return Cq::from(ibv_cq_ex_to_cq(c)); }
+const ibv_wc& current_wc(ibv_cq_ex* c) noexcept { return cq_of(c)->current.wc; }
 
 // Pops the next completion into the cursor and publishes wr_id and status,
 // which ibv_cq_ex exposes as fields rather than readers.
-int advance(ibv_cq_ex* ibcq) {
+int advance(ibv_cq_ex* ibcq) noexcept {
   Cq* cq = cq_of(ibcq);
   if (!cq->pop(&cq->current)) return ENOENT;
   ibcq->wr_id = cq->current.wc.wr_id;
@@ -40,7 +40,7 @@ int advance(ibv_cq_ex* ibcq) {
   return 0;
 }
 
-int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
+int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) noexcept {
   if (attr && attr->comp_mask) return EINVAL;
   Cq* cq = cq_of(ibcq);
   // The common busy-poll case: no lock taken; this thread receives what has
@@ -53,27 +53,27 @@ int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   return err;
 }
 
-int next_poll(ibv_cq_ex* ibcq) { return advance(ibcq); }
+int next_poll(ibv_cq_ex* ibcq) noexcept { return advance(ibcq); }
 
-void end_poll(ibv_cq_ex* ibcq) { cq_of(ibcq)->poll_batch_mu.unlock(); }
+void end_poll(ibv_cq_ex* ibcq) noexcept { cq_of(ibcq)->poll_batch_mu.unlock(); }
 
-ibv_wc_opcode read_opcode(ibv_cq_ex* c) { return current_wc(c).opcode; }
-uint32_t read_vendor_err(ibv_cq_ex* c) { return current_wc(c).vendor_err; }
-uint32_t read_byte_len(ibv_cq_ex* c) { return current_wc(c).byte_len; }
+ibv_wc_opcode read_opcode(ibv_cq_ex* c) noexcept { return current_wc(c).opcode; }
+uint32_t read_vendor_err(ibv_cq_ex* c) noexcept { return current_wc(c).vendor_err; }
+uint32_t read_byte_len(ibv_cq_ex* c) noexcept { return current_wc(c).byte_len; }
 // Also ibv_wc_read_invalidated_rkey: ibv_wc keeps both in one union.
-__be32 read_imm_data(ibv_cq_ex* c) { return current_wc(c).imm_data; }
-uint32_t read_qp_num(ibv_cq_ex* c) { return current_wc(c).qp_num; }
-uint32_t read_src_qp(ibv_cq_ex* c) { return current_wc(c).src_qp; }
-unsigned int read_wc_flags(ibv_cq_ex* c) { return current_wc(c).wc_flags; }
-uint32_t read_slid(ibv_cq_ex* c) { return current_wc(c).slid; }
-uint8_t read_sl(ibv_cq_ex* c) { return current_wc(c).sl; }
-uint8_t read_dlid_path_bits(ibv_cq_ex* c) { return current_wc(c).dlid_path_bits; }
-uint64_t read_completion_ts(ibv_cq_ex* c) { return cq_of(c)->current.timestamp_ns; }
-uint64_t read_completion_wallclock_ns(ibv_cq_ex* c) { return cq_of(c)->current.wallclock_ns; }
+__be32 read_imm_data(ibv_cq_ex* c) noexcept { return current_wc(c).imm_data; }
+uint32_t read_qp_num(ibv_cq_ex* c) noexcept { return current_wc(c).qp_num; }
+uint32_t read_src_qp(ibv_cq_ex* c) noexcept { return current_wc(c).src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* c) noexcept { return current_wc(c).wc_flags; }
+uint32_t read_slid(ibv_cq_ex* c) noexcept { return current_wc(c).slid; }
+uint8_t read_sl(ibv_cq_ex* c) noexcept { return current_wc(c).sl; }
+uint8_t read_dlid_path_bits(ibv_cq_ex* c) noexcept { return current_wc(c).dlid_path_bits; }
+uint64_t read_completion_ts(ibv_cq_ex* c) noexcept { return cq_of(c)->current.timestamp_ns; }
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* c) noexcept { return cq_of(c)->current.wallclock_ns; }
 // No VLAN stripping, flow steering or tag matching: these have nothing to report.
-uint16_t read_cvlan(ibv_cq_ex*) { return 0; }
-uint32_t read_flow_tag(ibv_cq_ex*) { return 0; }
-void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* tm_info) { std::memset(tm_info, 0, sizeof *tm_info); }
+uint16_t read_cvlan(ibv_cq_ex*) noexcept { return 0; }
+uint32_t read_flow_tag(ibv_cq_ex*) noexcept { return 0; }
+void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* tm_info) noexcept { std::memset(tm_info, 0, sizeof *tm_info); }
 
 void install_poll_ops(ibv_cq_ex& c) {
   c.start_poll = start_poll;

@@ -13,6 +13,7 @@ using uroce::core::CompChannel;
 using uroce::core::Cq;
 using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
 
 UROCE_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   return abi_guard<ibv_comp_channel*>(nullptr, [&]() -> ibv_comp_channel* {
@@ -27,10 +28,12 @@ UROCE_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 
 UROCE_API int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   if (!channel) return EINVAL;
-  CompChannel* ch = CompChannel::from(channel);
-  if (ch->cq_users.load() != 0) return EBUSY;
-  delete ch;
-  return 0;
+  return abi_guard_errno([&] {
+    CompChannel* ch = CompChannel::from(channel);
+    if (ch->cq_users.load() != 0) return EBUSY;
+    delete ch;
+    return 0;
+  });
 }
 
 UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
@@ -56,20 +59,22 @@ UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
 
 UROCE_API int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   if (!ibcq || cqe < 1 || uint32_t(cqe) > uroce::core::kMaxCqe) return EINVAL;
-  return abi_guard<int>(ENOMEM, [&] { return Cq::from(ibcq)->resize(uint32_t(cqe)); });
+  return abi_guard_errno([&] { return Cq::from(ibcq)->resize(uint32_t(cqe)); });
 }
 
 UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
   if (!ibcq) return EINVAL;
-  Cq* cq = Cq::from(ibcq);
-  if (cq->qp_users.load() != 0) return EBUSY;
-  if (CompChannel* ch = cq->channel()) {
-    ch->forget(cq);
-    ch->cq_users.fetch_sub(1);
-  }
-  EngineContext::from(ibcq->context)->release(uroce::core::Resource::kCq);
-  delete cq;
-  return 0;
+  return abi_guard_errno([&] {
+    Cq* cq = Cq::from(ibcq);
+    if (cq->qp_users.load() != 0) return EBUSY;
+    if (CompChannel* ch = cq->channel()) {
+      ch->forget(cq);
+      ch->cq_users.fetch_sub(1);
+    }
+    EngineContext::from(ibcq->context)->release(uroce::core::Resource::kCq);
+    delete cq;
+    return 0;
+  });
 }
 
 UROCE_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
@@ -77,15 +82,17 @@ UROCE_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq
     errno = EINVAL;
     return -1;
   }
-  auto r = CompChannel::from(channel)->get_event();
-  if (!r.ok()) {
-    errno = r.err();
-    return -1;
-  }
-  Cq* c = *r;
-  *cq = reinterpret_cast<ibv_cq*>(&c->ibcq);
-  *cq_context = c->ibcq.cq_context;
-  return 0;
+  return abi_guard<int>(-1, [&] {
+    auto r = CompChannel::from(channel)->get_event();
+    if (!r.ok()) {
+      errno = r.err();
+      return -1;
+    }
+    Cq* c = *r;
+    *cq = reinterpret_cast<ibv_cq*>(&c->ibcq);
+    *cq_context = c->ibcq.cq_context;
+    return 0;
+  });
 }
 
 UROCE_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
@@ -98,7 +105,7 @@ UROCE_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 
 namespace uroce::verbs {
 
-int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) noexcept {
   if (num_entries < 0) return -EINVAL;
   Cq* c = Cq::from(cq);
   int n = c->poll(num_entries, wc);
@@ -115,7 +122,7 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-int req_notify_cq(ibv_cq* cq, int solicited_only) {
+int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
   // The application will wait for an event instead of polling: the progress
   // thread must receive from now on (EngineContext, "poller mode").
   EngineContext::from(cq->context)->poller_leaves();

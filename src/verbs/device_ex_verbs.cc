@@ -7,6 +7,7 @@
 
 #include "core/completion_clock.h"
 #include "engine/engine_context.h"
+#include "verbs/export.h"
 #include "verbs/ops.h"
 
 using uroce::engine::EngineContext;
@@ -20,38 +21,40 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
                     size_t attr_size) {
   if (!context || !attr) return EINVAL;
   if (input && input->comp_mask) return EINVAL;
-  ibv_device_attr_ex a{};
-  EngineContext::from(context)->query_device(&a.orig_attr);
-  a.device_cap_flags_ex = unsigned(a.orig_attr.device_cap_flags);  // no flag above bit 31 applies
-  // On-demand paging is what uroce always does: nothing is pinned, and every
-  // access goes through the MR table at the time it happens. Implicit ODP
-  // (one MR for the whole address space, ibv_reg_mr(pd, NULL, SIZE_MAX,
-  // ON_DEMAND)) too: like any MR, it lets peers reach what its access flags
-  // say — there, the whole address space — and every access to an unmapped
-  // address fails cleanly (core/mr_access.h).
-  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
-  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-                                              IBV_ODP_SUPPORT_READ |
-                                              (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
-  // UC and UD QPs take receives from an SRQ too (the responder's receive path is one).
-  a.odp_caps.per_transport_caps.uc_odp_caps =
-      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
-  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
-  // XRC: as RC, receives through SRQs.
-  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps | IBV_ODP_SUPPORT_SRQ_RECV;
-  a.completion_timestamp_mask = core::kCompletionTimestampMask;
-  a.hca_core_clock = core::kHcaCoreClockKhz;
-  a.phys_port_cnt_ex = uint32_t(a.orig_attr.phys_port_cnt);
-  a.max_dm_size = core::kMaxDmSize;
-  std::memset(attr, 0, attr_size);
-  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
-  return 0;
+  return abi_guard_errno([&] {
+    ibv_device_attr_ex a{};
+    EngineContext::from(context)->query_device(&a.orig_attr);
+    a.device_cap_flags_ex = unsigned(a.orig_attr.device_cap_flags);  // no flag above bit 31 applies
+    // On-demand paging is what uroce always does: nothing is pinned, and every
+    // access goes through the MR table at the time it happens. Implicit ODP
+    // (one MR for the whole address space, ibv_reg_mr(pd, NULL, SIZE_MAX,
+    // ON_DEMAND)) too: like any MR, it lets peers reach what its access flags
+    // say — there, the whole address space — and every access to an unmapped
+    // address fails cleanly (core/mr_access.h).
+    a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+    a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                                IBV_ODP_SUPPORT_READ |
+                                                (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
+    // UC and UD QPs take receives from an SRQ too (the responder's receive path is one).
+    a.odp_caps.per_transport_caps.uc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+    a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    // XRC: as RC, receives through SRQs.
+    a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps | IBV_ODP_SUPPORT_SRQ_RECV;
+    a.completion_timestamp_mask = core::kCompletionTimestampMask;
+    a.hca_core_clock = core::kHcaCoreClockKhz;
+    a.phys_port_cnt_ex = uint32_t(a.orig_attr.phys_port_cnt);
+    a.max_dm_size = core::kMaxDmSize;
+    std::memset(attr, 0, attr_size);
+    std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+    return 0;
+  });
 }
 
 // The raw clock goes in tv_nsec with tv_sec = 0, as mlx5 reports its cycle
 // counter: consumers read either tv_nsec alone or tv_sec * 1e9 + tv_nsec,
 // and both give the ticks of ibv_wc_read_completion_ts.
-int query_rt_values(ibv_context* context, ibv_values_ex* values) {
+int query_rt_values(ibv_context* context, ibv_values_ex* values) noexcept {
   if (!context || !values) return EINVAL;
   uint32_t requested = values->comp_mask;
   values->comp_mask = 0;

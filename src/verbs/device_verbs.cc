@@ -19,6 +19,8 @@
 using uroce::core::Device;
 using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
+using uroce::verbs::abi_guard_neg_errno;
 
 UROCE_API ibv_device** ibv_get_device_list(int* num_devices) {
   return abi_guard<ibv_device**>(nullptr, [&]() -> ibv_device** {
@@ -43,10 +45,12 @@ UROCE_API __be64 ibv_get_device_guid(ibv_device* device) {
 }
 
 UROCE_API int ibv_get_device_index(ibv_device* device) {
-  auto devs = uroce::core::devices();
-  for (size_t i = 0; i < devs.size(); ++i)
-    if (&devs[i]->ibdev == device) return int(i);
-  return -1;
+  return abi_guard<int>(-1, [&] {
+    auto devs = uroce::core::devices();
+    for (size_t i = 0; i < devs.size(); ++i)
+      if (&devs[i]->ibdev == device) return int(i);
+    return -1;
+  });
 }
 
 namespace {
@@ -97,41 +101,50 @@ UROCE_API ibv_context* ibv_open_device(ibv_device* device) {
 
 UROCE_API int ibv_close_device(ibv_context* context) {
   if (!context) return EINVAL;
-  EngineContext::from(context)->close();
-  return 0;
+  return abi_guard_errno([&] {
+    EngineContext::from(context)->close();
+    return 0;
+  });
 }
 
 UROCE_API int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   if (!context || !attr) return EINVAL;
-  EngineContext::from(context)->query_device(attr);
-  return 0;
+  return abi_guard_errno([&] {
+    EngineContext::from(context)->query_device(attr);
+    return 0;
+  });
 }
 
 // The exported symbol takes the pre-1.3 layout; verbs.h's inline
 // ___ibv_query_port uses verbs_context::query_port (query_port_ex) instead.
 UROCE_API int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
   if (!context || !attr) return EINVAL;
-  return EngineContext::from(context)->query_port(port_num, reinterpret_cast<ibv_port_attr*>(attr));
+  return abi_guard_errno(
+      [&] { return EngineContext::from(context)->query_port(port_num, reinterpret_cast<ibv_port_attr*>(attr)); });
 }
 
 UROCE_API int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
   if (!context || !gid) return -1;
-  if (EngineContext::from(context)->query_gid(port_num, index, gid) != 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  return 0;
+  return abi_guard<int>(-1, [&] {
+    if (EngineContext::from(context)->query_gid(port_num, index, gid) != 0) {
+      errno = EINVAL;
+      return -1;
+    }
+    return 0;
+  });
 }
 
 UROCE_API int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
   if (!context || !pkey) return -1;
-  uint16_t p;
-  if (EngineContext::from(context)->query_pkey(port_num, index, &p) != 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  *pkey = p;
-  return 0;
+  return abi_guard<int>(-1, [&] {
+    uint16_t p;
+    if (EngineContext::from(context)->query_pkey(port_num, index, &p) != 0) {
+      errno = EINVAL;
+      return -1;
+    }
+    *pkey = p;
+    return 0;
+  });
 }
 
 UROCE_API int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
@@ -147,13 +160,15 @@ UROCE_API int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 
 enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
 
 UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
-  ibv_gid gid;
-  if (!context || !type || EngineContext::from(context)->query_gid(port_num, int(index), &gid) != 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  *type = IBV_GID_TYPE_SYSFS_ROCE_V2;
-  return 0;
+  return abi_guard<int>(-1, [&] {
+    ibv_gid gid;
+    if (!context || !type || EngineContext::from(context)->query_gid(port_num, int(index), &gid) != 0) {
+      errno = EINVAL;
+      return -1;
+    }
+    *type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+    return 0;
+  });
 }
 
 // entry_size is the caller's sizeof(struct ibv_gid_entry): a newer, larger
@@ -161,29 +176,33 @@ UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigne
 UROCE_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
                                 uint32_t flags, size_t entry_size) {
   if (!context || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num != 1) return EINVAL;
-  auto* e = EngineContext::from(context);
-  ibv_gid gid;
-  if (gid_index > INT32_MAX || e->query_gid(1, int(gid_index), &gid) != 0) return ENODATA;
-  std::memset(entry, 0, entry_size);
-  entry->gid = gid;
-  entry->gid_index = gid_index;
-  entry->port_num = port_num;
-  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-  entry->ndev_ifindex = if_nametoindex(e->addresses()[gid_index].ifname.c_str());
-  return 0;
+  return abi_guard_errno([&] {
+    auto* e = EngineContext::from(context);
+    ibv_gid gid;
+    if (gid_index > INT32_MAX || e->query_gid(1, int(gid_index), &gid) != 0) return ENODATA;
+    std::memset(entry, 0, entry_size);
+    entry->gid = gid;
+    entry->gid_index = gid_index;
+    entry->port_num = port_num;
+    entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+    entry->ndev_ifindex = if_nametoindex(e->addresses()[gid_index].ifname.c_str());
+    return 0;
+  });
 }
 
 UROCE_API ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
                                        size_t entry_size) {
   if (!context || (!entries && max_entries) || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
-  auto* e = EngineContext::from(context);
-  size_t n = e->gid_count();
-  if (n > max_entries) return -EINVAL;
-  for (size_t i = 0; i < n; ++i) {
-    auto* entry = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
-    if (int r = _ibv_query_gid_ex(context, 1, uint32_t(i), entry, 0, entry_size)) return -r;
-  }
-  return ssize_t(n);
+  return abi_guard_neg_errno([&]() -> ssize_t {
+    auto* e = EngineContext::from(context);
+    size_t n = e->gid_count();
+    if (n > max_entries) return -EINVAL;
+    for (size_t i = 0; i < n; ++i) {
+      auto* entry = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
+      if (int r = _ibv_query_gid_ex(context, 1, uint32_t(i), entry, 0, entry_size)) return -r;
+    }
+    return ssize_t(n);
+  });
 }
 
 UROCE_API int ibv_fork_init(void) { return 0; }  // nothing is pinned, so fork is always safe
@@ -194,12 +213,14 @@ namespace uroce::verbs {
 
 int query_port_ex(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr, size_t port_attr_len) {
   if (!context || !port_attr) return EINVAL;
-  ibv_port_attr a;
-  int r = EngineContext::from(context)->query_port(port_num, &a);
-  if (r) return r;
-  std::memset(port_attr, 0, port_attr_len);
-  std::memcpy(port_attr, &a, std::min(port_attr_len, sizeof a));
-  return 0;
+  return abi_guard_errno([&] {
+    ibv_port_attr a;
+    int r = EngineContext::from(context)->query_port(port_num, &a);
+    if (r) return r;
+    std::memset(port_attr, 0, port_attr_len);
+    std::memcpy(port_attr, &a, std::min(port_attr_len, sizeof a));
+    return 0;
+  });
 }
 
 }  // namespace uroce::verbs

@@ -21,14 +21,14 @@ namespace {
 
 using core::Dm;
 
-int memcpy_to_dm(ibv_dm* ibdm, uint64_t dm_offset, const void* host_addr, size_t length) {
+int memcpy_to_dm(ibv_dm* ibdm, uint64_t dm_offset, const void* host_addr, size_t length) noexcept {
   Dm* dm = Dm::from(ibdm);
   if (dm_offset > dm->length || length > dm->length - dm_offset) return EFAULT;
   if (length) std::memcpy(dm->mem.get() + dm_offset, host_addr, length);
   return 0;
 }
 
-int memcpy_from_dm(void* host_addr, ibv_dm* ibdm, uint64_t dm_offset, size_t length) {
+int memcpy_from_dm(void* host_addr, ibv_dm* ibdm, uint64_t dm_offset, size_t length) noexcept {
   Dm* dm = Dm::from(ibdm);
   if (dm_offset > dm->length || length > dm->length - dm_offset) return EFAULT;
   if (length) std::memcpy(host_addr, dm->mem.get() + dm_offset, length);
@@ -67,7 +67,7 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   });
 }
 
-int free_dm(ibv_dm* ibdm) {
+int free_dm(ibv_dm* ibdm) noexcept {
   if (!ibdm) return EINVAL;
   Dm* dm = Dm::from(ibdm);
   if (dm->mrs.load() != 0) return EBUSY;  // MRs are registered on it

@@ -13,6 +13,7 @@
 
 using uroce::engine::EngineContext;
 using uroce::engine::EngineQp;
+using uroce::verbs::abi_guard_errno;
 
 namespace {
 
@@ -29,11 +30,11 @@ EngineQp* engine_qp(ibv_qp* qp) { return static_cast<EngineQp*>(uroce::core::Qp:
 UROCE_API int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
   uint32_t group = 0;
   if (!qp || !multicast_group(gid, &group)) return EINVAL;
-  return EngineContext::from(qp->context)->attach_mcast(engine_qp(qp), group);
+  return abi_guard_errno([&] { return EngineContext::from(qp->context)->attach_mcast(engine_qp(qp), group); });
 }
 
 UROCE_API int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
   uint32_t group = 0;
   if (!qp || !multicast_group(gid, &group)) return EINVAL;
-  return EngineContext::from(qp->context)->detach_mcast(engine_qp(qp), group);
+  return abi_guard_errno([&] { return EngineContext::from(qp->context)->detach_mcast(engine_qp(qp), group); });
 }

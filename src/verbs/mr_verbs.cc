@@ -14,6 +14,7 @@ using uroce::core::Mr;
 using uroce::core::Pd;
 using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
 
 UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
   return abi_guard<ibv_pd*>(nullptr, [&]() -> ibv_pd* {
@@ -38,11 +39,13 @@ UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
 
 UROCE_API int ibv_dealloc_pd(ibv_pd* ibpd) {
   if (!ibpd) return EINVAL;
-  Pd* pd = Pd::from(ibpd);
-  if (pd->users.load() != 0) return EBUSY;  // MRs/QPs still use it (kernel: EBUSY)
-  pd->ctx->release(uroce::core::Resource::kPd);
-  delete pd;
-  return 0;
+  return abi_guard_errno([&] {
+    Pd* pd = Pd::from(ibpd);
+    if (pd->users.load() != 0) return EBUSY;  // MRs/QPs still use it (kernel: EBUSY)
+    pd->ctx->release(uroce::core::Resource::kPd);
+    delete pd;
+    return 0;
+  });
 }
 
 UROCE_API ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned int access) {
@@ -73,7 +76,7 @@ UROCE_API ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_
 
 UROCE_API int ibv_dereg_mr(ibv_mr* ibmr) {
   if (!ibmr) return EINVAL;
-  return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr));
+  return abi_guard_errno([&] { return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr)); });
 }
 
 namespace uroce::verbs {
@@ -87,20 +90,22 @@ int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge
       advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
     return EOPNOTSUPP;
   if (!ibpd || (flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sges == 0) return EINVAL;
-  const auto& mrs = EngineContext::from(ibpd->context)->mrs;
-  Pd* pd = Pd::from(ibpd);
-  for (uint32_t i = 0; i < num_sges; ++i) {
-    const ibv_sge& s = sg_list[i];
-    // Invalid lkey or range outside the MR: EFAULT; another PD's MR: EPERM.
-    if (mrs.check(s.lkey, nullptr, s.addr, s.length, 0, false) != KeyCheck::kOk) return EFAULT;
-    if (mrs.check(s.lkey, pd, s.addr, s.length, 0, false) != KeyCheck::kOk) return EPERM;
-    // Prefetching applies to on-demand MRs only (ibv_advise_mr(3)).
-    if (mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_ON_DEMAND, false) != KeyCheck::kOk) return EINVAL;
-    if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
-        mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE, false) != KeyCheck::kOk)
-      return EPERM;  // write prefetch of a read-only MR
-  }
-  return 0;
+  return abi_guard_errno([&] {
+    const auto& mrs = EngineContext::from(ibpd->context)->mrs;
+    Pd* pd = Pd::from(ibpd);
+    for (uint32_t i = 0; i < num_sges; ++i) {
+      const ibv_sge& s = sg_list[i];
+      // Invalid lkey or range outside the MR: EFAULT; another PD's MR: EPERM.
+      if (mrs.check(s.lkey, nullptr, s.addr, s.length, 0, false) != KeyCheck::kOk) return EFAULT;
+      if (mrs.check(s.lkey, pd, s.addr, s.length, 0, false) != KeyCheck::kOk) return EPERM;
+      // Prefetching applies to on-demand MRs only (ibv_advise_mr(3)).
+      if (mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_ON_DEMAND, false) != KeyCheck::kOk) return EINVAL;
+      if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+          mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE, false) != KeyCheck::kOk)
+        return EPERM;  // write prefetch of a read-only MR
+    }
+    return 0;
+  });
 }
 
 }  // namespace uroce::verbs

@@ -38,13 +38,12 @@ ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 }
 
 int dealloc_mw(ibv_mw* mw) {
-  Mr* w = Mr::from(mw);
-  return EngineContext::from(mw->context)->mrs.remove(w);
+  return abi_guard_errno([&] { return EngineContext::from(mw->context)->mrs.remove(Mr::from(mw)); });
 }
 
 // Type 1 bind: a send-queue operation like IBV_WR_BIND_MW (so its completion
 // is ordered with the QP's other work); the window gets the next key tag.
-int bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+int bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) noexcept {
   EngineQp* qp = static_cast<EngineQp*>(core::Qp::from(ibqp));
   ibv_send_wr wr{};
   wr.wr_id = mw_bind->wr_id;

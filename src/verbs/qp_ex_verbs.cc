@@ -135,7 +135,7 @@ PendingWr& new_wr(Batch* b, ibv_qp_ex* qp, ibv_wr_opcode opcode) {
   return p;
 }
 
-void wr_start(ibv_qp_ex* qp) {
+void wr_start(ibv_qp_ex* qp) noexcept {
   try {
     Batch* b = find_batch(qp);
     if (!b) {
@@ -177,7 +177,7 @@ int post_all_or_nothing(ibv_qp* ibqp, ibv_send_wr* first) {
   return 0;
 }
 
-int wr_complete(ibv_qp_ex* qp) {
+int wr_complete(ibv_qp_ex* qp) noexcept {
   Batch* b = find_batch(qp);
   if (!b) return ENOMEM;  // wr_start could not allocate a batch (or was not called)
   int err = b->error;
@@ -189,37 +189,37 @@ int wr_complete(ibv_qp_ex* qp) {
       if (p.wr.num_sge && (p.wr.send_flags & IBV_SEND_INLINE))
         p.wr.sg_list->addr = reinterpret_cast<uintptr_t>(b->inline_data.data() + p.inline_offset);
     }
-    err = uroce::verbs::abi_guard<int>(ENOMEM, [&] { return post_all_or_nothing(&qp->qp_base, &b->wrs[0].wr); });
+    err = uroce::verbs::abi_guard_errno([&] { return post_all_or_nothing(&qp->qp_base, &b->wrs[0].wr); });
   }
   b->reset(nullptr);
   return err;
 }
 
-void wr_abort(ibv_qp_ex* qp) {
+void wr_abort(ibv_qp_ex* qp) noexcept {
   if (Batch* b = find_batch(qp)) b->reset(nullptr);
 }
 
 // ---- builders: one per operation ----
 
-void wr_send(ibv_qp_ex* qp) {
+void wr_send(ibv_qp_ex* qp) noexcept {
   with_batch(qp, [&](Batch* b) { new_wr(b, qp, IBV_WR_SEND); });
 }
 
-void wr_send_imm(ibv_qp_ex* qp, __be32 imm_data) {
+void wr_send_imm(ibv_qp_ex* qp, __be32 imm_data) noexcept {
   with_batch(qp, [&](Batch* b) { new_wr(b, qp, IBV_WR_SEND_WITH_IMM).wr.imm_data = imm_data; });
 }
 
 // SEND_WITH_INV, LOCAL_INV and BIND_MW go to the post path like any other WR,
 // which decides whether the QP supports them.
-void wr_send_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+void wr_send_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) noexcept {
   with_batch(qp, [&](Batch* b) { new_wr(b, qp, IBV_WR_SEND_WITH_INV).wr.invalidate_rkey = invalidate_rkey; });
 }
 
-void wr_local_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+void wr_local_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) noexcept {
   with_batch(qp, [&](Batch* b) { new_wr(b, qp, IBV_WR_LOCAL_INV).wr.invalidate_rkey = invalidate_rkey; });
 }
 
-void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) {
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_BIND_MW);
     p.wr.bind_mw.mw = mw;
@@ -231,7 +231,7 @@ void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info
   });
 }
 
-void wr_rdma_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) {
+void wr_rdma_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_RDMA_WRITE);
     p.wr.wr.rdma.rkey = rkey;
@@ -239,7 +239,7 @@ void wr_rdma_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) {
   });
 }
 
-void wr_rdma_write_imm(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, __be32 imm_data) {
+void wr_rdma_write_imm(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, __be32 imm_data) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_RDMA_WRITE_WITH_IMM);
     p.wr.wr.rdma.rkey = rkey;
@@ -248,7 +248,7 @@ void wr_rdma_write_imm(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, __be3
   });
 }
 
-void wr_rdma_read(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) {
+void wr_rdma_read(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_RDMA_READ);
     p.wr.wr.rdma.rkey = rkey;
@@ -256,7 +256,7 @@ void wr_rdma_read(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr) {
   });
 }
 
-void wr_atomic_cmp_swp(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uint64_t compare, uint64_t swap) {
+void wr_atomic_cmp_swp(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uint64_t compare, uint64_t swap) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_ATOMIC_CMP_AND_SWP);
     p.wr.wr.atomic.rkey = rkey;
@@ -266,7 +266,7 @@ void wr_atomic_cmp_swp(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uint6
   });
 }
 
-void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uint64_t add) {
+void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uint64_t add) noexcept {
   with_batch(qp, [&](Batch* b) {
     PendingWr& p = new_wr(b, qp, IBV_WR_ATOMIC_FETCH_AND_ADD);
     p.wr.wr.atomic.rkey = rkey;
@@ -277,14 +277,14 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uin
 
 // TSO (raw packet QPs) and ATOMIC_WRITE have no uroce implementation; their
 // arguments point to application memory that would have to be copied now.
-void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) {
+void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) noexcept {
   with_batch(qp, [&](Batch* b) {
     new_wr(b, qp, IBV_WR_TSO);
     b->fail(EOPNOTSUPP);
   });
 }
 
-void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) {
+void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) noexcept {
   with_batch(qp, [&](Batch* b) {
     new_wr(b, qp, IBV_WR_ATOMIC_WRITE);
     b->fail(EOPNOTSUPP);
@@ -293,7 +293,7 @@ void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) {
 
 // ---- setters: apply to the last WR ----
 
-void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) noexcept {
   with_batch(qp, [&](Batch* b) {
     if (PendingWr* p = last_wr(b)) {
       p->wr.wr.ud.ah = ah;
@@ -303,7 +303,7 @@ void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t rem
   });
 }
 
-void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t remote_srqn) {
+void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t remote_srqn) noexcept {
   with_batch(qp, [&](Batch* b) {
     if (PendingWr* p = last_wr(b)) p->wr.qp_type.xrc.remote_srqn = remote_srqn;
   });
@@ -319,14 +319,14 @@ void set_sges(Batch* b, size_t num_sge, const ibv_sge* sg_list) {
   p->wr.send_flags &= ~unsigned(IBV_SEND_INLINE);
 }
 
-void wr_set_sge(ibv_qp_ex* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
+void wr_set_sge(ibv_qp_ex* qp, uint32_t lkey, uint64_t addr, uint32_t length) noexcept {
   with_batch(qp, [&](Batch* b) {
     ibv_sge sge{addr, length, lkey};
     set_sges(b, 1, &sge);
   });
 }
 
-void wr_set_sge_list(ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) {
+void wr_set_sge_list(ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) noexcept {
   with_batch(qp, [&](Batch* b) { set_sges(b, num_sge, sg_list); });
 }
 
@@ -357,14 +357,14 @@ void set_inline(Batch* b, size_t num_buf, const ibv_data_buf* bufs) {
   p->wr.send_flags |= IBV_SEND_INLINE;
 }
 
-void wr_set_inline_data(ibv_qp_ex* qp, void* addr, size_t length) {
+void wr_set_inline_data(ibv_qp_ex* qp, void* addr, size_t length) noexcept {
   with_batch(qp, [&](Batch* b) {
     ibv_data_buf buf{addr, length};
     set_inline(b, 1, &buf);
   });
 }
 
-void wr_set_inline_data_list(ibv_qp_ex* qp, size_t num_buf, const ibv_data_buf* buf_list) {
+void wr_set_inline_data_list(ibv_qp_ex* qp, size_t num_buf, const ibv_data_buf* buf_list) noexcept {
   with_batch(qp, [&](Batch* b) { set_inline(b, num_buf, buf_list); });
 }
 

@@ -18,6 +18,7 @@ using uroce::core::Pd;
 using uroce::engine::EngineContext;
 using uroce::engine::EngineQp;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
 
 namespace {
 
@@ -92,7 +93,7 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
 
 UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
   if (!ibqp || !attr) return EINVAL;
-  return abi_guard<int>(ENOMEM, [&] {
+  return abi_guard_errno([&] {
     EngineQp* qp = engine_qp(ibqp);
     // A disconnect (ERR) flushes the queues: first let the progress thread
     // take in what had already arrived, so that messages the peer delivered
@@ -106,11 +107,13 @@ UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
 UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
   (void)attr_mask;  // every attribute is reported, as rxe does
   if (!ibqp || !attr) return EINVAL;
-  EngineQp* qp = engine_qp(ibqp);
-  std::lock_guard lock(qp->mu);
-  if (qp->xrc) return uroce::engine::xrc_target_query(*qp, attr, init_attr);  // any handle on a target
-  qp->query(attr, init_attr);
-  return 0;
+  return abi_guard_errno([&] {
+    EngineQp* qp = engine_qp(ibqp);
+    std::lock_guard lock(qp->mu);
+    if (qp->xrc) return uroce::engine::xrc_target_query(*qp, attr, init_attr);  // any handle on a target
+    qp->query(attr, init_attr);
+    return 0;
+  });
 }
 
 namespace {
@@ -143,43 +146,45 @@ void drain_sends(EngineQp& qp) {
 
 UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
   if (!ibqp) return EINVAL;
-  EngineQp* qp = engine_qp(ibqp);
-  EngineContext* ctx = qp->engine();
-  // XRC targets: a handle drops its reference; the QP goes with the last one
-  // (ib_close_qp). An opened handle is no QP of its context.
-  if (qp->xrc) {
-    switch (uroce::engine::xrc_target_close(*qp)) {
-      case uroce::engine::HandleClose::kHandleOnly:
-        delete qp;
-        return 0;
-      case uroce::engine::HandleClose::kQpKept:
-        return 0;
-      case uroce::engine::HandleClose::kDestroyQp:
-        break;
+  return abi_guard_errno([&] {
+    EngineQp* qp = engine_qp(ibqp);
+    EngineContext* ctx = qp->engine();
+    // XRC targets: a handle drops its reference; the QP goes with the last one
+    // (ib_close_qp). An opened handle is no QP of its context.
+    if (qp->xrc) {
+      switch (uroce::engine::xrc_target_close(*qp)) {
+        case uroce::engine::HandleClose::kHandleOnly:
+          delete qp;
+          return 0;
+        case uroce::engine::HandleClose::kQpKept:
+          return 0;
+        case uroce::engine::HandleClose::kDestroyQp:
+          break;
+      }
     }
-  }
-  drain_sends(*qp);
-  ctx->unregister_qp(qp);  // after this the progress thread never sees it again
-  ctx->add_tombstone(*qp);
-  // XRC initiators have no receive CQ; targets have neither CQs nor a PD.
-  // Completions the QP already produced stay in its CQs, as rxe keeps them:
-  // libfabric's verbs provider destroys a connection's QP and then polls its
-  // CQ for what is left (a message that arrived just before the peer
-  // disconnected, or an SRQ buffer it must get back).
-  for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
-    if (cq) cq->qp_users.fetch_sub(1);
-  }
-  if (qp->pd) qp->pd->users.fetch_sub(1);
-  if (qp->srq) qp->srq->qp_users.fetch_sub(1);
-  uroce::engine::xrc_target_detach(*qp);  // XRC targets: frees the shared slot
-  ctx->release(uroce::core::Resource::kQp);
-  delete qp;
-  return 0;
+    drain_sends(*qp);
+    ctx->unregister_qp(qp);  // after this the progress thread never sees it again
+    ctx->add_tombstone(*qp);
+    // XRC initiators have no receive CQ; targets have neither CQs nor a PD.
+    // Completions the QP already produced stay in its CQs, as rxe keeps them:
+    // libfabric's verbs provider destroys a connection's QP and then polls its
+    // CQ for what is left (a message that arrived just before the peer
+    // disconnected, or an SRQ buffer it must get back).
+    for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
+      if (cq) cq->qp_users.fetch_sub(1);
+    }
+    if (qp->pd) qp->pd->users.fetch_sub(1);
+    if (qp->srq) qp->srq->qp_users.fetch_sub(1);
+    uroce::engine::xrc_target_detach(*qp);  // XRC targets: frees the shared slot
+    ctx->release(uroce::core::Resource::kQp);
+    delete qp;
+    return 0;
+  });
 }
 
 namespace uroce::verbs {
 
-int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) noexcept {
   EngineQp* qp = engine_qp(ibqp);
   std::unique_lock lock(qp->mu);
   ibv_qp_state st = qp->state();
@@ -203,7 +208,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return err;
 }
 
-int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) noexcept {
   EngineQp* qp = engine_qp(ibqp);
   std::lock_guard lock(qp->mu);
   // A QP on an SRQ has no receive queue, nor has an XRC QP (its SRQs have).

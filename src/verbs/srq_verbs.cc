@@ -17,6 +17,7 @@ using uroce::core::Pd;
 using uroce::core::Srq;
 using uroce::engine::EngineContext;
 using uroce::verbs::abi_guard;
+using uroce::verbs::abi_guard_errno;
 
 namespace uroce::verbs {
 
@@ -47,7 +48,7 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* granted, void* srq_context) {
   return &srq.release()->ibsrq;
 }
 
-int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) noexcept {
   Srq* srq = Srq::from(ibsrq);
   for (; wr; wr = wr->next) {
     if (int e = srq->post(*wr)) {
@@ -72,29 +73,33 @@ UROCE_API ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
 
 UROCE_API int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   if (!srq || !attr) return EINVAL;
-  return Srq::from(srq)->modify(*attr, mask);
+  return abi_guard_errno([&] { return Srq::from(srq)->modify(*attr, mask); });
 }
 
 UROCE_API int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   if (!srq || !attr) return EINVAL;
-  Srq::from(srq)->query(attr);
-  return 0;
+  return abi_guard_errno([&] {
+    Srq::from(srq)->query(attr);
+    return 0;
+  });
 }
 
 UROCE_API int ibv_destroy_srq(ibv_srq* ibsrq) {
   if (!ibsrq) return EINVAL;
-  Srq* srq = Srq::from(ibsrq);
-  if (srq->qp_users.load() != 0) return EBUSY;
-  if (srq->xrcd) {
-    EngineContext::from(ibsrq->context)->unregister_xrc_srq(srq);  // no request reaches it after this
-    uroce::engine::xrc_domain_of(srq)->remove_srq(srq->srq_num);
-    srq->xrc_cq->qp_users.fetch_sub(1);
-    srq->xrcd->users.fetch_sub(1);
-  }
-  srq->pd->users.fetch_sub(1);
-  srq->ctx->release(uroce::core::Resource::kSrq);
-  delete srq;
-  return 0;
+  return abi_guard_errno([&] {
+    Srq* srq = Srq::from(ibsrq);
+    if (srq->qp_users.load() != 0) return EBUSY;
+    if (srq->xrcd) {
+      EngineContext::from(ibsrq->context)->unregister_xrc_srq(srq);  // no request reaches it after this
+      uroce::engine::xrc_domain_of(srq)->remove_srq(srq->srq_num);
+      srq->xrc_cq->qp_users.fetch_sub(1);
+      srq->xrcd->users.fetch_sub(1);
+    }
+    srq->pd->users.fetch_sub(1);
+    srq->ctx->release(uroce::core::Resource::kSrq);
+    delete srq;
+    return 0;
+  });
 }
 
 UROCE_API int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {

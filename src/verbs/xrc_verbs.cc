@@ -116,7 +116,7 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   });
 }
 
-int close_xrcd(ibv_xrcd* ibxrcd) {
+int close_xrcd(ibv_xrcd* ibxrcd) noexcept {
   if (!ibxrcd) return EINVAL;
   EngineXrcd* x = engine_xrcd(ibxrcd);
   if (x->users.load() != 0) return EBUSY;
@@ -162,7 +162,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   });
 }
 
-int get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num) {
+int get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num) noexcept {
   if (!ibsrq || !srq_num) return EINVAL;
   Srq* srq = Srq::from(ibsrq);
   if (!srq->xrcd) return EINVAL;  // only XRC SRQs are addressed by number

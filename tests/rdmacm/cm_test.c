@@ -616,10 +616,46 @@ static void case_get_event_eintr(void) {
   rdma_destroy_event_channel(ch);
 }
 
+// ---- get_event_cancel: a thread blocked in rdma_get_cm_event can be cancelled ----
+// (pthread_cancel: glibc's forced unwind must pass through uroce's exception guard,
+// as through librdmacm's C frames, instead of aborting the process.)
+
+static atomic_int g_cancel_waiting;
+
+static void* wait_cm_event(void* arg) {
+  struct rdma_event_channel* ch = arg;
+  struct rdma_cm_event* e = NULL;
+  atomic_store(&g_cancel_waiting, 1);
+  rdma_get_cm_event(ch, &e);  // no event will come: only the cancel ends it
+  return NULL;
+}
+
+static void case_get_event_cancel(void) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_cm_event, ch) == 0, "pthread_create");
+  while (!atomic_load(&g_cancel_waiting)) usleep(1000);
+  usleep(200 * 1000);  // inside rdma_get_cm_event's read by now
+  CHECK(pthread_cancel(t) == 0, "pthread_cancel");
+  void* ret = NULL;
+  CHECK(pthread_join(t, &ret) == 0 && ret == PTHREAD_CANCELED, "the thread did not end cancelled");
+  printf("the thread blocked in rdma_get_cm_event ended PTHREAD_CANCELED\n");
+  // The channel still delivers: an id on it resolves an address (nobody listens).
+  struct rdma_cm_id* id = NULL;
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  struct sockaddr_in dst = loopback(atoi(g_port));
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
+  printf("the channel delivered ADDR_RESOLVED after the cancel\n");
+  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char** argv) {
-  static const char* cases[] = {"endpoint_pingpong",   "endpoint_pingpong_uc", "no_listener", "addr_timeout",
-                                "private_data_limits", "peer_killed",          "cycles_1000", "channel_basics",
-                                "external_qp",         "get_event_eintr"};
+  static const char* cases[] = {"endpoint_pingpong",   "endpoint_pingpong_uc", "no_listener",     "addr_timeout",
+                                "private_data_limits", "peer_killed",          "cycles_1000",     "channel_basics",
+                                "external_qp",         "get_event_eintr",      "get_event_cancel"};
   if (argc == 2 && strcmp(argv[1], "--list") == 0) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) printf("%s\n", cases[i]);
     return 0;
@@ -651,6 +687,8 @@ int main(int argc, char** argv) {
     case_external_qp();
   } else if (!strcmp(g_case, "get_event_eintr")) {
     case_get_event_eintr();
+  } else if (!strcmp(g_case, "get_event_cancel")) {
+    case_get_event_cancel();
   } else if (!strcmp(g_case, "channel_basics")) {
     case_channel_basics();
   } else {

@@ -17,6 +17,10 @@
  *   eintr_cq      a blocking ibv_get_cq_event interrupted by SIGALRM (handler without
  *                 SA_RESTART) returns -1 with errno EINTR, as rdma-core's plain read().
  *   eintr_async   the same for ibv_get_async_event.
+ *   cancel_cq     a thread blocked in ibv_get_cq_event is cancelled (pthread_cancel, as
+ *                 rping cancels its CQ thread): it ends, PTHREAD_CANCELED, and the
+ *                 channel and CQ are destroyed afterwards (glibc's forced unwind passes
+ *                 through uroce's exception guard instead of aborting the process).
  *
  * Every wait is bounded: a watchdog thread fails the test after 20 s.
  *
@@ -26,6 +30,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -519,6 +524,39 @@ static void case_eintr_async(void) {
   ibv_close_device(ctx);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* cancel_cq                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+static atomic_int g_waiting;
+
+static void* wait_cq_event(void* arg) {
+  struct ibv_comp_channel* ch = arg;
+  struct ibv_cq* got = NULL;
+  void* cq_ctx = NULL;
+  atomic_store(&g_waiting, 1);
+  ibv_get_cq_event(ch, &got, &cq_ctx); /* no completion will come: only the cancel ends it */
+  return NULL;
+}
+
+static void case_cancel_cq(void) {
+  struct ibv_context* ctx = open_first_device();
+  struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  struct ibv_cq* cq = ch ? ibv_create_cq(ctx, 4, NULL, ch, 0) : NULL;
+  if (!cq || ibv_req_notify_cq(cq, 0)) exit(1);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_cq_event, ch) == 0, "pthread_create");
+  while (!atomic_load(&g_waiting)) vp_sleep_ms(1);
+  vp_sleep_ms(200); /* inside ibv_get_cq_event's read by now */
+  CHECK(pthread_cancel(t) == 0, "pthread_cancel");
+  void* ret = NULL;
+  CHECK(pthread_join(t, &ret) == 0 && ret == PTHREAD_CANCELED, "the thread did not end cancelled");
+  printf("cancel_cq: the thread blocked in ibv_get_cq_event ended PTHREAD_CANCELED\n");
+  CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq after the cancel");
+  CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel after the cancel");
+  ibv_close_device(ctx);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* c = argc == 2 ? argv[1] : "";
@@ -533,8 +571,11 @@ int main(int argc, char** argv) {
     case_eintr_cq();
   else if (!strcmp(c, "eintr_async"))
     case_eintr_async();
+  else if (!strcmp(c, "cancel_cq"))
+    case_cancel_cq();
   else {
-    fprintf(stderr, "usage: %s reg_mr_range | keys | limit_{qp,cq,pd,ah,mr,mw,srq} | eintr_cq | eintr_async\n",
+    fprintf(stderr,
+            "usage: %s reg_mr_range | keys | limit_{qp,cq,pd,ah,mr,mw,srq} | eintr_cq | eintr_async | cancel_cq\n",
             argv[0]);
     return 2;
   }
