@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "engine/ack.h"
 #include "engine/direct_placement.h"
 #include "engine/host_directory.h"
 #include "engine/host_registry.h"
@@ -507,14 +508,9 @@ bool EngineContext::answer_tombstone(const transport::RxDatagram& d, const wire:
   // Only duplicates of what this QP already received are acknowledged.
   if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
       wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
-    TxBatch& tx = TxBatch::local();
-    uint8_t opcode = wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge);
-    const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-    uint8_t* h = tx.begin_packet(t.path.dst, t.path.src_ip, info.header_len);
-    wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, t.dest_qp_num, false,
-                      wire::psn_add(t.epsn, wire::kPsnMask));
-    wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, t.msn);
-    tx.end_packet(t.path.flow);
+    // As the live QP answers a duplicate: PSN ePSN - 1 (roce-facts.md §4.2).
+    build_ack(TxBatch::local(), t.path, wire::Service::kRc, t.dest_qp_num, wire::psn_add(t.epsn, wire::kPsnMask),
+              wire::kAckNoCredit, t.msn);
   }
   return true;
 }

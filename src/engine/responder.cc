@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/mr_access.h"
 #include "core/srq.h"
+#include "engine/ack.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/headers.h"
@@ -103,12 +104,7 @@ const core::Pd* access_pd(const EngineQp& qp) {
 }
 
 void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
-  uint8_t opcode = opcode_of_qp(qp.type, Operation::kAcknowledge);
-  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
-  wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(syndrome, qp.resp.msn);
-  qp.count_sent(tx.end_packet(qp.path.flow));
+  qp.count_sent(build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, syndrome, qp.resp.msn));
 }
 
 void send_nak(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
@@ -196,13 +192,8 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
 }
 
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
-  uint8_t opcode = opcode_of_qp(qp.type, Operation::kAtomicAcknowledge);
-  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-  uint8_t* h = tx.begin_packet(qp.path.dst, qp.path.src_ip, info.header_len);
-  wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, false, psn);
-  wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, qp.resp.msn);
-  wire::AtomicAckEth(h + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(orig);
-  qp.count_sent(tx.end_packet(qp.path.flow));
+  qp.count_sent(
+      build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, wire::kAckNoCredit, qp.resp.msn, orig));
 }
 
 // Executes an atomic on 8 bytes of host memory; returns the original value.

@@ -69,6 +69,24 @@ TEST_F(Atomic, FetchAddReturnsOriginal) {
   expect_atomic_ack(rq(0), 10);
 }
 
+// Receive FETCH_ADD(+1) on a word holding 0x0102030405060708 / Expect the
+// ATOMIC_ACKNOWLEDGE's bytes exactly: BTH (no SE, MigReq, pad or FECN/BECN,
+// TVer 0, default P_Key, the peer's QP 0x000777, no AckReq, the request's
+// PSN 1000), AETH (0x1F, MSN 1), AtomicAckETH (the original, big-endian),
+// then a correct ICRC.
+TEST_F(Atomic, AtomicAckBytesOnTheWire) {
+  set_word(8, 0x0102030405060708);
+  deliver(fetch_add(rq(0), 8, 1));
+  ASSERT_EQ(sent.size(), 1u);
+  const std::vector<uint8_t> golden = {
+      0x12, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x07, 0x77, 0x00, 0x00, 0x03, 0xE8,  // BTH
+      0x1F, 0x00, 0x00, 0x01,                                                  // AETH
+      0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,                          // AtomicAckETH
+  };
+  EXPECT_EQ(without_icrc(sent[0]), golden);
+  EXPECT_EQ(take().size(), 1u);  // parses, ICRC correct
+}
+
 // Receive the same FETCH_ADD twice (a retransmission after a lost response) /
 // Expect one addition only; the duplicate's response replays the saved original.
 TEST_F(Atomic, DuplicateIsReplayedNotReexecuted) {

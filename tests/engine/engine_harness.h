@@ -173,6 +173,13 @@ struct Craft {
   bool jumbo = false;                // a same-host jumbo packet (no ICRC; RxDatagram::jumbo)
 };
 
+// A captured packet's bytes up to its ICRC (which take() checks), for tests
+// that pin every header bit.
+inline std::vector<uint8_t> without_icrc(const Sent& s) {
+  if (s.bytes.size() < wire::kIcrcSize) return s.bytes;
+  return {s.bytes.begin(), s.bytes.end() - wire::kIcrcSize};
+}
+
 inline std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 8));

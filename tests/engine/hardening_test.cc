@@ -796,6 +796,30 @@ TEST_F(Hardening, TombstonesAreBoundedAndExpire) {
   EXPECT_EQ(engine->tombstone_count(), 0u);
 }
 
+// Receive SEND_ONLY(ePSN), destroy the QP, then receive the SEND again (as
+// the peer retransmits when that ACK is lost) / Expect the tombstone's ACK,
+// bytes exactly: BTH (RC ACKNOWLEDGE, no SE, MigReq, pad or FECN/BECN, TVer 0,
+// default P_Key, the peer's QP 0x000777, no AckReq, PSN ePSN - 1 = 1000),
+// AETH (0x1F, the MSN the QP had, 1), then a correct ICRC.
+TEST_F(Hardening, TombstoneAcksARetransmission) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 1);
+  Craft send{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}};
+  deliver(send);
+  ASSERT_EQ(take().size(), 1u);
+  engine->unregister_qp(qp);  // as ibv_destroy_qp
+  engine->add_tombstone(*qp);
+  deliver(send);
+  ASSERT_EQ(sent.size(), 1u);
+  const std::vector<uint8_t> golden = {
+      0x11, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x07, 0x77, 0x00, 0x00, 0x03, 0xE8,  // BTH
+      0x1F, 0x00, 0x00, 0x01,                                                  // AETH
+  };
+  EXPECT_EQ(without_icrc(sent[0]), golden);
+  EXPECT_EQ(take().size(), 1u);  // parses, ICRC correct
+  engine->register_qp(qp);       // for TearDown
+}
+
 // Allocate QP numbers / Expect valid 24-bit numbers other than 0 and 1, that
 // do not follow each other (a blind sender cannot walk them).
 TEST_F(Hardening, QpNumbersAreNotSequential) {

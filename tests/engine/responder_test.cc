@@ -55,6 +55,23 @@ TEST_F(Responder, SendOnlyWithReceive) {
   EXPECT_TRUE(poll(*scq).empty());
 }
 
+// Receive SEND_ONLY(ePSN, AckReq) with a receive posted / Expect the ACK's
+// bytes exactly: BTH (ACKNOWLEDGE, no SE, MigReq, pad or FECN/BECN, TVer 0,
+// default P_Key, the peer's QP 0x000777, no AckReq, the request's PSN 1000),
+// AETH (0x1F, MSN 1), then a correct ICRC.
+TEST_F(Responder, AckBytesOnTheWire) {
+  std::vector<uint8_t> buf(16, 0);
+  recv_buf(buf, 1);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}});
+  ASSERT_EQ(sent.size(), 1u);
+  const std::vector<uint8_t> golden = {
+      0x11, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x07, 0x77, 0x00, 0x00, 0x03, 0xE8,  // BTH
+      0x1F, 0x00, 0x00, 0x01,                                                  // AETH
+  };
+  EXPECT_EQ(without_icrc(sent[0]), golden);
+  EXPECT_EQ(take().size(), 1u);  // parses, ICRC correct
+}
+
 // Receive SEND_ONLY_WITH_IMMEDIATE / Expect IBV_WC_WITH_IMM and imm_data
 // unchanged.
 TEST_F(Responder, SendOnlyWithImmediate) {
