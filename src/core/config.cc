@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -8,9 +9,18 @@ namespace uroce::core {
 
 namespace {
 
+// wire::kRoceV2Port in decimal, UROCE_PORT's default in the table below.
+constexpr std::array<char, 6> kRoceV2PortText = [] {
+  std::array<char, 6> text{};  // at most 5 digits and the NUL
+  unsigned len = 1;
+  for (unsigned v = wire::kRoceV2Port / 10; v != 0; v /= 10) ++len;
+  for (unsigned v = wire::kRoceV2Port, i = len; i-- > 0; v /= 10) text[i] = char('0' + v % 10);
+  return text;
+}();
+
 constexpr EnvVarDoc kDocs[] = {
     {"UROCE_DEVICE", "uroce0", "Name of the uroce device reported by ibv_get_device_list."},
-    {"UROCE_PORT", "4791",
+    {"UROCE_PORT", kRoceV2PortText.data(),
      "The host's RoCE UDP port, shared by every uroce process of the host (SO_REUSEPORT): a packet sent "
      "there reaches any QP of the host by its QP number. Each process also binds a private port below "
      "0xC000, which is the port's LID; dlid 0 and dlid 0xC000 and up address the host's port."},

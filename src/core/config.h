@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 
+#include "wire/headers.h"
+
 namespace uroce::core {
 
 struct EnvVarDoc {
@@ -20,7 +22,7 @@ enum class LogLevel : uint8_t { kError, kWarn, kInfo, kDebug };
 
 struct Config {
   std::string device_name = "uroce0";
-  uint16_t udp_port = 4791;
+  uint16_t udp_port = wire::kRoceV2Port;  // the host's RoCE port (UROCE_PORT)
   LogLevel log_level = LogLevel::kWarn;
   bool icrc_check = true;
   // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).

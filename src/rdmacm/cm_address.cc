@@ -24,6 +24,7 @@
 #include "engine/ip_flow.h"
 #include "rdmacm/cm_service.h"
 #include "rdmacm/sockaddr_util.h"
+#include "wire/headers.h"
 
 namespace uroce::rdmacm {
 
@@ -36,7 +37,7 @@ constexpr int kDefaultResolveTimeoutMs = 2000;
 int route_source(const transport::IpAddress& dst, transport::IpAddress* src) {
   int fd = socket(family_of(dst), SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  SockAddr d = make_sockaddr(dst, 4791);  // any port: a UDP connect() only picks the route
+  SockAddr d = make_sockaddr(dst, wire::kRoceV2Port);  // any port: a UDP connect() only picks the route
   int err = 0;
   if (::connect(fd, &d.sa, d.len()) != 0) {
     err = errno;

@@ -18,8 +18,10 @@ struct UdpConfig {
   uint16_t preferred_port = 0;  // the private port (LID = UDP port); 0 or taken: another is chosen
   uint16_t max_port = 0xBFFF;   // ports at or above 0xC000 are RoCE source ports
   // The host's RoCE port, joined with SO_REUSEPORT by every transport of the
-  // host (of the same user); 0: none. Never the private port.
-  uint16_t host_port = 4791;
+  // host (of the same user); 0: none. Never the private port. Set by the
+  // engine (UROCE_PORT: wire::kRoceV2Port unless changed); this layer knows
+  // nothing of RDMA, so its default is none.
+  uint16_t host_port = 0;
   bool ipv6 = true;  // also IPv6 sockets on both ports, where the host has IPv6
   int socket_buffer_bytes = 32 << 20;
   uint32_t max_datagram = 9216;

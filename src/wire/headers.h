@@ -12,6 +12,11 @@
 
 namespace uroce::wire {
 
+// The UDP destination port of RoCEv2 (IANA; roce-facts.md): where RoCE
+// packets are sent, and the default of the host's shared port here
+// (UROCE_PORT, design §3).
+inline constexpr uint16_t kRoceV2Port = 4791;
+
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint32_t kGsiQkey = 0x80010000;
 
