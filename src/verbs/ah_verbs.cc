@@ -51,7 +51,10 @@ UROCE_API int ibv_destroy_ah(ibv_ah* ibah) {
 
 UROCE_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                                   ibv_ah_attr* ah_attr) {
-  if (!context || !wc || !ah_attr) return -1;
+  if (!context || !wc || !ah_attr) {
+    errno = EINVAL;
+    return -1;
+  }
   return abi_guard<int>(-1, [&] {
     int e = uroce::core::ah_attr_from_wc(*EngineContext::from(context), port_num, *wc, grh, ah_attr);
     if (e) errno = e;

@@ -124,7 +124,10 @@ UROCE_API int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv
 }
 
 UROCE_API int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
-  if (!context || !gid) return -1;
+  if (!context || !gid) {
+    errno = EINVAL;
+    return -1;
+  }
   return abi_guard<int>(-1, [&] {
     if (EngineContext::from(context)->query_gid(port_num, index, gid) != 0) {
       errno = EINVAL;
@@ -135,7 +138,10 @@ UROCE_API int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, i
 }
 
 UROCE_API int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
-  if (!context || !pkey) return -1;
+  if (!context || !pkey) {
+    errno = EINVAL;
+    return -1;
+  }
   return abi_guard<int>(-1, [&] {
     uint16_t p;
     if (EngineContext::from(context)->query_pkey(port_num, index, &p) != 0) {

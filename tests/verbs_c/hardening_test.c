@@ -17,6 +17,9 @@
  *   eintr_cq      a blocking ibv_get_cq_event interrupted by SIGALRM (handler without
  *                 SA_RESTART) returns -1 with errno EINTR, as rdma-core's plain read().
  *   eintr_async   the same for ibv_get_async_event.
+ *   null_args     device queries given no place for their answer (ibv_query_gid,
+ *                 ibv_query_pkey, ibv_init_ah_from_wc: -1 with errno EINVAL;
+ *                 ibv_query_port: EINVAL returned) write nothing and do not crash.
  *   cancel_cq     a thread blocked in ibv_get_cq_event is cancelled (pthread_cancel, as
  *                 rping cancels its CQ thread): it ends, PTHREAD_CANCELED, and the
  *                 channel and CQ are destroyed afterwards (glibc's forced unwind passes
@@ -557,6 +560,27 @@ static void case_cancel_cq(void) {
   ibv_close_device(ctx);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* null_args                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+static void case_null_args(void) {
+  struct ibv_context* ctx = open_first_device();
+  errno = 0;
+  CHECK(ibv_query_gid(ctx, 1, 0, NULL) == -1 && errno == EINVAL, "ibv_query_gid(NULL gid): errno %d", errno);
+  errno = 0;
+  CHECK(ibv_query_pkey(ctx, 1, 0, NULL) == -1 && errno == EINVAL, "ibv_query_pkey(NULL pkey): errno %d", errno);
+  struct ibv_wc wc;
+  memset(&wc, 0, sizeof wc);
+  errno = 0;
+  CHECK(ibv_init_ah_from_wc(ctx, 1, &wc, NULL, NULL) == -1 && errno == EINVAL,
+        "ibv_init_ah_from_wc(NULL ah_attr): errno %d", errno);
+  CHECK(ibv_query_port(ctx, 1, NULL) == EINVAL, "ibv_query_port(NULL attr) did not return EINVAL");
+  union ibv_gid gid;
+  CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0, "ibv_query_gid still answers: %s", strerror(errno));
+  ibv_close_device(ctx);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* c = argc == 2 ? argv[1] : "";
@@ -573,9 +597,12 @@ int main(int argc, char** argv) {
     case_eintr_async();
   else if (!strcmp(c, "cancel_cq"))
     case_cancel_cq();
+  else if (!strcmp(c, "null_args"))
+    case_null_args();
   else {
     fprintf(stderr,
-            "usage: %s reg_mr_range | keys | limit_{qp,cq,pd,ah,mr,mw,srq} | eintr_cq | eintr_async | cancel_cq\n",
+            "usage: %s reg_mr_range | keys | limit_{qp,cq,pd,ah,mr,mw,srq} | eintr_cq | eintr_async | cancel_cq | "
+            "null_args\n",
             argv[0]);
     return 2;
   }
