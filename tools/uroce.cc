@@ -393,17 +393,12 @@ int cmd_devices() {
   }
   ibv_free_device_list(list);
   if (n > 0) {
-    unsigned host_port = uroce::core::config().udp_port;
-    std::puts(
+    std::printf(
         "\nThe UDP port (the LID) is this process's private port: every process that\n"
-        "opens a device gets its own.");
-    if (host_port != 0)
-      std::printf(
-          "Every process also shares the host's RoCE port %u, where any QP of the\n"
-          "host is reachable by GID and QP number (dlid 0).\n",
-          host_port);
-    else
-      std::puts("No host RoCE port is shared (UROCE_PORT=0).");
+        "opens a device gets its own. Every process also shares the host's RoCE port\n"
+        "%u (UROCE_PORT), where any QP of the host is reachable by GID and QP number\n"
+        "(dlid 0).\n",
+        unsigned(uroce::core::config().udp_port));
   }
   return status;
 }
