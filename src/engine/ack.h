@@ -16,6 +16,12 @@
 
 namespace uroce::engine {
 
+// The ACKNOWLEDGE packet's length on the wire after the UDP header: BTH,
+// AETH, ICRC (the same in every service).
+constexpr uint32_t kAckPacketBytes =
+    wire::opcode_info(wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge)).header_len +
+    wire::kIcrcSize;
+
 // Builds one ACK/NAK of `service` into `tx` and ends it: to QP `dest_qp` over
 // `path`, an ACKNOWLEDGE, or with `atomic_orig` (the value an atomic found) an
 // ATOMIC_ACKNOWLEDGE carrying it; BTH PSN `psn` with no SE, pad or AckReq and

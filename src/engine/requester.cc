@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/mr_access.h"
+#include "engine/ack.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
@@ -623,10 +624,6 @@ void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock) {
 }
 
 namespace {
-
-// The ACK packet: BTH, AETH, ICRC.
-constexpr uint32_t kAckPacketBytes =
-    wire::opcode_info(wire::make_opcode(wire::Service::kRc, Operation::kAcknowledge)).header_len + wire::kIcrcSize;
 
 // Whether an ACK that covers a receive may go behind the reply the
 // application is posting, in the same GSO message. The peer's kernel then
