@@ -87,7 +87,7 @@ struct Request {
 uint32_t jumbo_span(const wire::PacketView& pkt, uint32_t mtu) {
   if (!pkt.jumbo) return 1;
   uint32_t len = pkt.payload_len;
-  if (pkt.info->flags & wire::kOpEnd) return len == 0 ? 1 : (len + mtu - 1) / mtu;
+  if (pkt.info->flags & wire::kOpEnd) return wire::packets_for(len, mtu);
   return len % mtu == 0 ? len / mtu : 0;
 }
 
