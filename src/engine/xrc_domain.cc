@@ -137,15 +137,149 @@ XrcDomain::OpenResult XrcDomain::open_private() {
   return d;
 }
 
+namespace {
+
+// A file descriptor, closed at the end of its scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A shared mapping, unmapped at the end of its scope unless released.
+class ScopedMapping {
+ public:
+  ScopedMapping(void* mem, size_t bytes) : mem_(mem == MAP_FAILED ? nullptr : mem), bytes_(bytes) {}
+  ~ScopedMapping() {
+    if (mem_) munmap(mem_, bytes_);
+  }
+  ScopedMapping(const ScopedMapping&) = delete;
+  ScopedMapping& operator=(const ScopedMapping&) = delete;
+  void* get() const { return mem_; }
+  void* release() { return std::exchange(mem_, nullptr); }
+
+ private:
+  void* mem_;
+  size_t bytes_;
+};
+
+// Holds a segment header's lock for a scope.
+class HeaderLock {
+ public:
+  explicit HeaderLock(uint32_t& word) : word_(word) { spin_lock(word_); }
+  ~HeaderLock() { spin_unlock(word_); }
+  HeaderLock(const HeaderLock&) = delete;
+  HeaderLock& operator=(const HeaderLock&) = delete;
+
+ private:
+  uint32_t& word_;
+};
+
+// Waits, in 1 ms naps for up to a second, until `done()`: a creator in another
+// process is between two steps. True if it happened.
+template <class Done>
+bool wait_for_creator(Done done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    usleep(1000);
+  }
+  return done();
+}
+
+// What one attempt at opening the object came to: the mapped, initialized
+// segment with this process counted among its openers, an error, or a retry
+// (the object was removed or replaced meanwhile).
+struct Attempt {
+  void* mem = nullptr;
+  int error = 0;
+  bool retry = false;
+};
+
+Attempt failed(int error) { return Attempt{nullptr, error, false}; }
+Attempt again() { return Attempt{nullptr, 0, true}; }
+
+// Opens the object `name`, creating it (sized to `bytes`, zero-filled) when
+// it does not exist and `oflags` has O_CREAT.
+Attempt attach(const char* name, int oflags, size_t bytes) {
+  bool created = true;
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    created = false;
+    fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) return again();  // removed in between
+  } else if (fd < 0) {
+    return failed(errno);
+  }
+  ScopedFd shm(fd);
+  if (created && !(oflags & O_CREAT)) {  // it did not exist: the caller did not ask to create it
+    shm_unlink(name);
+    return failed(EAGAIN);
+  }
+  if (created && ftruncate(shm.get(), off_t(bytes)) != 0) {
+    int e = errno;
+    shm_unlink(name);
+    return failed(e);
+  }
+  // A creator in another process may not have sized the object yet: touching
+  // pages past its end would fault, so wait (bounded) for the size first. A
+  // size of another uroce build's segment: replaced.
+  off_t size = created ? off_t(bytes) : 0;
+  wait_for_creator([&] {
+    struct stat st;
+    if (fstat(shm.get(), &st) != 0) return true;  // (size stays 0: EAGAIN below)
+    size = st.st_size;
+    return size != 0;
+  });
+  if (size != 0 && size_t(size) != bytes) {
+    shm_unlink(name);
+    return again();
+  }
+  if (size == 0) return failed(EAGAIN);
+  ScopedMapping map(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm.get(), 0), bytes);
+  if (!map.get()) return failed(ENOMEM);
+  auto* h = static_cast<XrcDomain::Header*>(map.get());
+  std::atomic_ref<uint32_t> ready(h->ready);
+  if (created) {
+    // ftruncate zero-filled the segment: zero is the free state of every
+    // slot (no lock holder, no owner).
+    h->magic = kMagic;
+    h->bytes = bytes;
+    ready.store(1, std::memory_order_release);
+  }
+  if (!wait_for_creator([&] { return ready.load(std::memory_order_acquire) != 0; })) return failed(EAGAIN);
+  if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
+    shm_unlink(name);
+    return again();
+  }
+  HeaderLock lock(h->lock);
+  if (h->removed) return again();  // its last user removed it while we opened it
+  // A domain all of whose openers died does not exist any more (the next
+  // O_CREAT open takes it over; target slots and SRQ entries of the dead are
+  // reclaimed as they are needed).
+  bool exists = prune_dead(h) > 0;
+  if (!created && !exists && !(oflags & O_CREAT)) return failed(EAGAIN);
+  if (!created && exists && (oflags & O_EXCL)) return failed(EINVAL);
+  if (!add_opener(h)) return failed(ENOMEM);
+  return Attempt{map.release(), 0, false};
+}
+
+}  // namespace
+
 // The shared memory object of the file's inode: created with O_CREAT, sized
 // and marked ready by its creator; an object of another build is replaced; one
 // its last user removed while we opened it is opened anew.
 XrcDomain::OpenResult XrcDomain::open_file(int fd, int oflags) {
   size_t bytes = sizeof(Header) + sizeof(TargetSlot) * kSlots;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    return OpenResult::error(EBADF);
-  }
+  if (fstat(fd, &st) != 0) return OpenResult::error(EBADF);
   std::lock_guard open_lock(g_open_mu);
   auto file_key = std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino));
   if (auto it = g_open.find(file_key); it != g_open.end()) {
@@ -158,94 +292,18 @@ XrcDomain::OpenResult XrcDomain::open_file(int fd, int oflags) {
   std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)st.st_dev,
                 (unsigned long long)st.st_ino);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    bool created = false;
-    int shm = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (shm >= 0) {
-      created = true;
-      if (!(oflags & O_CREAT)) {  // it did not exist: the caller did not ask to create it
-        close(shm);
-        shm_unlink(name);
-        return OpenResult::error(EAGAIN);
-      }
-      if (ftruncate(shm, off_t(bytes)) != 0) {
-        close(shm);
-        shm_unlink(name);
-        return OpenResult::error(errno);
-      }
-    } else if (errno == EEXIST) {
-      shm = shm_open(name, O_RDWR, 0600);
-      if (shm < 0) continue;  // removed in between: try again
-    } else {
-      return OpenResult::error(errno);
-    }
-    // A creator in another process may not have sized the object yet: touching
-    // pages past its end would fault, so wait (bounded) for the size first.
-    bool sized = created, foreign = false;
-    for (int i = 0; i < 1000 && !sized && !foreign; ++i) {
-      struct stat sst;
-      if (fstat(shm, &sst) != 0) break;
-      sized = size_t(sst.st_size) == bytes;
-      foreign = sst.st_size != 0 && !sized;  // left behind by another uroce build
-      if (!sized && !foreign) usleep(1000);
-    }
-    if (foreign) {
-      close(shm);
-      shm_unlink(name);
-      continue;
-    }
-    void* mem = sized ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0) : MAP_FAILED;
-    close(shm);
-    if (mem == MAP_FAILED) {
-      return OpenResult::error(sized ? ENOMEM : EAGAIN);
-    }
-    auto* h = static_cast<Header*>(mem);
-    std::atomic_ref<uint32_t> ready(h->ready);
-    if (created) {
-      // ftruncate zero-filled the segment: zero is the free state of every
-      // slot (no lock holder, no owner).
-      h->magic = kMagic;
-      h->bytes = bytes;
-      ready.store(1, std::memory_order_release);
-    }
-    for (int i = 0; i < 1000 && !ready.load(std::memory_order_acquire); ++i) usleep(1000);
-    if (!ready.load(std::memory_order_acquire)) {
-      munmap(mem, bytes);
-      return OpenResult::error(EAGAIN);
-    }
-    if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
-      munmap(mem, bytes);
-      shm_unlink(name);
-      continue;
-    }
-    spin_lock(h->lock);
-    if (h->removed) {  // its last user removed it while we opened it: start over
-      spin_unlock(h->lock);
-      munmap(mem, bytes);
-      continue;
-    }
-    // A domain all of whose openers died does not exist any more (the next
-    // O_CREAT open takes it over; target slots and SRQ entries of the dead are
-    // reclaimed as they are needed).
-    bool exists = prune_dead(h) > 0;
-    int e = 0;
-    if (!created && !exists && !(oflags & O_CREAT))
-      e = EAGAIN;
-    else if (!created && exists && (oflags & O_EXCL))
-      e = EINVAL;
-    else if (!add_opener(h))
-      e = ENOMEM;
-    spin_unlock(h->lock);
-    if (e) {
-      munmap(mem, bytes);
-      return OpenResult::error(e);
-    }
+    Attempt a = attach(name, oflags, bytes);
+    if (a.retry) continue;
+    if (a.error) return OpenResult::error(a.error);
+    ScopedMapping map(a.mem, bytes);
     auto d = std::shared_ptr<XrcDomain>(new (std::nothrow) XrcDomain());
     if (!d) {
-      munmap(mem, bytes);
+      HeaderLock lock(static_cast<Header*>(map.get())->lock);
+      drop_opener(static_cast<Header*>(map.get()));
       return OpenResult::error(ENOMEM);
     }
-    d->header_ = h;
-    d->slots_ = reinterpret_cast<TargetSlot*>(static_cast<uint8_t*>(mem) + sizeof(Header));
+    d->header_ = static_cast<Header*>(map.release());
+    d->slots_ = reinterpret_cast<TargetSlot*>(reinterpret_cast<uint8_t*>(d->header_) + sizeof(Header));
     d->bytes_ = bytes;
     d->shared_ = true;
     d->key_ = XrcDomainKey{file_key.first, file_key.second};
