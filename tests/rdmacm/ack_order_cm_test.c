@@ -42,7 +42,10 @@ static void fail(const char* fmt, ...) {
   exit(1);
 }
 
-#define CHECK(cond, ...)            \
+// The CM tests' one check: a failed REQUIRE reports and ends the process (the
+// tests fork a server and a client, and each must stop at its first failure).
+// The verbs tests' CHECK (verbs_pair.h) counts a failure and goes on.
+#define REQUIRE(cond, ...)          \
   do {                              \
     if (!(cond)) fail(__VA_ARGS__); \
   } while (0)
@@ -75,10 +78,11 @@ struct conn {
 
 static struct rdma_cm_event* expect_event(struct rdma_event_channel* ch, enum rdma_cm_event_type type) {
   struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-  CHECK(poll(&p, 1, kWaitMs) == 1, "no rdma_cm event within %d ms (waiting for %s)", kWaitMs, rdma_event_str(type));
+  REQUIRE(poll(&p, 1, kWaitMs) == 1, "no rdma_cm event within %d ms (waiting for %s)", kWaitMs, rdma_event_str(type));
   struct rdma_cm_event* e;
-  CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
-  CHECK(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event), e->status);
+  REQUIRE(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
+  REQUIRE(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event),
+          e->status);
   return e;
 }
 
@@ -89,21 +93,21 @@ static void ack_expected(struct rdma_event_channel* ch, enum rdma_cm_event_type 
 // CQ, MR, QP on the id's device, and both receives posted before the connection exists.
 static void conn_setup(struct conn* c, int side) {
   c->cq = ibv_create_cq(c->id->verbs, 16, NULL, NULL, 0);
-  CHECK(c->cq, "ibv_create_cq: %s", strerror(errno));
+  REQUIRE(c->cq, "ibv_create_cq: %s", strerror(errno));
   c->mr = ibv_reg_mr(c->id->pd, &c->buf, sizeof c->buf,
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  CHECK(c->mr, "ibv_reg_mr: %s", strerror(errno));
+  REQUIRE(c->mr, "ibv_reg_mr: %s", strerror(errno));
   struct ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.send_cq = attr.recv_cq = c->cq;
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(c->id, c->id->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
+  REQUIRE(rdma_create_qp(c->id, c->id->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
   for (int i = 0; i < 2; i++) {
     struct ibv_sge sge = {(uintptr_t)&c->buf.recv[i], sizeof(struct msg), c->mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = kWrRecv + (uint64_t)i, .sg_list = &sge, .num_sge = 1}, *bad;
-    CHECK(ibv_post_recv(c->id->qp, &wr, &bad) == 0, "ibv_post_recv");
+    REQUIRE(ibv_post_recv(c->id->qp, &wr, &bad) == 0, "ibv_post_recv");
   }
   for (int i = 0; i < kDataLen; i++) c->buf.mine[i] = (char)('a' + (i + g_conn + side) % 26);
 }
@@ -129,7 +133,7 @@ static void post(struct conn* c, uint64_t wr_id, enum ibv_wr_opcode op, void* ad
     wr.wr.rdma.remote_addr = peer->addr;
     wr.wr.rdma.rkey = peer->rkey;
   }
-  CHECK(ibv_post_send(c->id->qp, &wr, &bad) == 0, "ibv_post_send");
+  REQUIRE(ibv_post_send(c->id->qp, &wr, &bad) == 0, "ibv_post_send");
 }
 
 // Polls until the completions named in `want` (bit per wr_id) have all arrived; each
@@ -140,15 +144,15 @@ static void wait_completions(struct conn* c, unsigned want) {
   while ((c->done & want) != want) {
     struct ibv_wc wc;
     int n = ibv_poll_cq(c->cq, 1, &wc);
-    CHECK(n >= 0, "ibv_poll_cq");
+    REQUIRE(n >= 0, "ibv_poll_cq");
     if (n == 0) {
-      CHECK(now_ms() < deadline, "completions 0x%x missing after %d ms", want & ~c->done, kWaitMs);
+      REQUIRE(now_ms() < deadline, "completions 0x%x missing after %d ms", want & ~c->done, kWaitMs);
       continue;
     }
-    CHECK(wc.status == IBV_WC_SUCCESS, "wr %llu completed with %s", (unsigned long long)wc.wr_id,
-          ibv_wc_status_str(wc.status));
-    CHECK(wc.wr_id < 32 && !(c->done & (1u << wc.wr_id)), "unexpected completion of wr %llu",
-          (unsigned long long)wc.wr_id);
+    REQUIRE(wc.status == IBV_WC_SUCCESS, "wr %llu completed with %s", (unsigned long long)wc.wr_id,
+            ibv_wc_status_str(wc.status));
+    REQUIRE(wc.wr_id < 32 && !(c->done & (1u << wc.wr_id)), "unexpected completion of wr %llu",
+            (unsigned long long)wc.wr_id);
     c->done |= 1u << wc.wr_id;
   }
 }
@@ -159,22 +163,22 @@ static void exchange(struct conn* c, int side) {
   post(c, kWrMsg, IBV_WR_SEND, &c->buf.send, sizeof c->buf.send, NULL);
   wait_completions(c, 1u << kWrMsg | 1u << kWrRecv);
   struct msg peer = c->buf.recv[0];
-  CHECK(peer.type == kMsgBuffer, "first message of type %u", peer.type);
+  REQUIRE(peer.type == kMsgBuffer, "first message of type %u", peer.type);
   post(c, kWrWrite, IBV_WR_RDMA_WRITE, c->buf.mine, kDataLen, &peer);
   wait_completions(c, 1u << kWrWrite);
   c->buf.send = (struct msg){kMsgDone, 0, 0};
   post(c, kWrDone, IBV_WR_SEND, &c->buf.send, sizeof c->buf.send, NULL);
   wait_completions(c, 1u << kWrDone | 1u << (kWrRecv + 1));
-  CHECK(c->buf.recv[1].type == kMsgDone, "second message of type %u", c->buf.recv[1].type);
+  REQUIRE(c->buf.recv[1].type == kMsgDone, "second message of type %u", c->buf.recv[1].type);
   // The peer's WRITE came before its DONE: its data is here.
   for (int i = 0; i < kDataLen; i++)
-    CHECK(c->buf.data[i] == (char)('a' + (i + g_conn + !side) % 26), "peer's data wrong at byte %d", i);
+    REQUIRE(c->buf.data[i] == (char)('a' + (i + g_conn + !side) % 26), "peer's data wrong at byte %d", i);
   if (g_conn == 0) printf("%s: peer's data: %.26s...\n", g_role, c->buf.data);
 }
 
 // Disconnects at once and waits for DISCONNECTED (our DREQ answered, or the peer's).
 static void disconnect(struct rdma_event_channel* ch, struct conn* c) {
-  CHECK(rdma_disconnect(c->id) == 0 || errno == EINVAL, "rdma_disconnect: %s", strerror(errno));
+  REQUIRE(rdma_disconnect(c->id) == 0 || errno == EINVAL, "rdma_disconnect: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED);
 }
 
@@ -192,18 +196,18 @@ static void server(int port, int connections, int ready_fd) {
   alarm(300);  // never outlive a parent that failed
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* listener;
-  CHECK(ch && rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  REQUIRE(ch && rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_in a = loopback(port);
-  CHECK(rdma_bind_addr(listener, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
-  CHECK(rdma_listen(listener, 4) == 0, "rdma_listen: %s", strerror(errno));
-  CHECK(write(ready_fd, "r", 1) == 1, "pipe");
+  REQUIRE(rdma_bind_addr(listener, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+  REQUIRE(rdma_listen(listener, 4) == 0, "rdma_listen: %s", strerror(errno));
+  REQUIRE(write(ready_fd, "r", 1) == 1, "pipe");
   for (g_conn = 0; g_conn < connections; g_conn++) {
     struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
     struct conn c = {.id = e->id};
     rdma_ack_cm_event(e);
     conn_setup(&c, 1);
     struct rdma_conn_param param = {.responder_resources = 1, .initiator_depth = 1};
-    CHECK(rdma_accept(c.id, &param) == 0, "rdma_accept: %s", strerror(errno));
+    REQUIRE(rdma_accept(c.id, &param) == 0, "rdma_accept: %s", strerror(errno));
     ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED);
     exchange(&c, 1);
     disconnect(ch, &c);
@@ -217,16 +221,16 @@ static void client_once(int port) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct conn c;
   memset(&c, 0, sizeof c);
-  CHECK(ch && rdma_create_id(ch, &c.id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  REQUIRE(ch && rdma_create_id(ch, &c.id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_in a = loopback(port);
-  CHECK(rdma_resolve_addr(c.id, NULL, (struct sockaddr*)&a, kWaitMs) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  REQUIRE(rdma_resolve_addr(c.id, NULL, (struct sockaddr*)&a, kWaitMs) == 0, "rdma_resolve_addr: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
-  CHECK(rdma_resolve_route(c.id, kWaitMs) == 0, "rdma_resolve_route: %s", strerror(errno));
+  REQUIRE(rdma_resolve_route(c.id, kWaitMs) == 0, "rdma_resolve_route: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
   conn_setup(&c, 0);
   struct rdma_conn_param param = {
       .responder_resources = 1, .initiator_depth = 1, .retry_count = 7, .rnr_retry_count = 7};
-  CHECK(rdma_connect(c.id, &param) == 0, "rdma_connect: %s", strerror(errno));
+  REQUIRE(rdma_connect(c.id, &param) == 0, "rdma_connect: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED);
   exchange(&c, 0);
   disconnect(ch, &c);
@@ -247,9 +251,9 @@ int main(int argc, char** argv) {
   int connections = argc > 2 ? atoi(argv[2]) : 50;
   setvbuf(stdout, NULL, _IOLBF, 0);
   int ready[2];
-  CHECK(pipe(ready) == 0, "pipe");
+  REQUIRE(pipe(ready) == 0, "pipe");
   pid_t child = fork();
-  CHECK(child >= 0, "fork");
+  REQUIRE(child >= 0, "fork");
   if (child == 0) {
     close(ready[0]);
     server(port, connections, ready[1]);
@@ -265,7 +269,7 @@ int main(int argc, char** argv) {
   }
   for (g_conn = 0; g_conn < connections; g_conn++) {
     pid_t c = fork();  // each client connection is its own process, like the program people run
-    CHECK(c >= 0, "fork");
+    REQUIRE(c >= 0, "fork");
     if (c == 0) {
       client_once(port);
       exit(0);
@@ -291,7 +295,7 @@ int main(int argc, char** argv) {
     kill(child, SIGKILL);
     waitpid(child, &status, 0);
   }
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the server failed (status 0x%x)", status);
+  REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the server failed (status 0x%x)", status);
   printf("ack_order_cm_test: %d connections, all succeeded\n", connections);
   return 0;
 }

@@ -39,10 +39,10 @@ enum {
 
 static int tcp_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK(fd >= 0, "socket: %s", strerror(errno));
+  REQUIRE(fd >= 0, "socket: %s", strerror(errno));
   struct sockaddr_in a = loopback(port);
-  CHECK(connect(fd, (struct sockaddr*)&a, sizeof a) == 0, "connect to the listener: %s", strerror(errno));
-  CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "fcntl");
+  REQUIRE(connect(fd, (struct sockaddr*)&a, sizeof a) == 0, "connect to the listener: %s", strerror(errno));
+  REQUIRE(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "fcntl");
   return fd;
 }
 
@@ -91,13 +91,13 @@ struct msgs {
 static void msgs_init(struct msgs* m, struct ibv_pd* pd) {
   memset(m->buf, 0, sizeof m->buf);
   m->mr = ibv_reg_mr(pd, m->buf, sizeof m->buf, IBV_ACCESS_LOCAL_WRITE);
-  CHECK(m->mr, "ibv_reg_mr: %s", strerror(errno));
+  REQUIRE(m->mr, "ibv_reg_mr: %s", strerror(errno));
 }
 
 static void msgs_post_recv(struct rdma_cm_id* id, struct msgs* m) {
   struct ibv_sge sge = {.addr = (uintptr_t)m->buf, .length = 64, .lkey = m->mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
-  CHECK(ibv_post_recv(id->qp, &wr, &bad) == 0, "ibv_post_recv");
+  REQUIRE(ibv_post_recv(id->qp, &wr, &bad) == 0, "ibv_post_recv");
 }
 
 static void msgs_post_send(struct rdma_cm_id* id, struct msgs* m, const char* text) {
@@ -109,7 +109,7 @@ static void msgs_post_send(struct rdma_cm_id* id, struct msgs* m, const char* te
                            .opcode = IBV_WR_SEND,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
-  CHECK(ibv_post_send(id->qp, &wr, &bad) == 0, "ibv_post_send");
+  REQUIRE(ibv_post_send(id->qp, &wr, &bad) == 0, "ibv_post_send");
 }
 
 // Waits for `sends` send and `recvs` receive completions, all successful.
@@ -118,13 +118,13 @@ static void wait_completions(struct ibv_cq* cq, int sends, int recvs, int timeou
   while (sends > 0 || recvs > 0) {
     struct ibv_wc wc;
     int n = ibv_poll_cq(cq, 1, &wc);
-    CHECK(n >= 0, "ibv_poll_cq");
+    REQUIRE(n >= 0, "ibv_poll_cq");
     if (n == 0) {
-      CHECK(now_ms() < end, "completions missing after %d ms (%d sends, %d receives)", timeout_ms, sends, recvs);
+      REQUIRE(now_ms() < end, "completions missing after %d ms (%d sends, %d receives)", timeout_ms, sends, recvs);
       usleep(100);
       continue;
     }
-    CHECK(wc.status == IBV_WC_SUCCESS, "completion %s", ibv_wc_status_str(wc.status));
+    REQUIRE(wc.status == IBV_WC_SUCCESS, "completion %s", ibv_wc_status_str(wc.status));
     if (wc.opcode == IBV_WC_RECV) {
       recvs--;
     } else {
@@ -141,10 +141,10 @@ static void serve_pings(struct server* s, struct rdma_cm_id* id, struct msgs* m,
     wait_completions(s->cq, 0, 1, 60000);
     char expect[64];
     snprintf(expect, sizeof expect, "ping %d", i);
-    CHECK(strcmp(m->buf, expect) == 0, "listener got '%s', expected '%s'", m->buf, expect);
+    REQUIRE(strcmp(m->buf, expect) == 0, "listener got '%s', expected '%s'", m->buf, expect);
     if (expect_quiet) {
       struct pollfd p = {.fd = s->ch->fd, .events = POLLIN};
-      CHECK(poll(&p, 1, 0) == 0, "an rdma_cm event arrived on the listener's channel while the connection was quiet");
+      REQUIRE(poll(&p, 1, 0) == 0, "an rdma_cm event arrived on the listener's channel while the connection was quiet");
     }
     msgs_post_recv(id, m);
     snprintf(expect, sizeof expect, "pong %d", i);
@@ -165,19 +165,19 @@ static void serve_one_client(struct server* s, int rounds, int expect_quiet) {
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(id, s->pd, &attr) == 0, "listener rdma_create_qp: %s", strerror(errno));
+  REQUIRE(rdma_create_qp(id, s->pd, &attr) == 0, "listener rdma_create_qp: %s", strerror(errno));
   struct msgs m;
   msgs_init(&m, s->pd);
   msgs_post_recv(id, &m);
   struct rdma_conn_param p = basic_param(NULL, 0);
-  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
+  REQUIRE(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
   ack_expected(s->ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
   serve_pings(s, id, &m, rounds, expect_quiet);
   ack_expected(s->ch, RDMA_CM_EVENT_DISCONNECTED, 30000);
   rdma_disconnect(id);
   rdma_destroy_qp(id);
   ibv_dereg_mr(m.mr);
-  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  REQUIRE(rdma_destroy_id(id) == 0, "rdma_destroy_id");
 }
 
 struct client {
@@ -191,7 +191,7 @@ static void client_connect(struct client* cl, int port) {
   msgs_init(&cl->m, cl->c.pd);
   cl->round = 0;
   struct rdma_conn_param p = basic_param(NULL, 0);
-  CHECK(rdma_connect(cl->c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  REQUIRE(rdma_connect(cl->c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
   ack_expected(cl->c.ch, RDMA_CM_EVENT_ESTABLISHED, 30000);
 }
 
@@ -203,11 +203,11 @@ static void client_ping(struct client* cl) {
   msgs_post_recv(cl->c.id, &cl->m);
   msgs_post_send(cl->c.id, &cl->m, text);
   wait_completions(cl->c.cq, 1, 1, 30000);
-  CHECK(strcmp(cl->m.buf, expect) == 0, "client got '%s', expected '%s'", cl->m.buf, expect);
+  REQUIRE(strcmp(cl->m.buf, expect) == 0, "client got '%s', expected '%s'", cl->m.buf, expect);
 }
 
 static void client_disconnect(struct client* cl) {
-  CHECK(rdma_disconnect(cl->c.id) == 0, "rdma_disconnect: %s", strerror(errno));
+  REQUIRE(rdma_disconnect(cl->c.id) == 0, "rdma_disconnect: %s", strerror(errno));
   ack_expected(cl->c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
   ibv_dereg_mr(cl->m.mr);
   async_client_teardown(&cl->c);
@@ -220,7 +220,7 @@ static int g_captured = -1;
 static void capture_stderr(void) {
   g_report_fd = dup(2);
   g_captured = memfd_create("stderr", MFD_CLOEXEC);
-  CHECK(g_report_fd >= 0 && g_captured >= 0 && dup2(g_captured, 2) == 2, "capturing stderr");
+  REQUIRE(g_report_fd >= 0 && g_captured >= 0 && dup2(g_captured, 2) == 2, "capturing stderr");
 }
 
 // Lines written to stderr so far; the first few are copied to stdout.
@@ -228,7 +228,7 @@ static int captured_lines(void) {
   fflush(stderr);
   off_t len = lseek(g_captured, 0, SEEK_END);
   char* text = calloc(1, (size_t)len + 1);
-  CHECK(text && pread(g_captured, text, (size_t)len, 0) == len, "reading captured stderr");
+  REQUIRE(text && pread(g_captured, text, (size_t)len, 0) == len, "reading captured stderr");
   int lines = 0;
   for (char *p = text, *nl; (nl = strchr(p, '\n')); p = nl + 1) {
     if (lines < 8) printf("  listener stderr: %.*s\n", (int)(nl - p), p);
@@ -257,9 +257,9 @@ static void junk_listener(int ready_fd, int done_fd) {
   printf("listener: VmRSS %ld -> %ld KiB, %d -> %d fds, %d log lines in %.1f s\n", rss_before, rss_after, fds_before,
          fds_after, lines, secs);
   // Before: 300 MB after 512 MiB of junk, one line per bad frame.
-  CHECK(rss_after - rss_before < 16 * 1024, "memory grew by %ld KiB", rss_after - rss_before);
-  CHECK(fds_after <= fds_before + 2, "%d descriptors more than before the junk", fds_after - fds_before);
-  CHECK(lines <= 5 * ((int)secs + 2), "%d log lines in %.1f s: not rate-limited", lines, secs);
+  REQUIRE(rss_after - rss_before < 16 * 1024, "memory grew by %ld KiB", rss_after - rss_before);
+  REQUIRE(fds_after <= fds_before + 2, "%d descriptors more than before the junk", fds_after - fds_before);
+  REQUIRE(lines <= 5 * ((int)secs + 2), "%d log lines in %.1f s: not rate-limited", lines, secs);
   server_close(&s);
 }
 
@@ -276,7 +276,7 @@ static void flood_random(int port, int started_fd) {
   while (written < kFloodBytes) {
     struct pollfd p[kFloodStreams];
     for (int i = 0; i < kFloodStreams; i++) p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN | POLLOUT};
-    CHECK(poll(p, kFloodStreams, 1000) >= 0, "poll");
+    REQUIRE(poll(p, kFloodStreams, 1000) >= 0, "poll");
     for (int i = 0; i < kFloodStreams; i++) {
       int gone = (p[i].revents & (POLLIN | POLLHUP | POLLERR)) && drain_closed(fds[i]);
       if (!gone && (p[i].revents & POLLOUT)) {
@@ -296,7 +296,7 @@ static void flood_random(int port, int started_fd) {
         last_progress = now_ms();
       }
     }
-    CHECK(now_ms() - last_progress < 10000, "no junk connection closed or written to for 10 s");
+    REQUIRE(now_ms() - last_progress < 10000, "no junk connection closed or written to for 10 s");
   }
   // The last connections must be closed too (each gets junk, in case it
   // was opened just now).
@@ -307,7 +307,7 @@ static void flood_random(int port, int started_fd) {
   for (int i = 0; i < kFloodStreams; i++) {
     double end = now_ms() + 10000;
     while (!drain_closed(fds[i])) {
-      CHECK(now_ms() < end, "a junk connection still open 10 s after its junk");
+      REQUIRE(now_ms() < end, "a junk connection still open 10 s after its junk");
       struct pollfd p = {.fd = fds[i], .events = POLLIN};
       poll(&p, 1, 100);
     }
@@ -325,16 +325,16 @@ static void flood_useless(int port) {
   static uint8_t stream[64 * kMadSize];
   for (int i = 0; i < 64; i++) useless_mad(stream + i * kMadSize);
   int fds[3] = {tcp_connect(port), tcp_connect(port), tcp_connect(port)};
-  CHECK(send(fds[2], stream, kMadSize / 2, MSG_NOSIGNAL) == kMadSize / 2, "half a MAD");
+  REQUIRE(send(fds[2], stream, kMadSize / 2, MSG_NOSIGNAL) == kMadSize / 2, "half a MAD");
   const double t0 = now_ms();
   long long written = 0;
   int open = 3;
   while (open > 0) {
-    CHECK(now_ms() - t0 < kQuietMs + 10000, "connections without a REQ still open after %d ms", kQuietMs + 10000);
+    REQUIRE(now_ms() - t0 < kQuietMs + 10000, "connections without a REQ still open after %d ms", kQuietMs + 10000);
     struct pollfd p[3];
     for (int i = 0; i < 3; i++)
       p[i] = (struct pollfd){.fd = fds[i], .events = fds[i] < 0 ? 0 : POLLIN | (i < 2 ? POLLOUT : 0)};
-    CHECK(poll(p, 3, 100) >= 0, "poll");
+    REQUIRE(poll(p, 3, 100) >= 0, "poll");
     for (int i = 0; i < 3; i++) {
       if (fds[i] < 0) continue;
       int gone = (p[i].revents & (POLLIN | POLLHUP | POLLERR)) && drain_closed(fds[i]);
@@ -358,16 +358,16 @@ static void flood_useless(int port) {
 static void case_junk_flood(void) {
   const int port = atoi(g_port);
   int ready[2], done[2], started[2];
-  CHECK(pipe(ready) == 0 && pipe(done) == 0 && pipe(started) == 0, "pipe");
+  REQUIRE(pipe(ready) == 0 && pipe(done) == 0 && pipe(started) == 0, "pipe");
   pid_t listener = fork();
-  CHECK(listener >= 0, "fork");
+  REQUIRE(listener >= 0, "fork");
   if (listener == 0) {
     junk_listener(ready[1], done[0]);
     exit(0);
   }
   wait_peer(ready[0], 10000);
   pid_t abuser = fork();
-  CHECK(abuser >= 0, "fork");
+  REQUIRE(abuser >= 0, "fork");
   if (abuser == 0) {
     flood_random(port, started[1]);
     flood_useless(port);
@@ -381,7 +381,7 @@ static void case_junk_flood(void) {
   client_disconnect(&cl);
   printf("real client: connected and exchanged 10 messages during the flood\n");
   int status = reap(abuser, 90000);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abuser failed (status 0x%x)", status);
+  REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abuser failed (status 0x%x)", status);
   signal_peer(done[1]);
   expect_child_ok(listener);
 }
@@ -397,16 +397,16 @@ static void idle_listener(int ready_fd, int done_fd) {
   wait_peer(done_fd, 60000);
   const int fds_after = open_fds();
   printf("listener: %d fds before the idle connections, %d after\n", fds_before, fds_after);
-  CHECK(fds_after <= fds_before + 2, "%d descriptors more than before", fds_after - fds_before);
+  REQUIRE(fds_after <= fds_before + 2, "%d descriptors more than before", fds_after - fds_before);
   server_close(&s);
 }
 
 static void case_idle_links(void) {
   const int port = atoi(g_port);
   int ready[2], done[2];
-  CHECK(pipe(ready) == 0 && pipe(done) == 0, "pipe");
+  REQUIRE(pipe(ready) == 0 && pipe(done) == 0, "pipe");
   pid_t listener = fork();
-  CHECK(listener >= 0, "fork");
+  REQUIRE(listener >= 0, "fork");
   if (listener == 0) {
     idle_listener(ready[1], done[0]);
     exit(0);
@@ -420,8 +420,8 @@ static void case_idle_links(void) {
   const double t0 = now_ms();
   for (int i = 0; i < kIdleLinks; i++) {
     fds[i] = tcp_connect(port);
-    if (i % 15 == 1) CHECK(send(fds[i], mad, kMadSize / 2, MSG_NOSIGNAL) == kMadSize / 2, "half a MAD");
-    if (i % 15 == 2) CHECK(send(fds[i], mad, kMadSize, MSG_NOSIGNAL) == kMadSize, "a MAD");
+    if (i % 15 == 1) REQUIRE(send(fds[i], mad, kMadSize / 2, MSG_NOSIGNAL) == kMadSize / 2, "half a MAD");
+    if (i % 15 == 2) REQUIRE(send(fds[i], mad, kMadSize, MSG_NOSIGNAL) == kMadSize, "a MAD");
   }
   // A real client is served at once, idle connections or not.
   struct client cl;
@@ -433,7 +433,7 @@ static void case_idle_links(void) {
   int open = kIdleLinks, early = 0;
   double last = 0;
   while (open > 0) {
-    CHECK(now_ms() - t0 < kQuietMs + 15000, "%d idle connections still open after %d ms", open, kQuietMs + 15000);
+    REQUIRE(now_ms() - t0 < kQuietMs + 15000, "%d idle connections still open after %d ms", open, kQuietMs + 15000);
     for (int i = 0; i < kIdleLinks; i++) {
       if (fds[i] < 0 || !drain_closed(fds[i])) continue;
       close(fds[i]);
@@ -450,7 +450,7 @@ static void case_idle_links(void) {
   // timeout: it must still be up (serve_pings checks the listener's side).
   usleep(1000 * 1000);
   struct pollfd p = {.fd = cl.c.ch->fd, .events = POLLIN};
-  CHECK(poll(&p, 1, 0) == 0, "an rdma_cm event arrived on the client's channel while the connection was quiet");
+  REQUIRE(poll(&p, 1, 0) == 0, "an rdma_cm event arrived on the client's channel while the connection was quiet");
   client_ping(&cl);
   client_disconnect(&cl);
   signal_peer(done[1]);
@@ -472,18 +472,19 @@ static void emfile_listener(int to_parent, int from_parent) {
   server_listen(&s);
   // Lower the limit and use every descriptor left.
   struct rlimit rl;
-  CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit");
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit");
   rl.rlim_cur = 256;
-  CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
   static int filler[256];
   int nfill = 0;
   for (;;) {
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd < 0) break;
-    CHECK(nfill < 256, "RLIMIT_NOFILE not enforced");
+    REQUIRE(nfill < 256, "RLIMIT_NOFILE not enforced");
     filler[nfill++] = fd;
   }
-  CHECK(errno == EMFILE && nfill >= kEmfileFreed, "filling the descriptor table: %s after %d", strerror(errno), nfill);
+  REQUIRE(errno == EMFILE && nfill >= kEmfileFreed, "filling the descriptor table: %s after %d", strerror(errno),
+          nfill);
   signal_peer(to_parent);
   wait_peer(from_parent, 10000);  // kEmfileFlood connections wait in the backlog
   // accept() now fails with EMFILE whenever it is tried.
@@ -493,7 +494,7 @@ static void emfile_listener(int to_parent, int from_parent) {
   printf("listener out of descriptors: %.0f ms of CPU in %.0f ms with %d connections waiting\n", cpu, wall,
          kEmfileFlood);
   // Spinning on accept() costs a whole core (the CM thread at ~100 %).
-  CHECK(cpu < wall / 4, "%.0f ms of CPU in %.0f ms: the listener spins on EMFILE", cpu, wall);
+  REQUIRE(cpu < wall / 4, "%.0f ms of CPU in %.0f ms: the listener spins on EMFILE", cpu, wall);
   for (int i = 0; i < kEmfileFreed; i++) close(filler[--nfill]);
   signal_peer(to_parent);
   serve_one_client(&s, 1, 0);
@@ -504,9 +505,9 @@ static void emfile_listener(int to_parent, int from_parent) {
 static void case_accept_emfile(void) {
   const int port = atoi(g_port);
   int up[2], down[2];
-  CHECK(pipe(up) == 0 && pipe(down) == 0, "pipe");
+  REQUIRE(pipe(up) == 0 && pipe(down) == 0, "pipe");
   pid_t listener = fork();
-  CHECK(listener >= 0, "fork");
+  REQUIRE(listener >= 0, "fork");
   if (listener == 0) {
     emfile_listener(up[1], down[0]);
     exit(0);
@@ -522,7 +523,7 @@ static void case_accept_emfile(void) {
   int greeted = 0, closed = 0;
   for (int i = 0; i < kEmfileFlood; i++) {
     struct pollfd p = {.fd = fds[i], .events = POLLIN};
-    CHECK(poll(&p, 1, 10000) == 1, "connection %d neither accepted nor closed 10 s after descriptors were freed", i);
+    REQUIRE(poll(&p, 1, 10000) == 1, "connection %d neither accepted nor closed 10 s after descriptors were freed", i);
     char b;
     ssize_t n = recv(fds[i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 1) {

@@ -39,7 +39,7 @@ static struct sockaddr_in6 addr6(const char* text, int port) {
   memset(&a, 0, sizeof a);
   a.sin6_family = AF_INET6;
   a.sin6_port = htons((uint16_t)port);
-  CHECK(inet_pton(AF_INET6, text, &a.sin6_addr) == 1, "inet_pton %s", text);
+  REQUIRE(inet_pton(AF_INET6, text, &a.sin6_addr) == 1, "inet_pton %s", text);
   return a;
 }
 
@@ -47,8 +47,8 @@ static const struct in6_addr* in6_of(const struct sockaddr* sa) { return &((cons
 
 // The address `sa` must be AF_INET6 ::1.
 static void expect_loopback6(const struct sockaddr* sa, const char* what) {
-  CHECK(sa->sa_family == AF_INET6, "%s: family %d, not AF_INET6", what, sa->sa_family);
-  CHECK(IN6_IS_ADDR_LOOPBACK(in6_of(sa)), "%s is not ::1", what);
+  REQUIRE(sa->sa_family == AF_INET6, "%s: family %d, not AF_INET6", what, sa->sa_family);
+  REQUIRE(IN6_IS_ADDR_LOOPBACK(in6_of(sa)), "%s is not ::1", what);
 }
 
 static int is_loopback6_gid(const union ibv_gid* g) {
@@ -60,11 +60,12 @@ static int is_loopback6_gid(const union ibv_gid* g) {
 static void expect_qp_on_loopback6(struct rdma_cm_id* id, const char* who) {
   struct ibv_qp_attr qa;
   struct ibv_qp_init_attr qi;
-  CHECK(ibv_query_qp(id->qp, &qa, IBV_QP_AV, &qi) == 0, "%s: ibv_query_qp", who);
-  CHECK(qa.ah_attr.is_global && is_loopback6_gid(&qa.ah_attr.grh.dgid), "%s: the QP's destination GID is not ::1", who);
+  REQUIRE(ibv_query_qp(id->qp, &qa, IBV_QP_AV, &qi) == 0, "%s: ibv_query_qp", who);
+  REQUIRE(qa.ah_attr.is_global && is_loopback6_gid(&qa.ah_attr.grh.dgid), "%s: the QP's destination GID is not ::1",
+          who);
   union ibv_gid sgid;
-  CHECK(ibv_query_gid(id->verbs, 1, qa.ah_attr.grh.sgid_index, &sgid) == 0 && is_loopback6_gid(&sgid),
-        "%s: the QP's source GID (index %u) is not ::1", who, qa.ah_attr.grh.sgid_index);
+  REQUIRE(ibv_query_gid(id->verbs, 1, qa.ah_attr.grh.sgid_index, &sgid) == 0 && is_loopback6_gid(&sgid),
+          "%s: the QP's source GID (index %u) is not ::1", who, qa.ah_attr.grh.sgid_index);
 }
 
 struct side {
@@ -78,17 +79,17 @@ static void side_qp(struct side* s, struct rdma_cm_id* id) {
   s->pd = ibv_alloc_pd(id->verbs);
   s->cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
   s->mr = s->pd ? ibv_reg_mr(s->pd, s->buf, sizeof s->buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
-  CHECK(s->pd && s->cq && s->mr, "pd/cq/mr");
+  REQUIRE(s->pd && s->cq && s->mr, "pd/cq/mr");
   struct ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.send_cq = attr.recv_cq = s->cq;
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(id, s->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
+  REQUIRE(rdma_create_qp(id, s->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
   struct ibv_sge sge = {(uintptr_t)s->buf, kMsg, s->mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
-  CHECK(ibv_post_recv(id->qp, &wr, &bad) == 0, "ibv_post_recv");
+  REQUIRE(ibv_post_recv(id->qp, &wr, &bad) == 0, "ibv_post_recv");
 }
 
 static void side_close(struct side* s, struct rdma_cm_id* id) {
@@ -102,8 +103,8 @@ static struct ibv_wc poll_one(struct ibv_cq* cq, int timeout_ms) {
   struct ibv_wc wc;
   double end = now_ms() + timeout_ms;
   int n;
-  while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) CHECK(now_ms() < end, "no completion within %d ms", timeout_ms);
-  CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "completion: %s", ibv_wc_status_str(wc.status));
+  while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) REQUIRE(now_ms() < end, "no completion within %d ms", timeout_ms);
+  REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS, "completion: %s", ibv_wc_status_str(wc.status));
   return wc;
 }
 
@@ -116,7 +117,7 @@ static void send_text(struct side* s, struct rdma_cm_id* id, const char* text) {
                            .opcode = IBV_WR_SEND,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
-  CHECK(ibv_post_send(id->qp, &wr, &bad) == 0, "ibv_post_send");
+  REQUIRE(ibv_post_send(id->qp, &wr, &bad) == 0, "ibv_post_send");
 }
 
 // Waits for `n` completions, the RECV of `text` among them.
@@ -124,7 +125,7 @@ static void expect_text(struct side* s, const char* text, int n) {
   int recv = 0;
   for (int i = 0; i < n; i++)
     if (poll_one(s->cq, 5000).opcode == IBV_WC_RECV) recv = 1;
-  CHECK(recv && strcmp(s->buf, text) == 0, "received '%.*s', expected '%s'", kMsg, s->buf, text);
+  REQUIRE(recv && strcmp(s->buf, text) == 0, "received '%.*s', expected '%s'", kMsg, s->buf, text);
 }
 
 // ---- ipv6_connect ----
@@ -132,25 +133,25 @@ static void expect_text(struct side* s, const char* text, int n) {
 static void connect_server(int ready_fd) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* listen_id;
-  CHECK(ch && rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in6 a = addr6("::1", atoi(g_port));
-  CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr([::1]): %s", strerror(errno));
+  REQUIRE(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr([::1]): %s", strerror(errno));
   expect_loopback6(rdma_get_local_addr(listen_id), "the listener's address");
-  CHECK(rdma_listen(listen_id, 4) == 0, "rdma_listen: %s", strerror(errno));
+  REQUIRE(rdma_listen(listen_id, 4) == 0, "rdma_listen: %s", strerror(errno));
   signal_peer(ready_fd);
 
   struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
   struct rdma_cm_id* id = e->id;
-  CHECK(e->param.conn.private_data_len >= 4 && memcmp(e->param.conn.private_data, "six", 4) == 0,
-        "private data not delivered");
+  REQUIRE(e->param.conn.private_data_len >= 4 && memcmp(e->param.conn.private_data, "six", 4) == 0,
+          "private data not delivered");
   rdma_ack_cm_event(e);
   expect_loopback6(rdma_get_local_addr(id), "the new id's local address");
   expect_loopback6(rdma_get_peer_addr(id), "the new id's peer address");
-  CHECK(id->verbs, "the new id has no device");
+  REQUIRE(id->verbs, "the new id has no device");
   struct side s;
   side_qp(&s, id);
   struct rdma_conn_param p = basic_param(NULL, 0);
-  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
+  REQUIRE(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED, 5000);
   expect_qp_on_loopback6(id, "server");
   expect_text(&s, "hello over ::1", 1);
@@ -165,9 +166,9 @@ static void connect_server(int ready_fd) {
 
 static void case_ipv6_connect(void) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     connect_server(fds[1]);
@@ -178,30 +179,31 @@ static void case_ipv6_connect(void) {
 
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in6 dst = addr6("::1", atoi(g_port));
-  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr(::1): %s", strerror(errno));
+  REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr(::1): %s",
+          strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
-  CHECK(id->verbs, "no device after ADDR_RESOLVED");
+  REQUIRE(id->verbs, "no device after ADDR_RESOLVED");
   expect_loopback6(rdma_get_local_addr(id), "the client's local address");
   expect_loopback6(rdma_get_peer_addr(id), "the client's peer address");
-  CHECK(is_loopback6_gid(&id->route.addr.addr.ibaddr.sgid) && is_loopback6_gid(&id->route.addr.addr.ibaddr.dgid),
-        "route GIDs are not ::1");
-  CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
+  REQUIRE(is_loopback6_gid(&id->route.addr.addr.ibaddr.sgid) && is_loopback6_gid(&id->route.addr.addr.ibaddr.dgid),
+          "route GIDs are not ::1");
+  REQUIRE(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
-  CHECK(id->route.num_paths == 1 && is_loopback6_gid(&id->route.path_rec->sgid) &&
-            is_loopback6_gid(&id->route.path_rec->dgid),
-        "path record GIDs are not ::1");
+  REQUIRE(id->route.num_paths == 1 && is_loopback6_gid(&id->route.path_rec->sgid) &&
+              is_loopback6_gid(&id->route.path_rec->dgid),
+          "path record GIDs are not ::1");
   struct side s;
   side_qp(&s, id);
   struct rdma_conn_param p = basic_param("six", 4);
-  CHECK(rdma_connect(id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  REQUIRE(rdma_connect(id, &p) == 0, "rdma_connect: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED, 5000);
   expect_qp_on_loopback6(id, "client");
   send_text(&s, id, "hello over ::1");
   expect_text(&s, "reply over ::1", 2);
   printf("ipv6_connect: connected over [::1]:%s, a SEND each way\n", g_port);
-  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
+  REQUIRE(rdma_disconnect(id) == 0, "rdma_disconnect");
   ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED, 5000);
   side_close(&s, id);
   rdma_destroy_id(id);
@@ -218,7 +220,7 @@ enum { kRejectedByConsumer = 28 };  // IB CM REJ reason: the listener's rdma_rej
 static int dual_client(const struct sockaddr* dst) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   int result = -1;
   if (rdma_resolve_addr(id, NULL, (struct sockaddr*)dst, 2000) == 0) {
     struct rdma_cm_event* e = next_event(ch, 5000);
@@ -249,39 +251,39 @@ static int dual_client(const struct sockaddr* dst) {
 static void dual_server(int ready_fd, int afonly, const char* families) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* listen_id;
-  CHECK(ch && rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   if (afonly) {
     int one = 1;
-    CHECK(rdma_set_option(listen_id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one) == 0,
-          "rdma_set_option(AFONLY): %s", strerror(errno));
+    REQUIRE(rdma_set_option(listen_id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one) == 0,
+            "rdma_set_option(AFONLY): %s", strerror(errno));
   }
   struct sockaddr_in6 any = addr6("::", atoi(g_port));
-  CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&any) == 0, "rdma_bind_addr([::]): %s", strerror(errno));
-  CHECK(rdma_listen(listen_id, 4) == 0, "rdma_listen: %s", strerror(errno));
+  REQUIRE(rdma_bind_addr(listen_id, (struct sockaddr*)&any) == 0, "rdma_bind_addr([::]): %s", strerror(errno));
+  REQUIRE(rdma_listen(listen_id, 4) == 0, "rdma_listen: %s", strerror(errno));
   signal_peer(ready_fd);
   for (const char* f = families; *f; f++) {
     struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
     int want = *f == '4' ? AF_INET : AF_INET6;
-    CHECK(rdma_get_local_addr(e->id)->sa_family == want && rdma_get_peer_addr(e->id)->sa_family == want,
-          "request %ld: addresses of family %d/%d, expected %d", (long)(f - families),
-          rdma_get_local_addr(e->id)->sa_family, rdma_get_peer_addr(e->id)->sa_family, want);
+    REQUIRE(rdma_get_local_addr(e->id)->sa_family == want && rdma_get_peer_addr(e->id)->sa_family == want,
+            "request %ld: addresses of family %d/%d, expected %d", (long)(f - families),
+            rdma_get_local_addr(e->id)->sa_family, rdma_get_peer_addr(e->id)->sa_family, want);
     struct rdma_cm_id* id = e->id;
     rdma_ack_cm_event(e);
-    CHECK(rdma_reject(id, NULL, 0) == 0, "rdma_reject");
+    REQUIRE(rdma_reject(id, NULL, 0) == 0, "rdma_reject");
     rdma_destroy_id(id);
   }
   // No other request (an IPv4 client of an AFONLY listener) may arrive.
   struct pollfd pf = {.fd = ch->fd, .events = POLLIN};
-  CHECK(poll(&pf, 1, 500) == 0, "an unexpected rdma_cm event at the listener");
+  REQUIRE(poll(&pf, 1, 500) == 0, "an unexpected rdma_cm event at the listener");
   rdma_destroy_id(listen_id);
   rdma_destroy_event_channel(ch);
 }
 
 static void dual_round(int afonly, const char* families) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     dual_server(fds[1], afonly, families);
@@ -293,11 +295,11 @@ static void dual_round(int afonly, const char* families) {
   struct sockaddr_in6 v6 = addr6("::1", atoi(g_port));
   int r4 = dual_client((struct sockaddr*)&v4);
   int r6 = dual_client((struct sockaddr*)&v6);
-  CHECK(r6 == kRejectedByConsumer, "the IPv6 client was not rejected by the listener (result %d)", r6);
+  REQUIRE(r6 == kRejectedByConsumer, "the IPv6 client was not rejected by the listener (result %d)", r6);
   if (afonly) {
-    CHECK(r4 != kRejectedByConsumer, "an IPv4 client reached an AFONLY [::] listener");
+    REQUIRE(r4 != kRejectedByConsumer, "an IPv4 client reached an AFONLY [::] listener");
   } else {
-    CHECK(r4 == kRejectedByConsumer, "the IPv4 client was not rejected by the [::] listener (result %d)", r4);
+    REQUIRE(r4 == kRejectedByConsumer, "the IPv4 client was not rejected by the [::] listener (result %d)", r4);
   }
   expect_child_ok(pid);
   close(fds[0]);
@@ -320,25 +322,25 @@ static void case_ipv6_afonly_listener(void) {
 static void case_ipv6_bad_input(void) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in v4 = loopback(0);
-  CHECK(rdma_bind_addr(id, (struct sockaddr*)&v4) == 0, "rdma_bind_addr(127.0.0.1)");
+  REQUIRE(rdma_bind_addr(id, (struct sockaddr*)&v4) == 0, "rdma_bind_addr(127.0.0.1)");
   struct sockaddr_in6 v6 = addr6("::1", atoi(g_port));
   errno = 0;
-  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&v6, 1000) == -1 && errno == EINVAL,
-        "an id bound to 127.0.0.1 resolving ::1: errno %d, expected EINVAL", errno);
+  REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr*)&v6, 1000) == -1 && errno == EINVAL,
+          "an id bound to 127.0.0.1 resolving ::1: errno %d, expected EINVAL", errno);
   rdma_destroy_id(id);
 
   // A link-local destination needs its interface (sin6_scope_id): without it
   // the address resolution fails, at once or by an ADDR_ERROR event.
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in6 ll = addr6("fe80::1", atoi(g_port));
   double t0 = now_ms();
   errno = 0;
   if (rdma_resolve_addr(id, NULL, (struct sockaddr*)&ll, 1000) == 0) {
     struct rdma_cm_event* e = next_event(ch, 5000);
-    CHECK(e->event == RDMA_CM_EVENT_ADDR_ERROR && e->status < 0, "fe80::1 without a scope: %s (status %d)",
-          rdma_event_str(e->event), e->status);
+    REQUIRE(e->event == RDMA_CM_EVENT_ADDR_ERROR && e->status < 0, "fe80::1 without a scope: %s (status %d)",
+            rdma_event_str(e->event), e->status);
     printf("ipv6_bad_input: fe80::1 without a scope: ADDR_ERROR, status %d\n", e->status);
     rdma_ack_cm_event(e);
   } else {
@@ -355,16 +357,16 @@ static void case_ipv6_bad_input(void) {
 static void resolve_unroutable(const struct sockaddr* dst, const char* text) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   double t0 = now_ms();
   errno = 0;
   int r = rdma_resolve_addr(id, NULL, (struct sockaddr*)dst, 2000);
-  CHECK(r == -1 && errno == ENETUNREACH, "rdma_resolve_addr(%s) = %d, errno %d (%s), expected ENETUNREACH", text, r,
-        errno, strerror(errno));
+  REQUIRE(r == -1 && errno == ENETUNREACH, "rdma_resolve_addr(%s) = %d, errno %d (%s), expected ENETUNREACH", text, r,
+          errno, strerror(errno));
   // r == -1 already says it failed at once (synchronously); no event follows.
   double took = now_ms() - t0;
   struct pollfd pf = {.fd = ch->fd, .events = POLLIN};
-  CHECK(poll(&pf, 1, 200) == 0, "an event after a failed rdma_resolve_addr");
+  REQUIRE(poll(&pf, 1, 200) == 0, "an event after a failed rdma_resolve_addr");
   printf("no_route: %s: rdma_resolve_addr failed at once (%.0f ms): %s\n", text, took, strerror(errno));
   rdma_destroy_id(id);
   rdma_destroy_event_channel(ch);

@@ -50,61 +50,61 @@ static void endpoint_server(int ready_fd) {
   hints.ai_flags = RAI_PASSIVE;
   hints.ai_port_space = RDMA_PS_TCP;
   hints.ai_qp_type = g_qp_type;
-  CHECK(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "server rdma_getaddrinfo: %s", strerror(errno));
-  CHECK(res->ai_src_addr && res->ai_qp_type == (int)g_qp_type, "passive rdma_getaddrinfo without source address");
+  REQUIRE(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "server rdma_getaddrinfo: %s", strerror(errno));
+  REQUIRE(res->ai_src_addr && res->ai_qp_type == (int)g_qp_type, "passive rdma_getaddrinfo without source address");
   struct ibv_qp_init_attr attr;
   ep_qp_attr(&attr);
   struct rdma_cm_id *listen_id, *id;
-  CHECK(rdma_create_ep(&listen_id, res, NULL, &attr) == 0, "rdma_create_ep (passive): %s", strerror(errno));
+  REQUIRE(rdma_create_ep(&listen_id, res, NULL, &attr) == 0, "rdma_create_ep (passive): %s", strerror(errno));
   rdma_freeaddrinfo(res);
-  CHECK(rdma_listen(listen_id, 1) == 0, "rdma_listen: %s", strerror(errno));
-  CHECK(ntohs(rdma_get_src_port(listen_id)) == atoi(g_port), "listener port %u", ntohs(rdma_get_src_port(listen_id)));
+  REQUIRE(rdma_listen(listen_id, 1) == 0, "rdma_listen: %s", strerror(errno));
+  REQUIRE(ntohs(rdma_get_src_port(listen_id)) == atoi(g_port), "listener port %u", ntohs(rdma_get_src_port(listen_id)));
   signal_peer(ready_fd);
 
-  CHECK(rdma_get_request(listen_id, &id) == 0, "rdma_get_request: %s", strerror(errno));
-  CHECK(id->verbs && id->pd && id->qp && id->qp->qp_type == g_qp_type, "new id without verbs/pd/qp");
-  CHECK(id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST, "no CONNECT_REQUEST on the new id");
-  CHECK(id->event->listen_id == listen_id, "listen_id of CONNECT_REQUEST");
-  CHECK(id->event->param.conn.private_data_len >= sizeof kConnectData &&
-            memcmp(id->event->param.conn.private_data, kConnectData, sizeof kConnectData) == 0,
-        "connect private data not delivered (len %u)", id->event->param.conn.private_data_len);
-  CHECK(g_qp_type != IBV_QPT_RC ||
-            (id->event->param.conn.initiator_depth == 1 && id->event->param.conn.responder_resources == 1),
-        "CONNECT_REQUEST resources %u/%u", id->event->param.conn.responder_resources,
-        id->event->param.conn.initiator_depth);
-  CHECK(rdma_get_dst_port(id) != 0 && rdma_get_src_port(id) == rdma_get_src_port(listen_id), "new id ports");
+  REQUIRE(rdma_get_request(listen_id, &id) == 0, "rdma_get_request: %s", strerror(errno));
+  REQUIRE(id->verbs && id->pd && id->qp && id->qp->qp_type == g_qp_type, "new id without verbs/pd/qp");
+  REQUIRE(id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST, "no CONNECT_REQUEST on the new id");
+  REQUIRE(id->event->listen_id == listen_id, "listen_id of CONNECT_REQUEST");
+  REQUIRE(id->event->param.conn.private_data_len >= sizeof kConnectData &&
+              memcmp(id->event->param.conn.private_data, kConnectData, sizeof kConnectData) == 0,
+          "connect private data not delivered (len %u)", id->event->param.conn.private_data_len);
+  REQUIRE(g_qp_type != IBV_QPT_RC ||
+              (id->event->param.conn.initiator_depth == 1 && id->event->param.conn.responder_resources == 1),
+          "CONNECT_REQUEST resources %u/%u", id->event->param.conn.responder_resources,
+          id->event->param.conn.initiator_depth);
+  REQUIRE(rdma_get_dst_port(id) != 0 && rdma_get_src_port(id) == rdma_get_src_port(listen_id), "new id ports");
 
   char* recv_buf = calloc(1, kMsgSize);
   char* send_buf = calloc(1, kMsgSize);
   struct ibv_mr* recv_mr = rdma_reg_msgs(id, recv_buf, kMsgSize);
   struct ibv_mr* send_mr = rdma_reg_msgs(id, send_buf, kMsgSize);
-  CHECK(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
-  CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
+  REQUIRE(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
+  REQUIRE(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
   struct rdma_conn_param param;
   memset(&param, 0, sizeof param);
   param.private_data = kAcceptData;
   param.private_data_len = sizeof kAcceptData;
   param.responder_resources = 1;
   param.initiator_depth = 1;
-  CHECK(rdma_accept(id, &param) == 0, "rdma_accept: %s", strerror(errno));
+  REQUIRE(rdma_accept(id, &param) == 0, "rdma_accept: %s", strerror(errno));
 
   struct ibv_wc wc;
   for (int i = 0; i < kPingPongs; i++) {
-    CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server recv %d: %s", i,
-          ibv_wc_status_str(wc.status));
+    REQUIRE(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server recv %d: %s", i,
+            ibv_wc_status_str(wc.status));
     char expect[kMsgSize];
     snprintf(expect, sizeof expect, "ping %d", i);
-    CHECK(strcmp(recv_buf, expect) == 0, "server got '%s', expected '%s'", recv_buf, expect);
-    CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
+    REQUIRE(strcmp(recv_buf, expect) == 0, "server got '%s', expected '%s'", recv_buf, expect);
+    REQUIRE(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
     snprintf(send_buf, kMsgSize, "pong %d", i);
-    CHECK(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
-    CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server send %d", i);
+    REQUIRE(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
+    REQUIRE(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "server send %d", i);
   }
   // The client disconnects first: DISCONNECTED arrives on the new id's own
   // channel, and our rdma_disconnect answers it (synchronous: it waits for
   // that DISCONNECTED event).
-  CHECK(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
-  CHECK(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "server: no DISCONNECTED after disconnect");
+  REQUIRE(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
+  REQUIRE(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "server: no DISCONNECTED after disconnect");
   rdma_dereg_mr(recv_mr);
   rdma_dereg_mr(send_mr);
   free(recv_buf);
@@ -118,22 +118,22 @@ static void endpoint_client(void) {
   memset(&hints, 0, sizeof hints);
   hints.ai_port_space = RDMA_PS_TCP;
   hints.ai_qp_type = g_qp_type;
-  CHECK(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "client rdma_getaddrinfo: %s", strerror(errno));
-  CHECK(res->ai_dst_addr && !(res->ai_flags & RAI_PASSIVE), "active rdma_getaddrinfo without destination");
+  REQUIRE(rdma_getaddrinfo("127.0.0.1", g_port, &hints, &res) == 0, "client rdma_getaddrinfo: %s", strerror(errno));
+  REQUIRE(res->ai_dst_addr && !(res->ai_flags & RAI_PASSIVE), "active rdma_getaddrinfo without destination");
   struct ibv_qp_init_attr attr;
   ep_qp_attr(&attr);
   struct rdma_cm_id* id;
-  CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "rdma_create_ep (active): %s", strerror(errno));
+  REQUIRE(rdma_create_ep(&id, res, NULL, &attr) == 0, "rdma_create_ep (active): %s", strerror(errno));
   rdma_freeaddrinfo(res);
-  CHECK(id->verbs && id->pd && id->qp && id->send_cq && id->recv_cq, "active endpoint incomplete");
-  CHECK(id->route.num_paths == 1 && id->route.path_rec, "no path record after route resolution");
+  REQUIRE(id->verbs && id->pd && id->qp && id->send_cq && id->recv_cq, "active endpoint incomplete");
+  REQUIRE(id->route.num_paths == 1 && id->route.path_rec, "no path record after route resolution");
 
   char* recv_buf = calloc(1, kMsgSize);
   char* send_buf = calloc(1, kMsgSize);
   struct ibv_mr* recv_mr = rdma_reg_msgs(id, recv_buf, kMsgSize);
   struct ibv_mr* send_mr = rdma_reg_msgs(id, send_buf, kMsgSize);
-  CHECK(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
-  CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
+  REQUIRE(recv_mr && send_mr, "rdma_reg_msgs: %s", strerror(errno));
+  REQUIRE(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv: %s", strerror(errno));
   struct rdma_conn_param param;
   memset(&param, 0, sizeof param);
   param.private_data = kConnectData;
@@ -142,27 +142,27 @@ static void endpoint_client(void) {
   param.initiator_depth = 1;
   param.retry_count = 7;
   param.rnr_retry_count = 7;
-  CHECK(rdma_connect(id, &param) == 0, "rdma_connect: %s", strerror(errno));
-  CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED, "no ESTABLISHED after rdma_connect");
-  CHECK(id->event->param.conn.private_data_len >= sizeof kAcceptData &&
-            memcmp(id->event->param.conn.private_data, kAcceptData, sizeof kAcceptData) == 0,
-        "accept private data not delivered");
-  CHECK(id->event->param.conn.qp_num != 0, "ESTABLISHED without the peer's QPN");
+  REQUIRE(rdma_connect(id, &param) == 0, "rdma_connect: %s", strerror(errno));
+  REQUIRE(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED, "no ESTABLISHED after rdma_connect");
+  REQUIRE(id->event->param.conn.private_data_len >= sizeof kAcceptData &&
+              memcmp(id->event->param.conn.private_data, kAcceptData, sizeof kAcceptData) == 0,
+          "accept private data not delivered");
+  REQUIRE(id->event->param.conn.qp_num != 0, "ESTABLISHED without the peer's QPN");
 
   struct ibv_wc wc;
   for (int i = 0; i < kPingPongs; i++) {
     snprintf(send_buf, kMsgSize, "ping %d", i);
-    CHECK(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
-    CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client send %d: %s", i,
-          ibv_wc_status_str(wc.status));
-    CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client recv %d", i);
+    REQUIRE(rdma_post_send(id, NULL, send_buf, kMsgSize, send_mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
+    REQUIRE(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client send %d: %s", i,
+            ibv_wc_status_str(wc.status));
+    REQUIRE(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client recv %d", i);
     char expect[kMsgSize];
     snprintf(expect, sizeof expect, "pong %d", i);
-    CHECK(strcmp(recv_buf, expect) == 0, "client got '%s', expected '%s'", recv_buf, expect);
-    CHECK(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
+    REQUIRE(strcmp(recv_buf, expect) == 0, "client got '%s', expected '%s'", recv_buf, expect);
+    REQUIRE(rdma_post_recv(id, NULL, recv_buf, kMsgSize, recv_mr) == 0, "rdma_post_recv");
   }
-  CHECK(rdma_disconnect(id) == 0, "client rdma_disconnect: %s", strerror(errno));
-  CHECK(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "client: no DISCONNECTED after disconnect");
+  REQUIRE(rdma_disconnect(id) == 0, "client rdma_disconnect: %s", strerror(errno));
+  REQUIRE(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED, "client: no DISCONNECTED after disconnect");
   rdma_dereg_mr(recv_mr);
   rdma_dereg_mr(send_mr);
   free(recv_buf);
@@ -172,9 +172,9 @@ static void endpoint_client(void) {
 
 static void case_endpoint_pingpong(void) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     endpoint_server(fds[1]);
@@ -192,10 +192,10 @@ static void case_no_listener(void) {
   async_client_setup(&c, atoi(g_port));
   struct rdma_conn_param p = basic_param(NULL, 0);
   double t0 = now_ms();
-  CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
   struct rdma_cm_event* e = next_event(c.ch, 1000);
-  CHECK(e->event == RDMA_CM_EVENT_REJECTED || e->event == RDMA_CM_EVENT_UNREACHABLE,
-        "expected REJECTED or UNREACHABLE, got %s", rdma_event_str(e->event));
+  REQUIRE(e->event == RDMA_CM_EVENT_REJECTED || e->event == RDMA_CM_EVENT_UNREACHABLE,
+          "expected REJECTED or UNREACHABLE, got %s", rdma_event_str(e->event));
   printf("no listener: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
   rdma_ack_cm_event(e);
   async_client_teardown(&c);
@@ -205,7 +205,7 @@ static void case_no_listener(void) {
 static void case_addr_timeout(void) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   // TEST-NET-2 (RFC 5737): never assigned, so nothing answers (or no route).
   struct sockaddr_in dst = loopback(atoi(g_port));
   dst.sin_addr.s_addr = inet_addr("198.51.100.77");
@@ -215,8 +215,8 @@ static void case_addr_timeout(void) {
     struct rdma_cm_event* e = next_event(ch, 5000);
     double dt = now_ms() - t0;
     printf("unanswered address: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, dt);
-    CHECK(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
-    CHECK(e->status < 0, "ADDR_ERROR status %d", e->status);
+    REQUIRE(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
+    REQUIRE(e->status < 0, "ADDR_ERROR status %d", e->status);
     rdma_ack_cm_event(e);
   } else {
     printf("unanswered address: rdma_resolve_addr failed at once: %s\n", strerror(errno));
@@ -229,35 +229,35 @@ static void case_addr_timeout(void) {
 // 196 on accept, 148 on reject); data within them arrives intact.
 static void case_private_data_limits(void) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     struct rdma_event_channel* ch = rdma_create_event_channel();
     struct rdma_cm_id* listen_id;
-    CHECK(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+    REQUIRE(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
     struct sockaddr_in a = loopback(atoi(g_port));
-    CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+    REQUIRE(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
     // As the kernel's: a loopback address is "any address" to rdma_bind_addr.
-    CHECK(!listen_id->verbs, "binding 127.0.0.1 attached a device (the kernel attaches none)");
-    CHECK(rdma_listen(listen_id, 4) == 0, "rdma_listen");
+    REQUIRE(!listen_id->verbs, "binding 127.0.0.1 attached a device (the kernel attaches none)");
+    REQUIRE(rdma_listen(listen_id, 4) == 0, "rdma_listen");
     signal_peer(fds[1]);
     struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
     struct rdma_cm_id* id = e->id;
-    CHECK(e->listen_id == listen_id && id != listen_id, "CONNECT_REQUEST ids");
-    CHECK(id->verbs, "CONNECT_REQUEST's new id has no verbs context");
-    CHECK(e->param.conn.private_data_len == 56, "REQ private data length %u, expected 56",
-          e->param.conn.private_data_len);
+    REQUIRE(e->listen_id == listen_id && id != listen_id, "CONNECT_REQUEST ids");
+    REQUIRE(id->verbs, "CONNECT_REQUEST's new id has no verbs context");
+    REQUIRE(e->param.conn.private_data_len == 56, "REQ private data length %u, expected 56",
+            e->param.conn.private_data_len);
     const uint8_t* pd = e->param.conn.private_data;
-    for (int i = 0; i < 56; i++) CHECK(pd[i] == (uint8_t)(0xA0 + i), "REQ private data byte %d", i);
+    for (int i = 0; i < 56; i++) REQUIRE(pd[i] == (uint8_t)(0xA0 + i), "REQ private data byte %d", i);
     uint8_t big[256];
     memset(big, 0x5A, sizeof big);
     struct rdma_conn_param p = basic_param(big, 197);
-    CHECK(rdma_accept(id, &p) == -1 && errno == EINVAL, "rdma_accept with 197 bytes did not fail with EINVAL");
-    CHECK(rdma_reject(id, big, 149) == -1 && errno == EINVAL, "rdma_reject with 149 bytes did not fail with EINVAL");
+    REQUIRE(rdma_accept(id, &p) == -1 && errno == EINVAL, "rdma_accept with 197 bytes did not fail with EINVAL");
+    REQUIRE(rdma_reject(id, big, 149) == -1 && errno == EINVAL, "rdma_reject with 149 bytes did not fail with EINVAL");
     for (int i = 0; i < 148; i++) big[i] = (uint8_t)i;
-    CHECK(rdma_reject(id, big, 148) == 0, "rdma_reject with 148 bytes: %s", strerror(errno));
+    REQUIRE(rdma_reject(id, big, 148) == 0, "rdma_reject with 148 bytes: %s", strerror(errno));
     rdma_ack_cm_event(e);
     rdma_destroy_id(id);
     rdma_destroy_id(listen_id);
@@ -271,14 +271,14 @@ static void case_private_data_limits(void) {
   uint8_t data[64];
   for (int i = 0; i < 64; i++) data[i] = (uint8_t)(0xA0 + i);
   struct rdma_conn_param p = basic_param(data, 57);
-  CHECK(rdma_connect(c.id, &p) == -1 && errno == EINVAL, "rdma_connect with 57 bytes did not fail with EINVAL");
+  REQUIRE(rdma_connect(c.id, &p) == -1 && errno == EINVAL, "rdma_connect with 57 bytes did not fail with EINVAL");
   p.private_data_len = 56;
-  CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect with 56 bytes: %s", strerror(errno));
+  REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect with 56 bytes: %s", strerror(errno));
   struct rdma_cm_event* e = expect_event(c.ch, RDMA_CM_EVENT_REJECTED, 10000);
-  CHECK(e->status == 28, "REJECTED status %d, expected 28 (consumer defined)", e->status);
-  CHECK(e->param.conn.private_data_len == 148, "REJ private data length %u", e->param.conn.private_data_len);
+  REQUIRE(e->status == 28, "REJECTED status %d, expected 28 (consumer defined)", e->status);
+  REQUIRE(e->param.conn.private_data_len == 148, "REJ private data length %u", e->param.conn.private_data_len);
   const uint8_t* rd = e->param.conn.private_data;
-  for (int i = 0; i < 148; i++) CHECK(rd[i] == (uint8_t)i, "REJ private data byte %d", i);
+  for (int i = 0; i < 148; i++) REQUIRE(rd[i] == (uint8_t)i, "REJ private data byte %d", i);
   rdma_ack_cm_event(e);
   async_client_teardown(&c);
   expect_child_ok(pid);
@@ -287,15 +287,15 @@ static void case_private_data_limits(void) {
 // A client killed mid-connection: DISCONNECTED on the server within a few seconds.
 static void case_peer_killed(void) {
   int to_child[2], to_parent[2];
-  CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
+  REQUIRE(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
   pid_t pid = fork();  // before any rdma_cm use: a forked child inherits no CM thread
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     wait_peer(to_child[0], 10000);
     struct async_client c;
     async_client_setup(&c, atoi(g_port));
     struct rdma_conn_param p = basic_param(NULL, 0);
-    CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect");
+    REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect");
     ack_expected(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
     signal_peer(to_parent[1]);
     pause();  // until killed
@@ -320,9 +320,9 @@ static void case_peer_killed(void) {
 // A listener survives many connect/disconnect cycles without leaking fds.
 static void case_cycles(int cycles) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     struct server s;
@@ -333,9 +333,9 @@ static void case_cycles(int cycles) {
     for (int i = 0; i < cycles; i++) {
       struct rdma_cm_id* id = server_accept(&s, 10000);
       ack_expected(s.ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
-      CHECK(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
+      REQUIRE(rdma_disconnect(id) == 0, "server rdma_disconnect: %s", strerror(errno));
       rdma_destroy_qp(id);
-      CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+      REQUIRE(rdma_destroy_id(id) == 0, "rdma_destroy_id");
       if (i == 9) {
         fds_before = open_fds();
         rss_before = rss_kib();
@@ -345,12 +345,12 @@ static void case_cycles(int cycles) {
     long rss_after = rss_kib();
     printf("server after 10 cycles: %d fds, %ld KiB; after %d: %d fds, %ld KiB\n", fds_before, rss_before, cycles,
            fds_after, rss_after);
-    CHECK(fds_after <= fds_before + 2, "fd leak: %d -> %d", fds_before, fds_after);
+    REQUIRE(fds_after <= fds_before + 2, "fd leak: %d -> %d", fds_before, fds_after);
     // Connection state is freed with its id; allow for allocator noise only.
     // (Under ASan/TSan, freed memory sits in the sanitizer's quarantine: RSS
     // says nothing about leaks there, and LeakSanitizer does that job.)
-    CHECK(sanitizer_runtime() || rss_after - rss_before < 4096, "memory grows with connections: %ld -> %ld KiB",
-          rss_before, rss_after);
+    REQUIRE(sanitizer_runtime() || rss_after - rss_before < 4096, "memory grows with connections: %ld -> %ld KiB",
+            rss_before, rss_after);
     server_close(&s);
     exit(0);
   }
@@ -361,9 +361,9 @@ static void case_cycles(int cycles) {
     struct async_client c;
     async_client_setup(&c, atoi(g_port));
     struct rdma_conn_param p = basic_param(NULL, 0);
-    CHECK(rdma_connect(c.id, &p) == 0, "rdma_connect");
+    REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect");
     ack_expected(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
-    CHECK(rdma_disconnect(c.id) == 0, "rdma_disconnect: %s", strerror(errno));
+    REQUIRE(rdma_disconnect(c.id) == 0, "rdma_disconnect: %s", strerror(errno));
     ack_expected(c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
     async_client_teardown(&c);
   }
@@ -381,7 +381,7 @@ static struct ibv_qp* own_qp(struct ibv_pd* pd, struct ibv_cq* cq) {
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   struct ibv_qp* qp = ibv_create_qp(pd, &attr);
-  CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+  REQUIRE(qp, "ibv_create_qp: %s", strerror(errno));
   return qp;
 }
 
@@ -389,22 +389,22 @@ static void move_qp(struct rdma_cm_id* id, struct ibv_qp* qp, enum ibv_qp_state 
   struct ibv_qp_attr attr;
   int mask = 0;
   attr.qp_state = state;
-  CHECK(rdma_init_qp_attr(id, &attr, &mask) == 0, "rdma_init_qp_attr(%d): %s", (int)state, strerror(errno));
-  CHECK(ibv_modify_qp(qp, &attr, mask) == 0, "ibv_modify_qp to %d with the CM's attributes", (int)state);
+  REQUIRE(rdma_init_qp_attr(id, &attr, &mask) == 0, "rdma_init_qp_attr(%d): %s", (int)state, strerror(errno));
+  REQUIRE(ibv_modify_qp(qp, &attr, mask) == 0, "ibv_modify_qp to %d with the CM's attributes", (int)state);
 }
 
 static void case_external_qp(void) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     struct rdma_event_channel* ch = rdma_create_event_channel();
     struct rdma_cm_id* listen_id;
-    CHECK(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+    REQUIRE(rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
     struct sockaddr_in a = loopback(atoi(g_port));
-    CHECK(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0 && rdma_listen(listen_id, 1) == 0, "listen");
+    REQUIRE(rdma_bind_addr(listen_id, (struct sockaddr*)&a) == 0 && rdma_listen(listen_id, 1) == 0, "listen");
     signal_peer(fds[1]);
     struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
     struct rdma_cm_id* id = e->id;
@@ -419,16 +419,16 @@ static void case_external_qp(void) {
     struct ibv_mr* mr = ibv_reg_mr(pd, &word, sizeof word, IBV_ACCESS_LOCAL_WRITE);
     struct ibv_sge sge = {.addr = (uintptr_t)&word, .length = sizeof word, .lkey = mr->lkey};
     struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
-    CHECK(ibv_post_recv(qp, &rwr, &bad) == 0, "ibv_post_recv");
+    REQUIRE(ibv_post_recv(qp, &rwr, &bad) == 0, "ibv_post_recv");
     struct rdma_conn_param p = basic_param(NULL, 0);
     p.qp_num = qp->qp_num;
-    CHECK(rdma_accept(id, &p) == 0, "rdma_accept with qp_num: %s", strerror(errno));
+    REQUIRE(rdma_accept(id, &p) == 0, "rdma_accept with qp_num: %s", strerror(errno));
     ack_expected(ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
     struct ibv_wc wc;
     double end = now_ms() + 10000;
     int n;
     while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end) usleep(100);
-    CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && word == 0x1122334455667788ull, "no SEND over the QPs");
+    REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS && word == 0x1122334455667788ull, "no SEND over the QPs");
     ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
     rdma_disconnect(id);
     ibv_destroy_qp(qp);
@@ -444,11 +444,11 @@ static void case_external_qp(void) {
   wait_peer(fds[0], 10000);
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in dst = loopback(atoi(g_port));
-  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr");
+  REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr");
   ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
-  CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
+  REQUIRE(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
   ack_expected(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
   struct ibv_pd* pd = ibv_alloc_pd(id->verbs);
   struct ibv_cq* cq = ibv_create_cq(id->verbs, 4, NULL, NULL, 0);
@@ -457,17 +457,17 @@ static void case_external_qp(void) {
   struct ibv_qp_attr attr;
   int mask;
   attr.qp_state = IBV_QPS_RTR;
-  CHECK(rdma_init_qp_attr(id, &attr, &mask) == -1 && errno == EINVAL, "RTR attributes before the REP");
+  REQUIRE(rdma_init_qp_attr(id, &attr, &mask) == -1 && errno == EINVAL, "RTR attributes before the REP");
   struct rdma_conn_param p = basic_param(NULL, 0);
   p.qp_num = qp->qp_num;
-  CHECK(rdma_connect(id, &p) == 0, "rdma_connect with qp_num: %s", strerror(errno));
+  REQUIRE(rdma_connect(id, &p) == 0, "rdma_connect with qp_num: %s", strerror(errno));
   struct rdma_cm_event* e = expect_event(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, 10000);
-  CHECK(e->param.conn.qp_num != 0 && e->param.conn.qp_num != qp->qp_num, "CONNECT_RESPONSE qp_num %u",
-        e->param.conn.qp_num);
+  REQUIRE(e->param.conn.qp_num != 0 && e->param.conn.qp_num != qp->qp_num, "CONNECT_RESPONSE qp_num %u",
+          e->param.conn.qp_num);
   rdma_ack_cm_event(e);
   move_qp(id, qp, IBV_QPS_RTR);
   move_qp(id, qp, IBV_QPS_RTS);
-  CHECK(rdma_establish(id) == 0, "rdma_establish: %s", strerror(errno));
+  REQUIRE(rdma_establish(id) == 0, "rdma_establish: %s", strerror(errno));
   uint64_t word = 0x1122334455667788ull;
   struct ibv_mr* mr = ibv_reg_mr(pd, &word, sizeof word, IBV_ACCESS_LOCAL_WRITE);
   struct ibv_sge sge = {.addr = (uintptr_t)&word, .length = sizeof word, .lkey = mr->lkey};
@@ -477,13 +477,13 @@ static void case_external_qp(void) {
                             .opcode = IBV_WR_SEND,
                             .send_flags = IBV_SEND_SIGNALED},
                      *bad;
-  CHECK(ibv_post_send(qp, &swr, &bad) == 0, "ibv_post_send");
+  REQUIRE(ibv_post_send(qp, &swr, &bad) == 0, "ibv_post_send");
   struct ibv_wc wc;
   double end = now_ms() + 10000;
   int n;
   while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end) usleep(100);
-  CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "SEND did not complete: %s", ibv_wc_status_str(wc.status));
-  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
+  REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS, "SEND did not complete: %s", ibv_wc_status_str(wc.status));
+  REQUIRE(rdma_disconnect(id) == 0, "rdma_disconnect");
   ack_expected(ch, RDMA_CM_EVENT_DISCONNECTED, 10000);
   expect_child_ok(pid);
   ibv_destroy_qp(qp);
@@ -497,37 +497,37 @@ static void case_external_qp(void) {
 // Event channel basics: a non-blocking fd gives EAGAIN; devices and event names.
 static void case_channel_basics(void) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
-  CHECK(ch && ch->fd >= 0, "rdma_create_event_channel");
+  REQUIRE(ch && ch->fd >= 0, "rdma_create_event_channel");
   int flags = fcntl(ch->fd, F_GETFL);
-  CHECK(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "fcntl");
+  REQUIRE(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "fcntl");
   struct rdma_cm_event* e;
-  CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "non-blocking rdma_get_cm_event did not say EAGAIN");
+  REQUIRE(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "non-blocking rdma_get_cm_event did not say EAGAIN");
   int n = 0;
   struct ibv_context** devs = rdma_get_devices(&n);
-  CHECK(devs && n >= 1 && devs[0] && devs[n] == NULL, "rdma_get_devices: %d devices", n);
+  REQUIRE(devs && n >= 1 && devs[0] && devs[n] == NULL, "rdma_get_devices: %d devices", n);
   rdma_free_devices(devs);
-  CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED") == 0, "rdma_event_str");
-  CHECK(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0, "rdma_event_str(99)");
+  REQUIRE(strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED") == 0, "rdma_event_str");
+  REQUIRE(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0, "rdma_event_str(99)");
   struct rdma_cm_id* id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   uint8_t tos = 32;
-  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos) == 0, "TOS option");
+  REQUIRE(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos) == 0, "TOS option");
   uint8_t timeout = 16;
-  CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == 0,
-        "ACK timeout option");
+  REQUIRE(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) == 0,
+          "ACK timeout option");
   struct sockaddr_in a = loopback(0);
-  CHECK(rdma_bind_addr(id, (struct sockaddr*)&a) == 0, "bind to port 0");
-  CHECK(rdma_get_src_port(id) != 0, "no port allocated by binding port 0");
+  REQUIRE(rdma_bind_addr(id, (struct sockaddr*)&a) == 0, "bind to port 0");
+  REQUIRE(rdma_get_src_port(id) != 0, "no port allocated by binding port 0");
   struct rdma_event_channel* ch2 = rdma_create_event_channel();
-  CHECK(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "rdma_migrate_id");
-  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  REQUIRE(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "rdma_migrate_id");
+  REQUIRE(rdma_destroy_id(id) == 0, "rdma_destroy_id");
   rdma_destroy_event_channel(ch);
   rdma_destroy_event_channel(ch2);
   struct sockaddr_in bogus = loopback(1);
   bogus.sin_addr.s_addr = inet_addr("203.0.113.9");
-  CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "synchronous rdma_create_id");
-  CHECK(rdma_bind_addr(id, (struct sockaddr*)&bogus) == -1 && errno == EADDRNOTAVAIL,
-        "binding a foreign address did not fail with EADDRNOTAVAIL (%s)", strerror(errno));
+  REQUIRE(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "synchronous rdma_create_id");
+  REQUIRE(rdma_bind_addr(id, (struct sockaddr*)&bogus) == -1 && errno == EADDRNOTAVAIL,
+          "binding a foreign address did not fail with EADDRNOTAVAIL (%s)", strerror(errno));
   rdma_destroy_id(id);
 }
 
@@ -563,9 +563,10 @@ static void* signaller_main(void* arg) {
     usleep(50 * 1000);
   }
   if (!atomic_load(&s->done)) {
-    CHECK(rdma_create_id(s->ch, &s->id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+    REQUIRE(rdma_create_id(s->ch, &s->id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
     struct sockaddr_in dst = loopback(atoi(g_port));  // nobody listens: resolves at once
-    CHECK(rdma_resolve_addr(s->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+    REQUIRE(rdma_resolve_addr(s->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s",
+            strerror(errno));
   }
   return NULL;
 }
@@ -578,10 +579,10 @@ static int wait_while_signalled(struct rdma_event_channel* ch, int restart, int 
   sa.sa_handler = count_signal;
   sa.sa_flags = restart ? SA_RESTART : 0;
   sigemptyset(&sa.sa_mask);
-  CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+  REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
   struct signaller s = {.target = pthread_self(), .ch = ch, .event_after_ms = event_after_ms};
   pthread_t t;
-  CHECK(pthread_create(&t, NULL, signaller_main, &s) == 0, "pthread_create");
+  REQUIRE(pthread_create(&t, NULL, signaller_main, &s) == 0, "pthread_create");
   int r = rdma_get_cm_event(ch, e);
   *err = errno;
   atomic_store(&s.done, 1);
@@ -592,27 +593,27 @@ static int wait_while_signalled(struct rdma_event_channel* ch, int restart, int 
 
 static void case_get_event_eintr(void) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
-  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  REQUIRE(ch, "rdma_create_event_channel: %s", strerror(errno));
   struct rdma_cm_event* e = NULL;
   struct rdma_cm_id* helper_id = NULL;
   int err = 0;
   g_signals = 0;
   int r = wait_while_signalled(ch, 0, 3000, &e, &err, &helper_id);
-  CHECK(r == -1 && err == EINTR, "without SA_RESTART: rdma_get_cm_event returned %d (%s), expected -1/EINTR", r,
-        r ? strerror(err) : rdma_event_str(e->event));
-  CHECK(g_signals >= 1, "the handler did not run");
+  REQUIRE(r == -1 && err == EINTR, "without SA_RESTART: rdma_get_cm_event returned %d (%s), expected -1/EINTR", r,
+          r ? strerror(err) : rdma_event_str(e->event));
+  REQUIRE(g_signals >= 1, "the handler did not run");
   printf("without SA_RESTART: -1/EINTR after %d signal(s)\n", (int)g_signals);
 
   g_signals = 0;
   r = wait_while_signalled(ch, 1, 300, &e, &err, &helper_id);
-  CHECK(r == 0, "with SA_RESTART: rdma_get_cm_event returned -1 (%s), expected the event", strerror(err));
-  CHECK(e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->id == helper_id, "with SA_RESTART: got %s",
-        rdma_event_str(e->event));
-  CHECK(g_signals >= 1, "the handler did not run");
+  REQUIRE(r == 0, "with SA_RESTART: rdma_get_cm_event returned -1 (%s), expected the event", strerror(err));
+  REQUIRE(e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->id == helper_id, "with SA_RESTART: got %s",
+          rdma_event_str(e->event));
+  REQUIRE(g_signals >= 1, "the handler did not run");
   printf("with SA_RESTART: the wait went on through %d signal(s) and returned %s\n", (int)g_signals,
          rdma_event_str(e->event));
   rdma_ack_cm_event(e);
-  CHECK(rdma_destroy_id(helper_id) == 0, "rdma_destroy_id");
+  REQUIRE(rdma_destroy_id(helper_id) == 0, "rdma_destroy_id");
   rdma_destroy_event_channel(ch);
 }
 
@@ -632,23 +633,23 @@ static void* wait_cm_event(void* arg) {
 
 static void case_get_event_cancel(void) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
-  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  REQUIRE(ch, "rdma_create_event_channel: %s", strerror(errno));
   pthread_t t;
-  CHECK(pthread_create(&t, NULL, wait_cm_event, ch) == 0, "pthread_create");
+  REQUIRE(pthread_create(&t, NULL, wait_cm_event, ch) == 0, "pthread_create");
   while (!atomic_load(&g_cancel_waiting)) usleep(1000);
   usleep(200 * 1000);  // inside rdma_get_cm_event's read by now
-  CHECK(pthread_cancel(t) == 0, "pthread_cancel");
+  REQUIRE(pthread_cancel(t) == 0, "pthread_cancel");
   void* ret = NULL;
-  CHECK(pthread_join(t, &ret) == 0 && ret == PTHREAD_CANCELED, "the thread did not end cancelled");
+  REQUIRE(pthread_join(t, &ret) == 0 && ret == PTHREAD_CANCELED, "the thread did not end cancelled");
   printf("the thread blocked in rdma_get_cm_event ended PTHREAD_CANCELED\n");
   // The channel still delivers: an id on it resolves an address (nobody listens).
   struct rdma_cm_id* id = NULL;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_in dst = loopback(atoi(g_port));
-  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
   ack_expected(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
   printf("the channel delivered ADDR_RESOLVED after the cancel\n");
-  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  REQUIRE(rdma_destroy_id(id) == 0, "rdma_destroy_id");
   rdma_destroy_event_channel(ch);
 }
 

@@ -40,7 +40,10 @@ static inline void fail(const char* fmt, ...) {
   exit(1);
 }
 
-#define CHECK(cond, ...)            \
+// The CM tests' one check: a failed REQUIRE reports and ends the process (the
+// tests fork a server and a client, and each must stop at its first failure).
+// The verbs tests' CHECK (verbs_pair.h) counts a failure and goes on.
+#define REQUIRE(cond, ...)          \
   do {                              \
     if (!(cond)) fail(__VA_ARGS__); \
   } while (0)
@@ -56,16 +59,17 @@ static inline double now_ms(void) {
 static inline struct rdma_cm_event* next_event(struct rdma_event_channel* ch, int timeout_ms) {
   struct pollfd p = {.fd = ch->fd, .events = POLLIN};
   int r = poll(&p, 1, timeout_ms);
-  CHECK(r == 1, "no rdma_cm event within %d ms (poll returned %d)", timeout_ms, r);
+  REQUIRE(r == 1, "no rdma_cm event within %d ms (poll returned %d)", timeout_ms, r);
   struct rdma_cm_event* e;
-  CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
+  REQUIRE(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event: %s", strerror(errno));
   return e;
 }
 
 static inline struct rdma_cm_event* expect_event(struct rdma_event_channel* ch, enum rdma_cm_event_type type,
                                                  int timeout_ms) {
   struct rdma_cm_event* e = next_event(ch, timeout_ms);
-  CHECK(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event), e->status);
+  REQUIRE(e->event == type, "expected %s, got %s (status %d)", rdma_event_str(type), rdma_event_str(e->event),
+          e->status);
   return e;
 }
 
@@ -110,12 +114,12 @@ static inline int open_fds(void) {
 }
 
 // A one-byte pipe message, so that one process waits for the other.
-static inline void signal_peer(int fd) { CHECK(write(fd, "x", 1) == 1, "pipe write"); }
+static inline void signal_peer(int fd) { REQUIRE(write(fd, "x", 1) == 1, "pipe write"); }
 static inline void wait_peer(int fd, int timeout_ms) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
-  CHECK(poll(&p, 1, timeout_ms) == 1, "peer did not signal within %d ms", timeout_ms);
+  REQUIRE(poll(&p, 1, timeout_ms) == 1, "peer did not signal within %d ms", timeout_ms);
   char c;
-  CHECK(read(fd, &c, 1) == 1, "peer exited early");
+  REQUIRE(read(fd, &c, 1) == 1, "peer exited early");
 }
 
 static inline int reap(pid_t pid, int timeout_ms) {
@@ -134,7 +138,7 @@ static inline int reap(pid_t pid, int timeout_ms) {
 
 static inline void expect_child_ok(pid_t pid) {
   int status = reap(pid, 30000);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)", status);
+  REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)", status);
 }
 
 // ---- an asynchronous client, step by step ----
@@ -149,36 +153,36 @@ struct async_client {
 // Resolves 127.0.0.1:port and creates an RC QP on the id.
 static inline void async_client_setup(struct async_client* c, int port) {
   c->ch = rdma_create_event_channel();
-  CHECK(c->ch, "rdma_create_event_channel: %s", strerror(errno));
-  CHECK(rdma_create_id(c->ch, &c->id, c, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  REQUIRE(c->ch, "rdma_create_event_channel: %s", strerror(errno));
+  REQUIRE(rdma_create_id(c->ch, &c->id, c, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_in dst = loopback(port);
-  CHECK(rdma_resolve_addr(c->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  REQUIRE(rdma_resolve_addr(c->id, NULL, (struct sockaddr*)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
   ack_expected(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
-  CHECK(c->id->verbs, "no verbs context after ADDR_RESOLVED (127.0.0.1 must resolve to the uroce device)");
+  REQUIRE(c->id->verbs, "no verbs context after ADDR_RESOLVED (127.0.0.1 must resolve to the uroce device)");
   union ibv_gid gid;
-  CHECK(ibv_query_gid(c->id->verbs, 1, 0, &gid) == 0, "ibv_query_gid");
-  CHECK(gid.raw[10] == 0xff && gid.raw[11] == 0xff, "GID 0 is not IPv4-mapped");
-  CHECK(rdma_resolve_route(c->id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
+  REQUIRE(ibv_query_gid(c->id->verbs, 1, 0, &gid) == 0, "ibv_query_gid");
+  REQUIRE(gid.raw[10] == 0xff && gid.raw[11] == 0xff, "GID 0 is not IPv4-mapped");
+  REQUIRE(rdma_resolve_route(c->id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
   ack_expected(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
   c->pd = ibv_alloc_pd(c->id->verbs);
   c->cq = ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0);
-  CHECK(c->pd && c->cq, "pd/cq");
+  REQUIRE(c->pd && c->cq, "pd/cq");
   struct ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.send_cq = attr.recv_cq = c->cq;
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(c->id, c->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
+  REQUIRE(rdma_create_qp(c->id, c->pd, &attr) == 0, "rdma_create_qp: %s", strerror(errno));
   struct ibv_qp_attr qa;
   struct ibv_qp_init_attr qi;
-  CHECK(ibv_query_qp(c->id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT,
-        "rdma_create_qp did not leave the QP in INIT");
+  REQUIRE(ibv_query_qp(c->id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT,
+          "rdma_create_qp did not leave the QP in INIT");
 }
 
 static inline void async_client_teardown(struct async_client* c) {
   rdma_destroy_qp(c->id);
-  CHECK(rdma_destroy_id(c->id) == 0, "rdma_destroy_id: %s", strerror(errno));
+  REQUIRE(rdma_destroy_id(c->id) == 0, "rdma_destroy_id: %s", strerror(errno));
   ibv_destroy_cq(c->cq);
   ibv_dealloc_pd(c->pd);
   rdma_destroy_event_channel(c->ch);
@@ -206,19 +210,19 @@ struct server {
 
 static inline void server_listen(struct server* s) {
   s->ch = rdma_create_event_channel();
-  CHECK(rdma_create_id(s->ch, &s->listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  REQUIRE(rdma_create_id(s->ch, &s->listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in a = loopback(atoi(g_port));
-  CHECK(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
-  CHECK(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
+  REQUIRE(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+  REQUIRE(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
   // A listener bound to 127.0.0.1 has no device yet (as in the kernel, a loopback
   // address is "any address"); its new ids get rdma_cm's device context, the
   // first (and only) one rdma_get_devices lists.
   struct ibv_context** devs = rdma_get_devices(NULL);
-  CHECK(devs && devs[0], "rdma_get_devices");
+  REQUIRE(devs && devs[0], "rdma_get_devices");
   s->pd = ibv_alloc_pd(devs[0]);
   s->cq = ibv_create_cq(devs[0], 64, NULL, NULL, 0);
   rdma_free_devices(devs);
-  CHECK(s->pd && s->cq, "server pd/cq");
+  REQUIRE(s->pd && s->cq, "server pd/cq");
 }
 
 // Releases what server_listen made (its PD and CQ too: LeakSanitizer checks the tests).
@@ -239,13 +243,13 @@ static inline struct rdma_cm_id* server_accept(struct server* s, int timeout_ms)
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = attr.cap.max_recv_wr = 2;
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  CHECK(rdma_create_qp(id, s->pd, &attr) == 0, "server rdma_create_qp: %s", strerror(errno));
+  REQUIRE(rdma_create_qp(id, s->pd, &attr) == 0, "server rdma_create_qp: %s", strerror(errno));
   struct rdma_conn_param p = basic_param(NULL, 0);
-  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
+  REQUIRE(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
   struct ibv_qp_attr qa;
   struct ibv_qp_init_attr qi;
-  CHECK(ibv_query_qp(id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS,
-        "passive QP not in RTS after rdma_accept");
+  REQUIRE(ibv_query_qp(id->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RTS,
+          "passive QP not in RTS after rdma_accept");
   ack_expected(s->ch, RDMA_CM_EVENT_ESTABLISHED, timeout_ms);
   return id;
 }

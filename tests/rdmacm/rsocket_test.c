@@ -19,18 +19,18 @@ static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + (i >> 11
 // A listening rsocket on the test's port (the child's side).
 static int listen_on_port(void) {
   int ls = rsocket(AF_INET, SOCK_STREAM, 0);
-  CHECK(ls >= 0, "rsocket: %s", strerror(errno));
+  REQUIRE(ls >= 0, "rsocket: %s", strerror(errno));
   struct sockaddr_in a = loopback(atoi(g_port));
-  CHECK(rbind(ls, (struct sockaddr*)&a, sizeof a) == 0, "rbind: %s", strerror(errno));
-  CHECK(rlisten(ls, 4) == 0, "rlisten: %s", strerror(errno));
+  REQUIRE(rbind(ls, (struct sockaddr*)&a, sizeof a) == 0, "rbind: %s", strerror(errno));
+  REQUIRE(rlisten(ls, 4) == 0, "rlisten: %s", strerror(errno));
   return ls;
 }
 
 static int connect_to_port(void) {
   int s = rsocket(AF_INET, SOCK_STREAM, 0);
-  CHECK(s >= 0, "rsocket: %s", strerror(errno));
+  REQUIRE(s >= 0, "rsocket: %s", strerror(errno));
   struct sockaddr_in a = loopback(atoi(g_port));
-  CHECK(rconnect(s, (struct sockaddr*)&a, sizeof a) == 0, "rconnect: %s", strerror(errno));
+  REQUIRE(rconnect(s, (struct sockaddr*)&a, sizeof a) == 0, "rconnect: %s", strerror(errno));
   return s;
 }
 
@@ -38,35 +38,35 @@ static int connect_to_port(void) {
 static void read_all(int s, void* buf, size_t n) {
   for (size_t got = 0; got < n;) {
     ssize_t r = rrecv(s, (char*)buf + got, n - got, 0);
-    CHECK(r > 0, "rrecv after %zu of %zu bytes: %zd (%s)", got, n, r, r < 0 ? strerror(errno) : "EOF");
+    REQUIRE(r > 0, "rrecv after %zu of %zu bytes: %zd (%s)", got, n, r, r < 0 ? strerror(errno) : "EOF");
     got += (size_t)r;
   }
 }
 
 // Bad input: each call fails with librdmacm's errno and nothing is created.
 static void case_errors(void) {
-  CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP, "AF_UNIX: errno %d", errno);
-  CHECK(rsocket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) == -1 && errno == ENOTSUP, "SOCK_CLOEXEC: errno %d", errno);
-  CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == ENOSYS, "SOCK_DGRAM: errno %d", errno);
+  REQUIRE(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP, "AF_UNIX: errno %d", errno);
+  REQUIRE(rsocket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) == -1 && errno == ENOTSUP, "SOCK_CLOEXEC: errno %d", errno);
+  REQUIRE(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == ENOSYS, "SOCK_DGRAM: errno %d", errno);
   char b[8];
-  CHECK(rsend(1 << 20, b, sizeof b, 0) == -1 && errno == EBADF, "rsend on a non-rsocket: errno %d", errno);
-  CHECK(rclose(1 << 20) == -1 && errno == EBADF, "rclose on a non-rsocket: errno %d", errno);
+  REQUIRE(rsend(1 << 20, b, sizeof b, 0) == -1 && errno == EBADF, "rsend on a non-rsocket: errno %d", errno);
+  REQUIRE(rclose(1 << 20) == -1 && errno == EBADF, "rclose on a non-rsocket: errno %d", errno);
   int s = rsocket(AF_INET, SOCK_STREAM, 0);
-  CHECK(s >= 0, "rsocket: %s", strerror(errno));
-  CHECK(rrecv(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rrecv unconnected: errno %d", errno);
-  CHECK(rsend(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rsend unconnected: errno %d", errno);
+  REQUIRE(s >= 0, "rsocket: %s", strerror(errno));
+  REQUIRE(rrecv(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rrecv unconnected: errno %d", errno);
+  REQUIRE(rsend(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rsend unconnected: errno %d", errno);
   int v = 1;
-  CHECK(rsetsockopt(s, SOL_SOCKET, SO_BROADCAST, &v, sizeof v) == -1 && errno == ENOPROTOOPT,
-        "unknown option: errno %d", errno);
-  CHECK(rsetsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) == 0, "TCP_NODELAY: %s", strerror(errno));
+  REQUIRE(rsetsockopt(s, SOL_SOCKET, SO_BROADCAST, &v, sizeof v) == -1 && errno == ENOPROTOOPT,
+          "unknown option: errno %d", errno);
+  REQUIRE(rsetsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) == 0, "TCP_NODELAY: %s", strerror(errno));
   socklen_t len = sizeof v;
   v = 0;
-  CHECK(rgetsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &len) == 0 && v == 1, "TCP_NODELAY reads back %d", v);
-  CHECK(rfcntl(s, F_SETFL, O_NONBLOCK) == 0 && (rfcntl(s, F_GETFL) & O_NONBLOCK), "rfcntl O_NONBLOCK");
+  REQUIRE(rgetsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &len) == 0 && v == 1, "TCP_NODELAY reads back %d", v);
+  REQUIRE(rfcntl(s, F_SETFL, O_NONBLOCK) == 0 && (rfcntl(s, F_GETFL) & O_NONBLOCK), "rfcntl O_NONBLOCK");
   // Nobody listens on the test's port: refused.
   struct sockaddr_in a = loopback(atoi(g_port));
-  CHECK(rconnect(s, (struct sockaddr*)&a, sizeof a) == -1 && errno == ECONNREFUSED, "rconnect: errno %d", errno);
-  CHECK(rclose(s) == 0, "rclose: %s", strerror(errno));
+  REQUIRE(rconnect(s, (struct sockaddr*)&a, sizeof a) == -1 && errno == ECONNREFUSED, "rconnect: errno %d", errno);
+  REQUIRE(rclose(s) == 0, "rclose: %s", strerror(errno));
 }
 
 // The child: accepts one connection, reads until the client's SHUT_WR (EOF),
@@ -75,31 +75,31 @@ static void stream_server(int ready_fd) {
   int ls = listen_on_port();
   signal_peer(ready_fd);
   int s = raccept(ls, NULL, NULL);
-  CHECK(s >= 0, "raccept: %s", strerror(errno));
+  REQUIRE(s >= 0, "raccept: %s", strerror(errno));
   static unsigned char buf[1 << 16];
   uint64_t total = 0, sum = 0;
   for (;;) {
     ssize_t r = rrecv(s, buf, sizeof buf, 0);
-    CHECK(r >= 0, "server rrecv: %s", strerror(errno));
+    REQUIRE(r >= 0, "server rrecv: %s", strerror(errno));
     if (r == 0) break;  // the client's SHUT_WR
     for (ssize_t i = 0; i < r; ++i) {
-      CHECK(buf[i] == pattern(total + (size_t)i), "server: byte %llu is %u", (unsigned long long)(total + i), buf[i]);
+      REQUIRE(buf[i] == pattern(total + (size_t)i), "server: byte %llu is %u", (unsigned long long)(total + i), buf[i]);
       sum += buf[i];
     }
     total += (uint64_t)r;
   }
   uint64_t reply[2] = {total, sum};
-  CHECK(rsend(s, reply, sizeof reply, 0) == (ssize_t)sizeof reply, "server rsend after EOF: %s", strerror(errno));
-  CHECK(rclose(s) == 0 && rclose(ls) == 0, "server rclose");
+  REQUIRE(rsend(s, reply, sizeof reply, 0) == (ssize_t)sizeof reply, "server rsend after EOF: %s", strerror(errno));
+  REQUIRE(rclose(s) == 0 && rclose(ls) == 0, "server rclose");
   exit(0);
 }
 
 // Forks the server (which exits when done) and returns once it listens.
 static pid_t start_server(void (*server)(int ready_fd)) {
   int fds[2];
-  CHECK(pipe(fds) == 0, "pipe");
+  REQUIRE(pipe(fds) == 0, "pipe");
   pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
+  REQUIRE(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
     server(fds[1]);
@@ -117,45 +117,45 @@ static void case_stream(void) {
   pid_t pid = start_server(stream_server);
   int s = connect_to_port();
   char b[4];
-  CHECK(rrecv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN, "empty rrecv: errno %d", errno);
+  REQUIRE(rrecv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN, "empty rrecv: errno %d", errno);
   int p[2];
-  CHECK(pipe(p) == 0 && write(p[1], "x", 1) == 1, "pipe");
+  REQUIRE(pipe(p) == 0 && write(p[1], "x", 1) == 1, "pipe");
   struct pollfd pf[2] = {{.fd = s, .events = POLLIN}, {.fd = p[0], .events = POLLIN}};
-  CHECK(rpoll(pf, 2, 5000) == 1 && pf[1].revents == POLLIN && pf[0].revents == 0, "rpoll: %d %d", pf[0].revents,
-        pf[1].revents);
+  REQUIRE(rpoll(pf, 2, 5000) == 1 && pf[1].revents == POLLIN && pf[0].revents == 0, "rpoll: %d %d", pf[0].revents,
+          pf[1].revents);
   const size_t kBytes = 3 << 20;
   unsigned char* data = malloc(kBytes);
-  CHECK(data, "malloc");
+  REQUIRE(data, "malloc");
   uint64_t sum = 0;
   for (size_t i = 0; i < kBytes; ++i) sum += data[i] = pattern(i);
   for (size_t off = 0, piece = 1; off < kBytes;) {  // pieces of 1 B .. 192 KiB, two iovecs each
     size_t n = piece < kBytes - off ? piece : kBytes - off;
     struct iovec v[2] = {{data + off, n / 2}, {data + off + n / 2, n - n / 2}};
     ssize_t w = rwritev(s, v, 2);
-    CHECK(w > 0, "rwritev: %s", strerror(errno));
+    REQUIRE(w > 0, "rwritev: %s", strerror(errno));
     off += (size_t)w;
     piece = piece > (1 << 17) ? 1 : piece * 3 + 1;
   }
-  CHECK(rshutdown(s, SHUT_WR) == 0, "rshutdown: %s", strerror(errno));
-  CHECK(rsend(s, b, 1, 0) == -1 && errno == EPIPE, "rsend after SHUT_WR: errno %d", errno);
+  REQUIRE(rshutdown(s, SHUT_WR) == 0, "rshutdown: %s", strerror(errno));
+  REQUIRE(rsend(s, b, 1, 0) == -1 && errno == EPIPE, "rsend after SHUT_WR: errno %d", errno);
   uint64_t reply[2];
   read_all(s, reply, sizeof reply);
-  CHECK(reply[0] == kBytes && reply[1] == sum, "server saw %llu bytes, sum %llu (sent %zu, sum %llu)",
-        (unsigned long long)reply[0], (unsigned long long)reply[1], kBytes, (unsigned long long)sum);
+  REQUIRE(reply[0] == kBytes && reply[1] == sum, "server saw %llu bytes, sum %llu (sent %zu, sum %llu)",
+          (unsigned long long)reply[0], (unsigned long long)reply[1], kBytes, (unsigned long long)sum);
   double deadline = now_ms() + 5000;
   ssize_t r;
   while ((r = rrecv(s, b, sizeof b, MSG_DONTWAIT)) == -1 && errno == EAGAIN && now_ms() < deadline) usleep(1000);
-  CHECK(r == 0, "end of stream: rrecv returned %zd (%s)", r, strerror(errno));
+  REQUIRE(r == 0, "end of stream: rrecv returned %zd (%s)", r, strerror(errno));
   // The FIN made the stream end (POLLIN); POLLHUP follows once the peer's
   // disconnect arrives (rpoll returns at once while POLLIN holds: poll again).
   deadline = now_ms() + 5000;
   do {
     pf[0].revents = 0;
-    CHECK(rpoll(pf, 1, 100) >= 0, "rpoll: %s", strerror(errno));
+    REQUIRE(rpoll(pf, 1, 100) >= 0, "rpoll: %s", strerror(errno));
     if (!(pf[0].revents & POLLHUP)) usleep(1000);
   } while (!(pf[0].revents & POLLHUP) && now_ms() < deadline);
-  CHECK(pf[0].revents & POLLHUP, "no POLLHUP within 5 s of the peer's close");
-  CHECK(rclose(s) == 0, "rclose");
+  REQUIRE(pf[0].revents & POLLHUP, "no POLLHUP within 5 s of the peer's close");
+  REQUIRE(rclose(s) == 0, "rclose");
   expect_child_ok(pid);
   free(data);
 }
@@ -166,20 +166,20 @@ static void iomap_server(int ready_fd) {
   int ls = listen_on_port();
   signal_peer(ready_fd);
   int s = raccept(ls, NULL, NULL);
-  CHECK(s >= 0, "raccept: %s", strerror(errno));
+  REQUIRE(s >= 0, "raccept: %s", strerror(errno));
   const size_t kLen = 300000;
   unsigned char* buf = calloc(1, kLen);
-  CHECK(buf, "calloc");
-  CHECK(riomap(s, buf, kLen, PROT_WRITE, 0, 4096) == 4096, "riomap: %s", strerror(errno));
-  CHECK(rsend(s, "mapped", 6, 0) == 6, "rsend mapped");
+  REQUIRE(buf, "calloc");
+  REQUIRE(riomap(s, buf, kLen, PROT_WRITE, 0, 4096) == 4096, "riomap: %s", strerror(errno));
+  REQUIRE(rsend(s, "mapped", 6, 0) == 6, "rsend mapped");
   char done[4];
   read_all(s, done, sizeof done);
-  CHECK(memcmp(done, "done", 4) == 0, "no done message");
+  REQUIRE(memcmp(done, "done", 4) == 0, "no done message");
   for (size_t i = 0; i < 200000; ++i)
-    CHECK(buf[1000 + i] == pattern(i), "riowritten byte %zu is %u, expected %u", i, buf[1000 + i], pattern(i));
-  CHECK(buf[999] == 0 && buf[201000] == 0, "riowrite wrote outside its range");
-  CHECK(riounmap(s, buf, kLen) == 0, "riounmap: %s", strerror(errno));
-  CHECK(rclose(s) == 0 && rclose(ls) == 0, "server rclose");
+    REQUIRE(buf[1000 + i] == pattern(i), "riowritten byte %zu is %u, expected %u", i, buf[1000 + i], pattern(i));
+  REQUIRE(buf[999] == 0 && buf[201000] == 0, "riowrite wrote outside its range");
+  REQUIRE(riounmap(s, buf, kLen) == 0, "riounmap: %s", strerror(errno));
+  REQUIRE(rclose(s) == 0 && rclose(ls) == 0, "server rclose");
   free(buf);
   exit(0);
 }
@@ -191,20 +191,20 @@ static void case_iomap(void) {
   int s = connect_to_port();
   char msg[6];
   read_all(s, msg, sizeof msg);  // the mapping's announcement came before this
-  CHECK(memcmp(msg, "mapped", 6) == 0, "no mapped message");
+  REQUIRE(memcmp(msg, "mapped", 6) == 0, "no mapped message");
   unsigned char* data = malloc(200000);
-  CHECK(data, "malloc");
+  REQUIRE(data, "malloc");
   for (size_t i = 0; i < 200000; ++i) data[i] = pattern(i);
-  CHECK(riowrite(s, data, 10, 1 << 20, 0) == (size_t)-1 && errno == EINVAL, "riowrite unmapped: errno %d", errno);
+  REQUIRE(riowrite(s, data, 10, 1 << 20, 0) == (size_t)-1 && errno == EINVAL, "riowrite unmapped: errno %d", errno);
   for (size_t off = 0; off < 200000;) {
     size_t w = riowrite(s, data + off, 200000 - off, (off_t)(4096 + 1000 + off), 0);
-    CHECK(w != (size_t)-1 && w > 0, "riowrite: %s", strerror(errno));
+    REQUIRE(w != (size_t)-1 && w > 0, "riowrite: %s", strerror(errno));
     off += w;
   }
-  CHECK(rsend(s, "done", 4, 0) == 4, "rsend done");
+  REQUIRE(rsend(s, "done", 4, 0) == 4, "rsend done");
   char b;
-  CHECK(rrecv(s, &b, 1, 0) == 0, "end of stream after the server closed");
-  CHECK(rclose(s) == 0, "rclose");
+  REQUIRE(rrecv(s, &b, 1, 0) == 0, "end of stream after the server closed");
+  REQUIRE(rclose(s) == 0, "rclose");
   expect_child_ok(pid);
   free(data);
 }

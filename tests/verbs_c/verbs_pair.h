@@ -57,7 +57,8 @@ int vp_read_full(int fd, void* buf, size_t len, int ms);
 /* Writes `len` bytes to `fd` (a pipe or socket between test processes): 0, or -1. */
 int vp_write_full(int fd, const void* buf, size_t len);
 
-/* Failed checks so far; CHECK records one with where and why ("FAIL file:line: ..."). */
+/* Failed checks so far; CHECK records one with where and why ("FAIL file:line: ...")
+ * and goes on (the CM tests' REQUIRE, cm_test_util.h, ends the process instead). */
 extern int g_failures;
 #define CHECK(cond, ...)                          \
   do {                                            \
