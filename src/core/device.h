@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ std::vector<HostAddress> host_addresses();
 
 // RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d (roce-facts §5.4).
 ibv_gid ipv4_to_gid(uint32_t ip);
+// RoCEv2 GID of an IP address in its 16-byte form (IPv4-mapped, or IPv6;
+// network byte order, as in sin6_addr): the same bytes. The engine and the CM
+// pass an address's bytes (`core::ip_to_gid(ip.bytes)`).
+inline ibv_gid ip_to_gid(std::span<const uint8_t, 16> ip) {
+  ibv_gid g;
+  std::memcpy(g.raw, ip.data(), 16);
+  return g;
+}
 // Returns true and the address if the GID is IPv4-mapped.
 bool gid_to_ipv4(const ibv_gid& gid, uint32_t* ip);
 // Whether a GID can be a unicast IP address: IPv4-mapped other than 0.0.0.0

@@ -12,13 +12,13 @@
 #include <thread>
 
 #include "core/config.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "engine/ack.h"
 #include "engine/direct_placement.h"
 #include "engine/host_directory.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
-#include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 #include "transport/capture.h"
@@ -239,7 +239,7 @@ bool EngineContext::start_placement() {
 }
 
 transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn) {
-  if (!registry_ || dst.port != core::config().udp_port || !is_host_address(gid_of(dst.ip))) return dst;
+  if (!registry_ || dst.port != core::config().udp_port || !is_host_address(core::ip_to_gid(dst.ip.bytes))) return dst;
   uint16_t port = registry_->port_of(qpn_slot(dest_qpn));
   return port ? transport::Endpoint{dst.ip, port} : dst;
 }

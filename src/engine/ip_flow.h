@@ -1,5 +1,8 @@
 // Addresses across the layers: a GID (core, verbs) as a transport address,
 // and the ICRC's flow (wire/icrc.h) of a packet between transport addresses.
+// The other way, an address's GID, is core::ip_to_gid (core/device.h), which
+// rdmacm uses too: rdmacm does not include the engine (docs/architecture.md,
+// "Layers").
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -17,12 +20,6 @@ inline transport::IpAddress ip_of(const ibv_gid& gid, uint32_t scope = 0) {
   static const ibv_gid kZero{};
   if (std::memcmp(gid.raw, kZero.raw, 16) == 0) return transport::IpAddress{};
   return transport::IpAddress::from_bytes(gid.raw, scope);
-}
-
-inline ibv_gid gid_of(const transport::IpAddress& ip) {
-  ibv_gid g;
-  std::memcpy(g.raw, ip.bytes.data(), 16);
-  return g;
 }
 
 // The flow of packets from `src` to `dst` (over IPv6 unless both are IPv4).

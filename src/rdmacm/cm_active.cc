@@ -8,7 +8,6 @@
 
 #include "core/device.h"
 #include "core/log.h"
-#include "engine/ip_flow.h"
 #include "rdmacm/cm_service.h"
 
 namespace uroce::rdmacm {
@@ -133,8 +132,8 @@ void CmService::send_req(CmId* id) {
   req.srq = c.srq;
   req.primary_local_lid = dev.lid;
   req.primary_remote_lid = c.remote_lid;
-  req.primary_local_gid = engine::gid_of(id->src_ip);
-  req.primary_remote_gid = engine::gid_of(id->dst_ip);
+  req.primary_local_gid = core::ip_to_gid(id->src_ip.bytes);
+  req.primary_remote_gid = core::ip_to_gid(id->dst_ip.bytes);
   req.primary_traffic_class = id->tos.value_or(0);
   req.primary_hop_limit = kHopLimit;
   req.primary_local_ack_timeout = c.local_ack_timeout;

@@ -21,7 +21,6 @@
 #include "core/config.h"
 #include "core/context.h"
 #include "core/device.h"
-#include "engine/ip_flow.h"
 #include "rdmacm/cm_service.h"
 #include "rdmacm/sockaddr_util.h"
 #include "wire/headers.h"
@@ -84,7 +83,7 @@ SockAddr sockaddr_for(int family, const transport::IpAddress& ip, uint16_t port)
 // interface carries; UROCE_MTU (the port's active MTU) wins when set.
 ibv_mtu path_mtu_for(const transport::IpAddress& src_ip, const CmDevice& dev) {
   unsigned if_mtu = 0;
-  const ibv_gid gid = engine::gid_of(src_ip);
+  const ibv_gid gid = core::ip_to_gid(src_ip.bytes);
   for (const core::HostAddress& h : core::host_addresses())
     if (std::memcmp(h.gid.raw, gid.raw, 16) == 0) if_mtu = h.if_mtu;
   ibv_mtu mtu = if_mtu ? core::mtu_enum_for_bytes(if_mtu > 80 ? if_mtu - 80 : 256) : dev.active_mtu;
@@ -115,8 +114,8 @@ void CmService::set_route_addresses(CmId* id) {
     std::memcpy(&a.dst_storage, &dst, dst.len());
   }
   rdma_ib_addr& ib = a.addr.ibaddr;
-  ib.sgid = !id->src_ip.unspecified() ? engine::gid_of(id->src_ip) : ibv_gid{};
-  ib.dgid = !id->dst_ip.unspecified() ? engine::gid_of(id->dst_ip) : ibv_gid{};
+  ib.sgid = !id->src_ip.unspecified() ? core::ip_to_gid(id->src_ip.bytes) : ibv_gid{};
+  ib.dgid = !id->dst_ip.unspecified() ? core::ip_to_gid(id->dst_ip.bytes) : ibv_gid{};
   ib.pkey = htons(0xFFFF);
 }
 
@@ -127,8 +126,8 @@ void CmService::fill_path_record(CmId* id) {
   }
   ibv_sa_path_rec& p = *id->abi.route.path_rec;
   std::memset(&p, 0, sizeof p);
-  p.sgid = engine::gid_of(id->src_ip);
-  p.dgid = engine::gid_of(id->dst_ip);
+  p.sgid = core::ip_to_gid(id->src_ip.bytes);
+  p.dgid = core::ip_to_gid(id->dst_ip.bytes);
   p.slid = htons(id->port.device ? id->port.device->lid : 0);
   p.dlid = htons(id->conn.remote_lid);
   p.hop_limit = kHopLimit;

@@ -9,7 +9,6 @@
 
 #include "core/device.h"
 #include "core/log.h"
-#include "engine/ip_flow.h"
 
 namespace uroce::rdmacm {
 
@@ -97,7 +96,7 @@ core::Result<std::vector<CmDevice*>> cm_devices() {
 core::Result<DevicePort> device_for_ip(const transport::IpAddress& ip) {
   auto devs = cm_devices();
   if (!devs.ok()) return core::Result<DevicePort>::error(devs.err());
-  const ibv_gid gid = engine::gid_of(ip);
+  const ibv_gid gid = core::ip_to_gid(ip.bytes);
   for (CmDevice* d : *devs) {
     for (size_t i = 0; i < d->gids.size(); ++i)
       if (std::memcmp(d->gids[i].raw, gid.raw, 16) == 0) return DevicePort{d, uint8_t(i)};

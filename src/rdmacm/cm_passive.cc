@@ -11,7 +11,6 @@
 #include "core/device.h"
 #include "core/limits.h"
 #include "core/log.h"
-#include "engine/ip_flow.h"
 #include "rdmacm/cm_service.h"
 
 namespace uroce::rdmacm {
@@ -83,7 +82,7 @@ void CmService::accept_link(CmId* listener, int fd) {
 
 void CmService::send_greeting(TcpLink* link) {
   PortInfoMessage info;
-  info.redirect_gid = engine::gid_of(link->local_ip);
+  info.redirect_gid = core::ip_to_gid(link->local_ip.bytes);
   auto dp = device_for_ip(link->local_ip);
   info.redirect_lid = dp.ok() ? dp->device->lid : 0;
   // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.

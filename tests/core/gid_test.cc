@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 
@@ -23,6 +24,18 @@ ibv_gid gid6(std::initializer_list<uint8_t> head, uint8_t last) {
 }
 
 const ibv_gid kLoopback6 = gid6({}, 1);
+
+// An address's 16 bytes are its GID: IPv4-mapped ones as ipv4_to_gid makes
+// them, IPv6 ones unchanged (the engine's and the CM's one conversion).
+TEST(IpToGid, SameBytes) {
+  const std::array<uint8_t, 16> v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 1, 2, 3};
+  const ibv_gid g4 = ip_to_gid(v4), want4 = ipv4_to_gid(0x0A010203);
+  EXPECT_EQ(std::memcmp(g4.raw, want4.raw, 16), 0);
+  std::array<uint8_t, 16> v6;
+  std::memcpy(v6.data(), kLoopback6.raw, 16);
+  const ibv_gid g6 = ip_to_gid(v6);
+  EXPECT_EQ(std::memcmp(g6.raw, kLoopback6.raw, 16), 0);
+}
 
 class GidTest : public ::testing::Test {
  protected:
