@@ -140,6 +140,8 @@ struct Pkt {
   uint32_t atomic_rkey = 0;
   uint64_t swap_add = 0, compare = 0;
   std::optional<uint64_t> atomic_orig;  // AtomicAckETH
+  std::optional<uint32_t> deth_qkey;    // DETH (UD)
+  uint32_t deth_src_qp = 0;
   std::vector<uint8_t> payload;
   bool jumbo = false;
   unsigned pieces = 0;  // buffers it was gathered from (Sent::pieces)
@@ -443,6 +445,10 @@ class EngineTest : public ::testing::Test {
         p.compare = a.compare();
       }
       if (v.info->has(wire::Hdr::kAtomicAckEth)) p.atomic_orig = v.atomic_ack_eth().orig();
+      if (v.info->has(wire::Hdr::kDeth)) {
+        p.deth_qkey = v.deth().qkey();
+        p.deth_src_qp = v.deth().src_qp();
+      }
       // Pad bytes are zero.
       for (unsigned i = 0; i < p.pad; ++i) EXPECT_EQ(v.payload()[v.payload_len + i], 0);
       p.payload.assign(v.payload(), v.payload() + v.payload_len);
