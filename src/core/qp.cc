@@ -158,16 +158,16 @@ int Qp::check_send_opcode(const ibv_send_wr& wr) const {
       }
     case IBV_QPT_UD:  // IBA 9.4: SEND only
       return wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ? 0 : EINVAL;
-    case IBV_QPT_UC:  // IBA 9.4: no READ, no atomics
+    case IBV_QPT_UC:  // IBA 9.4: no READ, no atomics, no SEND with Invalidate (RC/XRC opcodes only)
       switch (wr.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
-        case IBV_WR_SEND_WITH_INV:
         case IBV_WR_LOCAL_INV:
         case IBV_WR_BIND_MW:
           return 0;
+        case IBV_WR_SEND_WITH_INV:
         case IBV_WR_RDMA_READ:
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD:

@@ -289,7 +289,10 @@ RespState check_op_valid(Request& r) {
     if (!r.qp.srq) return RespState::kErrInvalidRequest;
   }
   unsigned access = r.qp.attr.qp_access_flags;
-  if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE)) return RespState::kErrInvalidRequest;
+  // UC has no NAK (IBA 9.8.3): a WRITE the QP does not permit is dropped, as
+  // rxe's check_op_valid drops the message.
+  if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE))
+    return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
   if (r.flags & wire::kOpRead) {
     if (!(access & IBV_ACCESS_REMOTE_READ) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
   }
