@@ -126,9 +126,25 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   try {
     std::lock_guard lock(mu_);
     auto now = Clock::now();
-    std::vector<TxDatagram> pass;
-    std::vector<Copy> extra;  // corrupted and duplicated copies
-    pass.reserve(burst.size());
+    // What leaves now, in the burst's order: a corrupted datagram in its own
+    // place and a duplicate right behind its original (only `reorder` moves
+    // one). Copies and their iovecs are reserved up front: `out` points into them.
+    std::vector<TxDatagram> out;
+    std::vector<Copy> copies;
+    std::vector<iovec> copy_iov;
+    out.reserve(2 * burst.size());
+    copies.reserve(2 * burst.size());
+    copy_iov.reserve(2 * burst.size());
+    auto send_copy = [&](Copy c) {
+      copies.push_back(std::move(c));
+      copy_iov.push_back(iovec{copies.back().bytes.data(), copies.back().bytes.size()});
+      TxDatagram t{};
+      t.dst = copies.back().dst;
+      t.src_ip = copies.back().src_ip;
+      t.iovcnt = 1;
+      t.iov = &copy_iov.back();
+      out.push_back(t);
+    };
     for (TxDatagram& d : burst) {
       counters_.sent.fetch_add(1, std::memory_order_relaxed);
       if (next_uniform() < spec_.loss) {
@@ -150,18 +166,17 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
           held_.push_back(std::move(c));
           counters_.reordered.fetch_add(1, std::memory_order_relaxed);
         } else {
-          extra.push_back(std::move(c));
+          send_copy(std::move(c));
         }
       } else {
-        pass.push_back(d);
+        out.push_back(d);
       }
       if (dup) {
-        extra.push_back(copy_of(d));
+        send_copy(copy_of(d));
         counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    if (!pass.empty()) inner_->send_burst(pass);
-    send_copies(extra);
+    if (!out.empty()) inner_->send_burst(out);
     release_due(now);
   } catch (...) {
     // Out of memory while copying: the burst counts as lost, as on a network.

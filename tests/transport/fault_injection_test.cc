@@ -429,9 +429,33 @@ TEST(FaultyTransport, CorruptionFlipsABitInACopyOnly) {
   EXPECT_EQ(t->counters().lost.load(), 0u);
 }
 
+// Send one burst of 40 datagrams at corrupt=0.5 / Expect 40 at the inner
+// transport in the burst's order: the i-th is datagram i, whole or with one
+// bit flipped (a corrupted datagram keeps its place), and the flipped ones
+// are as many as `corrupted` counts, some but not all.
+TEST(FaultyTransport, CorruptedDatagramKeepsItsPlaceInTheBurst) {
+  Log log;
+  auto t = faulty(&log, parsed("corrupt=0.5,seed=5"));
+  Datagrams dg(40);
+  ASSERT_EQ(t->send_burst(std::span(dg.d)), 40u);
+  ASSERT_EQ(log.sent.size(), 40u);
+  size_t flipped = 0;
+  for (size_t i = 0; i < 40; ++i) {
+    const Seen want = dg.expected(i);
+    ASSERT_EQ(log.sent[i].bytes.size(), want.bytes.size()) << "datagram " << i;
+    size_t bits = differing_bits(log.sent[i].bytes, want.bytes);
+    EXPECT_LE(bits, 1u) << "datagram " << i << " is not in its place";
+    EXPECT_EQ(log.sent[i].dst, want.dst);
+    flipped += bits;
+  }
+  EXPECT_EQ(flipped, t->counters().corrupted.load());
+  EXPECT_GT(flipped, 0u);
+  EXPECT_LT(flipped, 40u);
+}
+
 // Send 50 datagrams one per burst, then a burst of 3, at dup=1 / Expect each
-// twice at the inner transport, unchanged (a datagram and its copy in turn
-// for single bursts; the burst's three, then their three copies), and
+// twice at the inner transport, unchanged, each copy right behind its
+// original (in a burst too: a duplicate moves nothing else), and
 // duplicated = 53.
 TEST(FaultyTransport, DupOneDeliversEachTwice) {
   Log log;
@@ -446,8 +470,8 @@ TEST(FaultyTransport, DupOneDeliversEachTwice) {
   ASSERT_EQ(t->send_burst(std::span(dg.d).subspan(50, 3)), 3u);
   ASSERT_EQ(log.sent.size(), 106u);
   for (size_t k = 0; k < 3; ++k) {
-    EXPECT_EQ(log.sent[100 + k], dg.expected(50 + k));
-    EXPECT_EQ(log.sent[103 + k], dg.expected(50 + k));
+    EXPECT_EQ(log.sent[100 + 2 * k], dg.expected(50 + k));
+    EXPECT_EQ(log.sent[101 + 2 * k], dg.expected(50 + k));
   }
   EXPECT_EQ(t->counters().duplicated.load(), 53u);
   EXPECT_EQ(t->counters().sent.load(), 53u);
