@@ -38,8 +38,11 @@ namespace detail {
 
 // Called from a catch (...) handler: the errno the exception being handled
 // stands for (ENOMEM for std::bad_alloc, else EIO), also stored in errno.
-// Thread cancellation (abi::__forced_unwind) is rethrown.
-inline int exception_errno() {
+// Thread cancellation (abi::__forced_unwind) is rethrown. (glibc's forced
+// unwind is a foreign exception with no C++ object: the handler's reference
+// is bound to null, as in libstdc++'s own handlers of it, which UBSan's null
+// check reports; it is off for this function alone.)
+__attribute__((no_sanitize("null"))) inline int exception_errno() {
   try {
     throw;
   } catch (abi::__forced_unwind&) {

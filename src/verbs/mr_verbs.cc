@@ -1,6 +1,8 @@
 // Protection domains and memory regions.
 #include <infiniband/verbs.h>
 
+#include <cstring>
+
 #include "core/mr.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
@@ -86,9 +88,15 @@ namespace uroce::verbs {
 // errors ibv_advise_mr(3) lists, so a program that works here also works on
 // hardware.
 int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges) {
-  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
-      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+  // The application may pass any number: it is read as one (loading an enum
+  // object that holds no enumerator is undefined: UBSan's enum check).
+  uint32_t raw;
+  static_assert(sizeof raw == sizeof advice);
+  std::memcpy(&raw, &advice, sizeof raw);
+  if (raw != IBV_ADVISE_MR_ADVICE_PREFETCH && raw != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      raw != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
     return EOPNOTSUPP;
+  const bool write = raw == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
   if (!ibpd || (flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sges == 0) return EINVAL;
   return abi_guard_errno([&] {
     const auto& mrs = EngineContext::from(ibpd->context)->mrs;
@@ -100,8 +108,7 @@ int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge
       if (mrs.check(s.lkey, pd, s.addr, s.length, 0, false) != KeyCheck::kOk) return EPERM;
       // Prefetching applies to on-demand MRs only (ibv_advise_mr(3)).
       if (mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_ON_DEMAND, false) != KeyCheck::kOk) return EINVAL;
-      if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
-          mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE, false) != KeyCheck::kOk)
+      if (write && mrs.check(s.lkey, pd, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE, false) != KeyCheck::kOk)
         return EPERM;  // write prefetch of a read-only MR
     }
     return 0;
