@@ -99,17 +99,21 @@ FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
   return c;
 }
 
+TxDatagram FaultyTransport::datagram_of(Copy& c, iovec* iov) {
+  *iov = iovec{c.bytes.data(), c.bytes.size()};
+  TxDatagram d{};
+  d.dst = c.dst;
+  d.src_ip = c.src_ip;
+  d.iovcnt = 1;
+  d.iov = iov;
+  return d;
+}
+
 void FaultyTransport::send_copies(std::vector<Copy>& copies) {
   if (copies.empty()) return;
   std::vector<TxDatagram> out(copies.size());
   std::vector<iovec> iov(copies.size());
-  for (size_t i = 0; i < copies.size(); ++i) {
-    iov[i] = iovec{copies[i].bytes.data(), copies[i].bytes.size()};
-    out[i].dst = copies[i].dst;
-    out[i].src_ip = copies[i].src_ip;
-    out[i].iovcnt = 1;
-    out[i].iov = &iov[i];
-  }
+  for (size_t i = 0; i < copies.size(); ++i) out[i] = datagram_of(copies[i], &iov[i]);
   inner_->send_burst(out);
 }
 
@@ -137,13 +141,7 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
     copy_iov.reserve(2 * burst.size());
     auto send_copy = [&](Copy c) {
       copies.push_back(std::move(c));
-      copy_iov.push_back(iovec{copies.back().bytes.data(), copies.back().bytes.size()});
-      TxDatagram t{};
-      t.dst = copies.back().dst;
-      t.src_ip = copies.back().src_ip;
-      t.iovcnt = 1;
-      t.iov = &copy_iov.back();
-      out.push_back(t);
+      out.push_back(datagram_of(copies.back(), &copy_iov.emplace_back()));
     };
     for (TxDatagram& d : burst) {
       counters_.sent.fetch_add(1, std::memory_order_relaxed);

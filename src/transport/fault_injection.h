@@ -74,6 +74,8 @@ class FaultyTransport final : public DatagramTransport {
   static uint64_t mix64(uint64_t z);
   double next_uniform();  // caller holds mu_
   Copy copy_of(const TxDatagram& d) const;
+  // The datagram that sends `c` through `*iov` (both must outlive the send).
+  static TxDatagram datagram_of(Copy& c, iovec* iov);
   void release_due(Clock::time_point now);     // caller holds mu_
   int timeout_for_held(int timeout_ms) const;  // caller holds mu_
   void send_copies(std::vector<Copy>& copies);
