@@ -171,6 +171,14 @@ class ScopedMapping {
   size_t bytes_;
 };
 
+// The shared memory object of a domain file's inode (device, inode number).
+struct SegmentName {
+  SegmentName(uint64_t dev, uint64_t ino) {
+    std::snprintf(text, sizeof text, "/uroce-xrcd-%llx-%llx", (unsigned long long)dev, (unsigned long long)ino);
+  }
+  char text[96];
+};
+
 // Holds a segment header's lock for a scope.
 class HeaderLock {
  public:
@@ -288,11 +296,9 @@ XrcDomain::OpenResult XrcDomain::open_file(int fd, int oflags) {
       return d;
     }
   }
-  char name[96];
-  std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)st.st_dev,
-                (unsigned long long)st.st_ino);
+  SegmentName name(file_key.first, file_key.second);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    Attempt a = attach(name, oflags, bytes);
+    Attempt a = attach(name.text, oflags, bytes);
     if (a.retry) continue;
     if (a.error) return OpenResult::error(a.error);
     ScopedMapping map(a.mem, bytes);
@@ -328,40 +334,35 @@ XrcDomain::~XrcDomain() {
     return;
   }
   // The slots of this process's target QPs were released when they were destroyed.
-  spin_lock(header_->lock);
-  drop_opener(header_);
-  if (prune_dead(header_) == 0) {
-    header_->removed = 1;
-    char name[96];
-    std::snprintf(name, sizeof name, "/uroce-xrcd-%llx-%llx", (unsigned long long)key_.dev,
-                  (unsigned long long)key_.ino);
-    shm_unlink(name);
+  {
+    HeaderLock lock(header_->lock);
+    drop_opener(header_);
+    if (prune_dead(header_) == 0) {
+      header_->removed = 1;
+      shm_unlink(SegmentName(key_.dev, key_.ino).text);
+    }
   }
-  spin_unlock(header_->lock);
   munmap(header_, bytes_);
 }
 
 bool XrcDomain::add_srq(uint32_t srq_num) {
-  spin_lock(header_->lock);
-  bool added = false;
-  for (uint32_t i = 0; i < kSrqs && !added; ++i) {
+  HeaderLock lock(header_->lock);
+  for (uint32_t i = 0; i < kSrqs; ++i) {
     uint32_t& num = header_->srq_num[i];
     if (num != 0 && process_alive(header_->srq_pid[i])) continue;
     header_->srq_pid[i] = uint32_t(getpid());
     std::atomic_ref<uint32_t>(num).store(srq_num, std::memory_order_relaxed);
-    added = true;
+    return true;
   }
-  spin_unlock(header_->lock);
-  return added;
+  return false;
 }
 
 void XrcDomain::remove_srq(uint32_t srq_num) {
-  spin_lock(header_->lock);
+  HeaderLock lock(header_->lock);
   for (uint32_t i = 0; i < kSrqs; ++i) {
     if (header_->srq_num[i] == srq_num && header_->srq_pid[i] == uint32_t(getpid()))
       std::atomic_ref<uint32_t>(header_->srq_num[i]).store(0, std::memory_order_relaxed);
   }
-  spin_unlock(header_->lock);
 }
 
 bool XrcDomain::has_srq(uint32_t srq_num) const {
@@ -371,9 +372,8 @@ bool XrcDomain::has_srq(uint32_t srq_num) const {
 }
 
 TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, const ibv_qp_attr& attr, uint32_t* index) {
-  spin_lock(header_->lock);
-  TargetSlot* found = nullptr;
-  for (uint32_t i = 0; i < kSlots && !found; ++i) {
+  HeaderLock lock(header_->lock);
+  for (uint32_t i = 0; i < kSlots; ++i) {
     TargetSlot& s = slots_[i];
     if (s.owner_pid != 0 && process_alive(s.owner_pid)) continue;
     SlotLock l(s);
@@ -387,10 +387,9 @@ TargetSlot* XrcDomain::allocate_slot(uint32_t qp_num, uint16_t home_port, const 
     s.holders[0] = TargetHolder{uint32_t(getpid()), home_port, 1};
     s.resp = ResponderState{};
     *index = i;
-    found = &s;
+    return &s;
   }
-  spin_unlock(header_->lock);
-  return found;
+  return nullptr;
 }
 
 namespace {
@@ -404,26 +403,18 @@ void clear_slot(TargetSlot& s) {
 }  // namespace
 
 void XrcDomain::release_slot(TargetSlot* slot, uint16_t home_port, uint32_t qp_num) {
-  spin_lock(header_->lock);
-  {
-    SlotLock l(*slot);
-    if (slot->home_port == home_port && slot->qp_num == qp_num && slot->owner_pid != 0) clear_slot(*slot);
-  }
-  spin_unlock(header_->lock);
+  HeaderLock lock(header_->lock);
+  SlotLock l(*slot);
+  if (slot->home_port == home_port && slot->qp_num == qp_num && slot->owner_pid != 0) clear_slot(*slot);
 }
 
 bool XrcDomain::drop_handle(TargetSlot* slot, uint16_t home_port, uint32_t qp_num, uint16_t port) {
-  bool gone = true;
-  spin_lock(header_->lock);
-  {
-    SlotLock l(*slot);
-    if (slot->home_port == home_port && slot->qp_num == qp_num && slot->owner_pid != 0) {
-      drop_holder(*slot, port);
-      gone = live_holders(*slot) == 0;
-      if (gone) clear_slot(*slot);
-    }
-  }
-  spin_unlock(header_->lock);
+  HeaderLock lock(header_->lock);
+  SlotLock l(*slot);
+  if (slot->home_port != home_port || slot->qp_num != qp_num || slot->owner_pid == 0) return true;
+  drop_holder(*slot, port);
+  bool gone = live_holders(*slot) == 0;
+  if (gone) clear_slot(*slot);
   return gone;
 }
 
