@@ -625,17 +625,18 @@ bool from_connected_path(const EngineQp& qp, const transport::RxDatagram& d) {
 }  // namespace
 
 namespace {
-// The ICRC, computed with the IP identification the sender most likely used:
-// the packet's place in its GRO batch (a whole GSO message), else any a GSO
-// message can give (wire/icrc.h).
+// The ICRC check (docs/architecture.md, "ICRC"). Over IPv4 the sender's
+// identification and DF bit are covered but unseen: the packet's place in its
+// GRO batch is tried first, then what its sender may have used
+// (wire::icrc_ipv4_received_ok).
 bool icrc_ok(const transport::RxDatagram& d, const wire::PacketView& pkt, uint16_t local_port) {
   uint16_t dst_port = d.dst_port ? d.dst_port : local_port;
-  if (!d.src.ip.is_v4()) {  // IPv6: no identification to guess
+  if (!d.src.ip.is_v4()) {  // IPv6: no hidden field (traffic class, flow label, hop limit are masked)
     wire::Ipv6Flow flow{d.src.ip.bytes, d.dst_ip.bytes, d.src.port, dst_port};
     return wire::icrc_ipv6(flow, d.data, d.len) == pkt.icrc_wire();
   }
   wire::Ipv4Flow flow{d.src.ip.v4(), d.dst_ip.v4(), d.src.port, dst_port, d.gso_index};
-  return wire::icrc_ipv4_matches(flow, d.data, d.len, pkt.icrc_wire());
+  return wire::icrc_ipv4_received_ok(flow, d.data, d.len, pkt.icrc_wire());
 }
 }  // namespace
 

@@ -17,6 +17,13 @@ namespace uroce::wire {
 // (UROCE_PORT, design §3).
 inline constexpr uint16_t kRoceV2Port = 4791;
 
+// The UDP source ports of RoCEv2 flows (the kernel's
+// IB_ROCE_UDP_ENCAP_VALID_PORT_MIN..MAX; rxe and NICs derive one per QP,
+// roce-facts.md §5.5). uroce's own senders use their private port below it
+// (design §3), which tells its receivers how strict the ICRC check can be
+// (engine_context.cc, icrc_ok).
+inline constexpr uint16_t kRoceSourcePortMin = 0xC000;
+
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint32_t kGsiQkey = 0x80010000;
 

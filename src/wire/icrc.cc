@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "wire/byte_order.h"
+#include "wire/headers.h"
 #include "wire/opcode.h"
 
 namespace uroce::wire {
@@ -171,15 +172,92 @@ bool icrc_ipv4_matches(const Ipv4Flow& flow, const uint8_t* packet, size_t len_w
   return computed == received || icrc_matches_gso_id(computed, flow.ip_id, received, len_with_icrc);
 }
 
-uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor) {
+namespace {
+// The linear part of the CRC of the IPv4 header's bytes 4-7 set to `field`
+// (all else zero): what XOR `field` on those bytes does to the ICRC, given
+// `after` = the operator of the zero bytes that follow them.
+uint32_t ip_field_delta(uint32_t field, uLong after) {
   // CRC-32 is affine: crc(M ^ D) = crc(M) ^ crc(D) ^ crc(zeros), so the change
-  // is the CRC's linear part of D: two bytes followed by `zeros` zero bytes.
-  size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 2;
-  uint8_t d[2];
-  store_be16(d, id_xor);
-  static const uint8_t kZero2[2] = {0, 0};
-  uLong lin2 = ::crc32(0, d, 2) ^ ::crc32(0, kZero2, 2);
-  return uint32_t(crc32_combine_op(lin2, 0, crc32_combine_gen64(z_off64_t(zeros))));
+  // is the CRC's linear part of D: four bytes followed by zero bytes.
+  uint8_t d[4];
+  store_be32(d, field);
+  static const uint8_t kZero4[4] = {0, 0, 0, 0};
+  uLong lin4 = ::crc32(0, d, 4) ^ ::crc32(0, kZero4, 4);
+  return uint32_t(crc32_combine_op(lin4, 0, after));
+}
+
+// The operator of the zero bytes after the IPv4 header's bytes 4-7.
+uLong after_ip_field(size_t roce_len_with_icrc) {
+  size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 4;
+  return crc32_combine_gen64(z_off64_t(zeros));
+}
+
+// The inverse of a one-to-one GF(2)-linear map of 32 bits, given the images
+// of its unit vectors (column b = image of bit b): Gauss-Jordan elimination
+// on (image, preimage) pairs until each image is one unit vector.
+std::array<uint32_t, 32> invert(std::array<uint32_t, 32> image) {
+  std::array<uint32_t, 32> pre{};
+  for (unsigned b = 0; b < 32; ++b) pre[b] = 1u << b;
+  for (unsigned bit = 0; bit < 32; ++bit) {
+    unsigned p = bit;
+    while (p < 32 && !(image[p] >> bit & 1)) ++p;
+    if (p == 32) return {};  // not one to one: cannot happen for the CRC (see icrc.h)
+    std::swap(image[p], image[bit]);
+    std::swap(pre[p], pre[bit]);
+    for (unsigned j = 0; j < 32; ++j) {
+      if (j != bit && (image[j] >> bit & 1)) {
+        image[j] ^= image[bit];
+        pre[j] ^= pre[bit];
+      }
+    }
+  }
+  return pre;  // pre[b] maps to unit vector b
+}
+}  // namespace
+
+uint32_t icrc_ip_id_delta(size_t roce_len_with_icrc, uint16_t id_xor) {
+  return ip_field_delta(ip_id_field(id_xor, 0), after_ip_field(roce_len_with_icrc));
+}
+
+uint32_t icrc_ip_field_xor(size_t roce_len_with_icrc, uint32_t icrc_xor) {
+  // icrc_xor = A(lin4(field)): lin4, the CRC's linear part of the field's four
+  // bytes, then A, multiplication by x^(8z) for the z zero bytes after them.
+  // x^(2^32 - 1) = 1 modulo the CRC-32 polynomial (irreducible), so A's
+  // inverse is x^(8 (2^32 - 1 - z)), one operator per length: cached per
+  // thread, direct-mapped. lin4's inverse is one matrix for every length.
+  static const std::array<uint32_t, 32> kLin4Inverse = [] {
+    std::array<uint32_t, 32> image;
+    for (unsigned b = 0; b < 32; ++b) image[b] = ip_field_delta(1u << b, crc32_combine_gen64(0));
+    return invert(image);
+  }();
+  struct Entry {
+    size_t len = 0;
+    uLong undo_zeros = 0;
+  };
+  thread_local std::array<Entry, 64> cache;
+  Entry& e = cache[roce_len_with_icrc % cache.size()];
+  if (e.len != roce_len_with_icrc) {
+    size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 4;
+    e.undo_zeros = crc32_combine_gen64(z_off64_t(0xFFFFFFFFull - zeros));
+    e.len = roce_len_with_icrc;
+  }
+  uint32_t lin4 = uint32_t(crc32_combine_op(icrc_xor, 0, e.undo_zeros));
+  uint32_t field = 0;
+  for (uint32_t rest = lin4; rest; rest &= rest - 1) field ^= kLin4Inverse[unsigned(__builtin_ctz(rest))];
+  return field;
+}
+
+bool icrc_ipv4_matches_any_id(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received) {
+  uint32_t computed = icrc_ipv4(flow, packet, len_with_icrc);
+  if (computed == received) return true;
+  uint32_t field = ip_id_field(flow.ip_id, flow.ip_flags) ^ icrc_ip_field_xor(len_with_icrc, computed ^ received);
+  uint16_t flags_and_offset = uint16_t(field);
+  return flags_and_offset == kIpFlagDf || flags_and_offset == 0;
+}
+
+bool icrc_ipv4_received_ok(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received) {
+  if (flow.src_port >= kRoceSourcePortMin) return icrc_ipv4_matches_any_id(flow, packet, len_with_icrc, received);
+  return icrc_ipv4_matches(flow, packet, len_with_icrc, received);
 }
 
 bool icrc_matches_gso_id(uint32_t computed, uint16_t tried, uint32_t received, size_t roce_len_with_icrc) {

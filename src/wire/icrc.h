@@ -87,7 +87,39 @@ bool icrc_matches_gso_id(uint32_t computed, uint16_t tried, uint32_t received, s
 
 // A received packet's check: its ICRC `received` is that of the packet
 // (BTH .. ICRC inclusive) with flow.ip_id, or with any GSO identification.
+// For packets from uroce senders (see icrc_ipv4_matches_any_id).
 bool icrc_ipv4_matches(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
+
+// The IPv4 header's bytes 4-7 (identification, then flags and fragment
+// offset) as one big-endian number: what an ICRC covers of the IPv4 header
+// that a UDP socket does not show its receiver.
+inline constexpr uint32_t ip_id_field(uint16_t id, uint16_t flags) { return uint32_t(id) << 16 | flags; }
+inline constexpr uint16_t kIpFlagDf = 0x4000;
+
+// The change of bytes 4-7 of the IPv4 header (XOR) that changes the ICRC of a
+// packet of `roce_len_with_icrc` bytes by XOR `icrc_xor`. Exactly one exists:
+// the ICRC is affine in its input, and the 32 bits of a field followed by n
+// zero bits map onto the 32 bits of the CRC one to one (multiplication by
+// x^n modulo the CRC polynomial, which has an inverse). A per-thread cache
+// holds the inverse map for the last few lengths.
+uint32_t icrc_ip_field_xor(size_t roce_len_with_icrc, uint32_t icrc_xor);
+
+// A received packet's check when its sender may have used any IPv4
+// identification and either DF or no flags (rxe and RoCE NICs: the kernel's
+// __ip_select_ident gives a new identification per packet): the field that
+// explains `received` is solved for (icrc_ip_field_xor) and accepted when its
+// flags and fragment offset are those of an unfragmented datagram. 2^17 of
+// the 2^32 possible ICRC values pass, so a corrupted packet slips through with
+// probability 2^-15 (3.1e-5) against 2^-26 for icrc_ipv4_matches (64
+// identifications, DF) and 2^-32 for IPv6 (docs/architecture.md, "ICRC").
+bool icrc_ipv4_matches_any_id(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
+
+// A received IPv4 packet's check, by its sender: one at a RoCE source port
+// (>= kRoceSourcePortMin: rxe, a NIC) may have used any identification
+// (icrc_ipv4_matches_any_id); one below it is a uroce sender, which uses 0
+// with DF or a GSO segment's index (icrc_ipv4_matches). flow.ip_id: the
+// identification to try first (the packet's place in its GRO batch).
+bool icrc_ipv4_received_ok(const Ipv4Flow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
 // The same for either IP version (IPv6: the ICRC computed, nothing to guess).
 bool icrc_matches(const IpFlow& flow, const uint8_t* packet, size_t len_with_icrc, uint32_t received);
 

@@ -486,3 +486,112 @@ TEST(IcrcGsoId, MatchesEveryGsoIdentificationAndNothingElse) {
 
 }  // namespace
 }  // namespace uroce::wire
+
+namespace uroce::wire {
+namespace {
+
+// --- Any identification (rxe, NICs): icrc_ip_field_xor, icrc_ipv4_matches_any_id ---
+
+// Receive V1 (a ConnectX-4 CNP sent with IP ID 0x718C and DF) with the
+// identification unknown / Expect the field solved from the ICRC alone to be
+// exactly the header's 0x718C4000, and the packet accepted by the any-ID check
+// but not by the check for uroce senders (0..63).
+TEST(IcrcAnyId, SolvesTheIdentificationOfAHardwareFrame) {
+  auto f = from_hex(kV1);
+  Ipv4Flow fl = flow_of(f);
+  ASSERT_EQ(fl.ip_id, 0x718C);
+  fl.ip_id = 0;
+  const uint8_t* pkt = f.data() + kRoce;
+  size_t len = f.size() - kRoce;
+  uint32_t with_zero = icrc_ipv4(fl, pkt, len);
+  EXPECT_EQ(ip_id_field(0, kIpFlagDf) ^ icrc_ip_field_xor(len, with_zero ^ wire_icrc(f)), 0x718C4000u);
+  EXPECT_TRUE(icrc_ipv4_matches_any_id(fl, pkt, len, wire_icrc(f)));
+  EXPECT_FALSE(icrc_ipv4_matches(fl, pkt, len, wire_icrc(f)));
+}
+
+// Compute ICRCs with random identifications and flags / Expect the solver to
+// give back exactly the field used, for short and long packets.
+TEST(IcrcAnyId, SolverInvertsEveryFieldChange) {
+  std::mt19937 rng(5);
+  for (size_t len : {size_t(16), size_t(20), size_t(76), size_t(1060), size_t(4112), size_t(9000)}) {
+    std::vector<uint8_t> pkt(len);
+    for (auto& b : pkt) b = uint8_t(rng());
+    Ipv4Flow flow{0xC6336402, 0xC6336401, 0xC123, 4791};
+    uint32_t base = icrc_ipv4(flow, pkt.data(), len);
+    for (int i = 0; i < 200; ++i) {
+      Ipv4Flow f = flow;
+      f.ip_id = uint16_t(rng());
+      f.ip_flags = uint16_t(rng());
+      uint32_t got = icrc_ip_field_xor(len, base ^ icrc_ipv4(f, pkt.data(), len));
+      ASSERT_EQ(got, ip_id_field(f.ip_id, f.ip_flags) ^ ip_id_field(0, kIpFlagDf)) << "len " << len;
+    }
+  }
+}
+
+// Receive a packet sent with any identification, with DF or without /
+// Expect accepted. Sent as a fragment (MF, an offset) or with the reserved
+// flag / Expect refused: no unfragmented datagram carries those.
+TEST(IcrcAnyId, AcceptsAnyIdentificationOfAnUnfragmentedDatagram) {
+  std::mt19937 rng(9);
+  std::vector<uint8_t> pkt(1060);
+  for (auto& b : pkt) b = uint8_t(rng());
+  Ipv4Flow rx{0xC6336402, 0xC6336401, 0xC123, 4791};  // what the receiver knows: id 0, DF
+  for (uint16_t id : {uint16_t(0), uint16_t(1), uint16_t(64), uint16_t(0x718C), uint16_t(0xFFFF)}) {
+    for (uint16_t flags : {kIpFlagDf, uint16_t(0)}) {
+      Ipv4Flow tx = rx;
+      tx.ip_id = id;
+      tx.ip_flags = flags;
+      EXPECT_TRUE(icrc_ipv4_matches_any_id(rx, pkt.data(), pkt.size(), icrc_ipv4(tx, pkt.data(), pkt.size())))
+          << "id " << id << " flags " << flags;
+    }
+    for (uint16_t flags : {uint16_t(0x2000), uint16_t(0x8000), uint16_t(0x4001), uint16_t(0x0010)}) {
+      Ipv4Flow tx = rx;
+      tx.ip_id = id;
+      tx.ip_flags = flags;
+      EXPECT_FALSE(icrc_ipv4_matches_any_id(rx, pkt.data(), pkt.size(), icrc_ipv4(tx, pkt.data(), pkt.size())))
+          << "id " << id << " flags " << flags;
+    }
+  }
+}
+
+// Receive, from a uroce sender's port and from a RoCE source port, packets
+// sent with identification 0x1234 / Expect the RoCE port's accepted, the
+// uroce port's refused (its senders use 0..63 only).
+TEST(IcrcAnyId, PolicyFollowsTheSourcePort) {
+  std::vector<uint8_t> pkt(100, 0x5A);
+  for (uint16_t port : {uint16_t(4791), uint16_t(0xBFFF), uint16_t(0xC000), uint16_t(0xFFFF)}) {
+    Ipv4Flow rx{0x0A000001, 0x0A000002, port, 4791};
+    Ipv4Flow tx = rx;
+    tx.ip_id = 0x1234;
+    bool roce_port = port >= kRoceSourcePortMin;
+    EXPECT_EQ(icrc_ipv4_received_ok(rx, pkt.data(), pkt.size(), icrc_ipv4(tx, pkt.data(), pkt.size())), roce_port)
+        << "port " << port;
+    tx.ip_id = 5;  // a GSO segment's: accepted from either
+    EXPECT_TRUE(icrc_ipv4_received_ok(rx, pkt.data(), pkt.size(), icrc_ipv4(tx, pkt.data(), pkt.size())));
+  }
+}
+
+// Flip every single bit of packets (a 64-byte SEND, a 1 KiB and a 4 KiB
+// segment) sent by a uroce sender with identification 0 / Expect every one
+// caught: between uroce processes the check keeps full strength for the
+// corruption fault injection makes.
+TEST(IcrcAnyId, EverySingleBitFlipFromAUroceSenderIsCaught) {
+  std::mt19937 rng(13);
+  for (size_t len : {size_t(64 + 16), size_t(1024 + 16), size_t(4096 + 16)}) {
+    std::vector<uint8_t> pkt(len);
+    for (auto& b : pkt) b = uint8_t(rng());
+    Ipv4Flow flow{0x7F000001, 0x7F000001, 18000, 4791};
+    uint32_t sent = icrc_ipv4(flow, pkt.data(), len);
+    size_t missed = 0;
+    for (size_t bit = 0; bit < (len - kIcrcSize) * 8; ++bit) {
+      if (bit / 8 == 4) continue;  // BTH byte 4 is masked out of the ICRC
+      pkt[bit / 8] ^= uint8_t(1u << bit % 8);
+      missed += icrc_ipv4_received_ok(flow, pkt.data(), len, sent);
+      pkt[bit / 8] ^= uint8_t(1u << bit % 8);
+    }
+    EXPECT_EQ(missed, 0u) << "len " << len;
+  }
+}
+
+}  // namespace
+}  // namespace uroce::wire
