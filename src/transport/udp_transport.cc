@@ -186,7 +186,13 @@ int open_socket(const FamilyOptions& f, const UdpConfig& cfg, bool gro) {
   int fd = socket(f.domain, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   int on = 1;
-  if (f.domain == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (f.domain == AF_INET6) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+    // RoCE senders may leave the UDP checksum 0 (rxe does), which IPv6 UDP
+    // otherwise drops (RFC 6936 lets a tunnel protocol take it): the ICRC
+    // covers the datagram.
+    setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);
+  }
   if (gro) (void)enable_gro(fd);
   // Destination address of received packets (the ICRC covers it); IPv4's
   // IP_PKTINFO also lets a send choose its source address.

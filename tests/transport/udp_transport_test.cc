@@ -4,6 +4,8 @@
 #include "transport/udp_transport.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
 #include <unistd.h>
 
 #include <array>
@@ -210,6 +212,27 @@ TEST(UdpTransportIpv6, DatagramCarriesAddresses) {
   EXPECT_EQ(got[0].dst_ip, kLoopback6);
   EXPECT_EQ(got[0].src_port, tx->local_port());
   EXPECT_EQ(got[0].dst_port, rx->local_port());
+}
+
+// A datagram to [::1]:port with UDP checksum 0, as rxe sends them (IPv6 UDP
+// drops those unless the socket allows it, RFC 6936) / Expect it received.
+TEST(UdpTransportIpv6, ZeroChecksumDatagramIsReceived) {
+  auto rx = open_transport(false);
+  if (!rx->ipv6()) GTEST_SKIP() << "no IPv6 on this host";
+  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  int on = 1;
+  ASSERT_EQ(setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_TX, &on, sizeof on), 0);
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_addr = in6addr_loopback;
+  to.sin6_port = htons(rx->local_port());
+  std::vector<uint8_t> bytes(64, 0x6B);
+  ASSERT_EQ(sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 64);
+  close(fd);
+  auto got = receive(*rx, 1, 64, std::chrono::seconds(2));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].bytes, bytes);
 }
 
 // One burst mixing IPv4 and IPv6 datagrams (two runs of each) / Expect every
