@@ -81,7 +81,9 @@ void print_port(const PortCounters& p) {
                     {"same_host_in", p.same_host_in},
                     {"relayed_out", p.tx_host_relayed},
                     {"relayed_in", p.rx_host_relayed},
-                    {"xrc_relayed", p.tx_xrc_relayed}});
+                    {"xrc_relayed", p.tx_xrc_relayed},
+                    {"cm_mads_in", p.rx_gsi},
+                    {"cm_mads_out", p.tx_gsi}});
   std::printf("  dropped:\n");
   print_list("    ", {{"malformed", p.rx_malformed},
                       {"icrc_errors", p.rx_bad_icrc},
@@ -92,7 +94,8 @@ void print_port(const PortCounters& p) {
                       {"qkey_violations", p.rx_qkey_violations},
                       {"no_recv_wqe", p.rx_no_recv_wqe},
                       {"ghost_responses", p.rx_ghost},
-                      {"same_host_full", p.same_host_full_drops}});
+                      {"same_host_full", p.same_host_full_drops},
+                      {"qp1_dropped", p.rx_gsi_dropped}});
 }
 
 const char* qp_type_name(uint32_t t) {

@@ -608,6 +608,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
     responder_release_completions(*qp);
   }
   touched_.clear();
+  gsi_inbox.deliver();  // CM events after the data that came before them
 }
 
 namespace {
@@ -688,6 +689,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   uint8_t opcode = pkt.bth().opcode();
   if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
   if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);
+  if (pkt.bth().dest_qp() == kGsiQpn) return gsi_receive(*this, d, pkt);
   auto it = qps_.find(pkt.bth().dest_qp());
   if (it == qps_.end()) {
     if (!have_tombstones_.load(std::memory_order_relaxed) || !answer_tombstone(d, pkt))

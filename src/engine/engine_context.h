@@ -16,6 +16,7 @@
 
 #include "core/context.h"
 #include "engine/engine_qp.h"
+#include "engine/gsi.h"
 #include "engine/live_counters.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
@@ -76,6 +77,10 @@ class EngineContext : public core::Context {
   // stats` from another process (live_counters.h).
   Stats& stats;
   LiveCounters& live() { return *live_; }
+
+  // QP1's MADs for this process's connection manager, received in the
+  // current burst (gsi.h; under the receive turn).
+  GsiInbox gsi_inbox;
 
   // QP numbers and routing.
   uint32_t allocate_qp_num();
@@ -159,8 +164,9 @@ class EngineContext : public core::Context {
   // rx_mu_.
   void flush_deferred_acks(Clock::duration older_than = Clock::duration::zero());
   // The same from any thread not in a receive turn (close, exit): skipped if
-  // another thread has the turn (it sends them).
-  void send_deferred_acks_now();
+  // another thread has the turn (it sends them), unless `wait_for_turn`
+  // (a CM message must not overtake them: gsi.h).
+  void send_deferred_acks_now(bool wait_for_turn = false);
   // A timer was armed (posting or receiving thread): wakes the progress
   // thread if it sleeps without a deadline.
   void timer_armed() {

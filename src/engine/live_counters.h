@@ -92,6 +92,9 @@ struct PortCounters {
   std::atomic<uint64_t> rx_no_recv_wqe{0};      // UD/UC messages dropped: no receive WQE posted
   std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host_relay.h)
   std::atomic<uint64_t> rx_host_relayed{0};     // packets another engine passed to us
+  std::atomic<uint64_t> rx_gsi{0};              // CM MADs received on QP1 (gsi.h)
+  std::atomic<uint64_t> rx_gsi_dropped{0};      // QP1 packets dropped: not a CM MAD, no owner, inbox full
+  std::atomic<uint64_t> tx_gsi{0};              // MADs sent from QP1
   std::atomic<uint64_t> tx_packets{0};          // RoCE packets built by this engine's QPs
   std::atomic<uint64_t> tx_bytes{0};
   std::atomic<uint64_t> rx_bytes{0};  // of packets delivered to a QP

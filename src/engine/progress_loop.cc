@@ -227,9 +227,14 @@ void EngineContext::count_sender(EngineQp& qp, bool sending) {
     senders_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void EngineContext::send_deferred_acks_now() {
-  std::unique_lock rx(rx_mu_, std::try_to_lock);  // else the thread in its turn sends them
-  if (rx.owns_lock()) flush_deferred_acks();
+void EngineContext::send_deferred_acks_now(bool wait_for_turn) {
+  std::unique_lock rx(rx_mu_, std::defer_lock);
+  if (wait_for_turn) {
+    rx.lock();
+  } else if (!rx.try_lock()) {
+    return;  // the thread in its turn sends them
+  }
+  flush_deferred_acks();
 }
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {

@@ -1,0 +1,104 @@
+// QP1, the General Service Interface (design §6; roce-facts.md §7.1): the
+// host's one management QP, which carries the IB CM's MADs as UD SEND_ONLY
+// packets with Q_Key 0x80010000 from and to QPN 1 at UDP 4791, as the
+// kernel's CM sends them over rxe or a NIC.
+//
+// A host has one QP1 and many processes. Every engine of the host shares
+// UDP 4791, so a MAD reaches whichever engine the kernel picks; the engine
+// routes it to the process it is for, as it routes data packets by QPN:
+//   - a REQ or SIDR_REQ by its service ID: the rdma_cm port in its low 16
+//     bits names the listener, whose CM holds a UDP socket bound to that port
+//     at the address the REQ was sent to (the host-wide reservation of the
+//     port, as the kernel reserves it). The engine passes the MAD there in a
+//     GsiEnvelope; with no such socket it answers as the host's CM would
+//     (REJ "invalid service ID", SIDR_REP "service ID not supported").
+//   - every other CM MAD by the communication ID it names as the receiver's
+//     (uroce's communication IDs carry their engine's host slot in the top
+//     8 bits): this engine's go to the process's sink, the connection
+//     manager; another slot's through the host relay (host_relay.h).
+// Order: the MADs of a received burst reach the sink after the burst's data
+// packets have completed, and a MAD leaves after the ACKs the engine still
+// owes its peers: a CM event never overtakes the data path (a DISCONNECTED
+// before the completion of the last SEND acknowledged before the DREQ).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "transport/datagram.h"
+#include "wire/headers.h"
+
+namespace uroce::engine {
+
+class EngineContext;
+
+inline constexpr uint32_t kGsiQpn = 1;
+inline constexpr size_t kMadBytes = 256;
+
+// A MAD received on QP1.
+struct GsiMad {
+  transport::Endpoint src;      // the sender's address and UDP port
+  transport::IpAddress dst_ip;  // the address it was sent to
+  uint32_t src_qpn = 0;
+  std::array<uint8_t, kMadBytes> mad{};
+};
+
+// Where the MADs this process owns go: its connection manager (rdmacm/),
+// which sets it once. Called from an engine's receiving thread, which holds
+// the engine's receive turn: the sink must only queue the MAD and return. A
+// process without one drops them (counted rx_gsi_dropped).
+using GsiSink = void (*)(const GsiMad&);
+void set_gsi_sink(GsiSink sink);
+
+// The host slot that owns a communication ID uroce chose (0: an engine
+// without a slot); `random` fills the other 24 bits.
+inline constexpr uint32_t make_comm_id(unsigned slot, uint32_t random) {
+  return uint32_t(slot) << 24 | (random & 0xFFFFFF);
+}
+inline constexpr unsigned comm_id_slot(uint32_t comm_id) { return comm_id >> 24; }
+
+// Receives a packet for QPN 1 (dispatch, after the ICRC check): anything but
+// a UD SEND_ONLY of one MAD with the GSI Q_Key is dropped and counted; a MAD
+// is routed as above. MADs for the sink wait in `inbox` until
+// deliver_gsi_inbox (after the burst).
+void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire::PacketView& pkt);
+
+// Sends one MAD from QP1 to QP1 at `dst` (a peer's 4791, or a uroce engine's
+// private port), from `src_ip`, after the ACKs the engine owes. 0 or an errno
+// (EINVAL: no route for that address pair; ENOBUFS: the batch dropped it).
+[[nodiscard]] int gsi_send(EngineContext& ctx, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                           std::span<const uint8_t, kMadBytes> mad);
+
+// The MADs for the sink received in the current burst (under the engine's
+// receive turn), delivered after it: nothing is allocated per MAD.
+class GsiInbox {
+ public:
+  static constexpr size_t kMax = 32;  // per burst; beyond, dropped and counted (the CM retries)
+  // False when full or when the process has no sink.
+  bool push(const GsiMad& m);
+  void deliver();  // to the sink, then empty
+
+ private:
+  std::array<GsiMad, kMax> mads_{};
+  size_t count_ = 0;
+};
+
+// Where a CM MAD from `src` is answered: a uroce engine's private port (below
+// the RoCE source ports) is the peer's own, which reaches it along the path
+// of its data; any other sender is a host's QP1 at 4791.
+inline transport::Endpoint gsi_reply_endpoint(const transport::Endpoint& src) {
+  return transport::Endpoint{src.ip,
+                             src.port != 0 && src.port < wire::kRoceSourcePortMin ? src.port : wire::kRoceV2Port};
+}
+
+// A REQ or SIDR_REQ passed by an engine to the listener's socket: a magic,
+// the addresses the MAD came with, and the MAD.
+inline constexpr size_t kGsiEnvelopeBytes = 8 + 2 * (16 + 4) + 2 + 4 + kMadBytes;
+void encode_gsi_envelope(const GsiMad& m, std::span<uint8_t, kGsiEnvelopeBytes> out);
+// nullopt unless `in` is exactly an envelope of this build.
+std::optional<GsiMad> decode_gsi_envelope(std::span<const uint8_t> in);
+
+}  // namespace uroce::engine
