@@ -1,0 +1,40 @@
+#!/bin/bash
+# PID 1 of the interop guest, after the initramfs switch_roots into the host's root
+# (read-only, under a tmpfs overlay). Brings eth0 up with uroce.ip= (kernel command line),
+# loads Soft-RoCE, creates rxe0 on eth0 and serves agent.py until the host asks it to shut
+# down; then powers off. Everything it prints goes to the serial console (LOGDIR/vm/console.log).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+here=$(dirname "$(readlink -f "$0")")
+exec >/dev/console 2>&1
+say() { echo "interop-guest: $*"; }
+poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30; }
+
+ip_cidr=198.51.100.2/24
+for arg in $(cat /proc/cmdline); do
+  case $arg in uroce.ip=*) ip_cidr=${arg#uroce.ip=} ;; esac
+done
+
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+hostname interop-guest
+ulimit -l unlimited
+
+say "kernel $(uname -r), $(nproc) CPUs"
+modprobe virtio_net || { say "FAILED: modprobe virtio_net"; poweroff_now; }
+for _ in $(seq 50); do [[ -e /sys/class/net/eth0 ]] && break; sleep 0.1; done
+# IPv4 only: rxe's GID table then holds the one RoCEv2 GID of the guest's address.
+echo 1 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6
+ip link set lo up
+ip link set eth0 up
+ip addr add "$ip_cidr" dev eth0
+for m in rdma_rxe ib_uverbs rdma_ucm; do modprobe "$m" || { say "FAILED: modprobe $m"; poweroff_now; }; done
+rdma link add rxe0 type rxe netdev eth0 || { say "FAILED: rdma link add"; poweroff_now; }
+for _ in $(seq 50); do ibv_devices 2>/dev/null | grep -q rxe0 && break; sleep 0.1; done
+say "rxe0 ready; starting the agent"
+python3 "$here/agent.py" "${ip_cidr%/*}" 7070
+say "agent exited; powering off"
+poweroff_now

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Host side of the interop tests: uroce (host, `uroce run`) against rxe (the qemu guest).
+
+    interop.py probe --uroce L --logdir D --state F --pid QEMU_PID --timeout S
+        (vm.sh start) waits for the guest's agent, finds both sides' GID index of their
+        address on the link and writes the state file the tests read.
+    interop.py pair [options] --server PROG ARGS... --client PROG ARGS...
+        one test: the server on one side, the client on the other (see below).
+    interop.py shutdown
+        (vm.sh stop) asks the guest's agent to power the guest off.
+
+pair options:
+    --name NAME             logs go to LOGDIR/NAME.*
+    --logdir DIR
+    --uroce LAUNCHER        the host side runs `LAUNCHER run -- PROG ARGS...`
+    --direction D           rxe_server (server in the guest, uroce client) or uroce_server
+    --timeout S             limit of each program (default 60)
+    --port P                TCP port the server listens on: the client starts once it does
+    --ready-delay S         instead of --port: start the client S seconds after the server
+    --expect RE             both outputs must have a line matching RE (Python re); repeatable
+    --server-expect RE, --client-expect RE   one side's output only
+    --reject RE             neither output may match RE; repeatable
+    --skip REASON           report the test as skipped (exit 77) with REASON, unless
+                            UROCE_INTEROP_RUN_SKIPPED=1 (then it runs)
+    --capture ALLOW_LIST    capture the test on the tap and compare the two sides' packets
+                            (pcap_compare.py with that allow-list)
+In the commands, @DEV@ @GID@ @SELF@ @PEER@ @PORT@ stand for the side's device, its GID
+index, its own and its peer's address, and --port.
+
+A test passes when both programs exit 0 within the limit and every expectation holds. It
+is skipped (77) when not run as root or when the guest is not up (interop.setup skipped).
+Runs itself inside the namespace (ip netns exec) when started outside it.
+"""
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+NS, TAP = "uroce-interop", "uitap0"
+HOST_IP, GUEST_IP, AGENT_PORT = "198.51.100.1", "198.51.100.2", 7070
+CACHE = os.environ.get("CACHE", "/var/tmp/uroce-interop")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SKIP = 77
+
+
+def say(msg):
+    print("interop: " + msg, flush=True)
+
+
+def connect(budget=60):
+    """A connection to the guest's agent; retried for `budget` s (a flooded link drops SYNs)."""
+    deadline = time.time() + budget
+    while True:
+        try:
+            return socket.create_connection((GUEST_IP, AGENT_PORT), timeout=5)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(1)
+
+
+def agent(op, timeout=30, budget=60, **kw):
+    """One request to the guest's agent. `timeout`: what the op may take in the guest."""
+    with connect(budget) as s:
+        s.settimeout(timeout + 90)  # the agent's kill may take 60 s more
+        s.sendall((json.dumps(dict(kw, op=op, timeout=timeout)) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                raise OSError("the agent closed the connection")
+            data += chunk
+    rep = json.loads(data)
+    if "error" in rep:
+        raise RuntimeError("agent: " + rep["error"])
+    return rep
+
+
+def listening(port):
+    """Is a TCP socket of this namespace listening on `port`?"""
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# probe
+
+
+def probe(a):
+    deadline = time.time() + a.timeout
+    t0 = time.time()
+    while True:
+        try:
+            kernel = agent("ping", timeout=5, budget=0)["kernel"]
+            break
+        except (OSError, ValueError):
+            pass
+        if not os.path.exists("/proc/%d" % a.pid):
+            say("qemu (pid %d) exited" % a.pid)
+            return 1
+        if time.time() > deadline:
+            say("the guest's agent did not answer within %d s" % a.timeout)
+            return 1
+        time.sleep(1)
+    say("guest agent up after %.0f s (kernel %s)" % (time.time() - t0, kernel))
+    info = agent("run", cmd="uname -a; rdma link show; ibv_devinfo -v -d rxe0", timeout=60)["out"]
+    with open(os.path.join(a.logdir, "vm", "guest-info.txt"), "w") as f:
+        f.write(info)
+    m = re.search(r"GID\[\s*(\d+)\]:\s+::ffff:%s, RoCE v2" % re.escape(GUEST_IP), info)
+    if not m:
+        say("rxe0 has no RoCE v2 GID for %s:\n%s" % (GUEST_IP, info))
+        return 1
+    guest_gid = int(m.group(1))
+    out = subprocess.run([a.uroce, "devices"], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"GID\[(\d+)\] ::ffff:%s\b" % re.escape(HOST_IP), out)
+    if not m:
+        say("uroce has no GID for %s:\n%s" % (HOST_IP, out))
+        return 1
+    state = dict(guest_gid=guest_gid, host_gid=int(m.group(1)), kernel=kernel)
+    with open(a.state, "w") as f:
+        json.dump(state, f)
+    say("rxe0 GID index %d (%s), uroce0 GID index %d (%s)" %
+        (guest_gid, GUEST_IP, state["host_gid"], HOST_IP))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# pair
+
+
+class HostSide:
+    def __init__(self, argv, timeout, log, uroce):
+        self.log, self.uroce, self.stats = log, uroce, ""
+        with open(log, "wb") as f:
+            self.p = subprocess.Popen(["timeout", "-k", "5", str(timeout)] + argv, stdout=f,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True,
+                                      env=dict(os.environ, UROCE_STATS="1"))
+
+    def done(self):
+        return self.p.poll() is not None
+
+    def listening(self, port):
+        return listening(port)
+
+    def sample_stats(self):
+        """Keeps `uroce stats` of the program (timeout's child): one that a signal stops
+        does not print its counters, so a failed run's log gets the last sample."""
+        try:
+            with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
+                pid = f.read().split()[0]
+            r = subprocess.run([self.uroce, "stats", pid], capture_output=True, text=True,
+                               timeout=10)
+            if r.returncode == 0:
+                self.stats = "\n# `uroce stats %s` at %s:\n%s" % (pid, time.strftime("%T"), r.stdout)
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            pass
+
+    def finish(self):
+        """-> (rc, output); stops the program if it still runs (rc None)."""
+        if self.p.poll() is None:
+            for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(self.p.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.p.wait(grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+            rc = None
+        else:
+            rc = self.p.returncode
+        if rc != 0 and self.stats:
+            with open(self.log, "a") as f:
+                f.write(self.stats)
+            self.stats = ""
+        with open(self.log, "rb") as f:
+            return rc, f.read().decode("utf-8", "replace")
+
+
+class GuestSide:
+    def __init__(self, jid, argv, timeout):
+        self.jid, self.rep = jid, None
+        agent("start", id=jid, cmd="exec timeout -k 5 %d stdbuf -oL -eL %s" %
+              (timeout, " ".join(shlex.quote(x) for x in argv)))
+
+    def done(self):
+        if self.rep is None:
+            rep = agent("wait", id=self.jid, timeout=0)
+            if rep["done"]:
+                self.rep = rep
+        return self.rep is not None
+
+    def listening(self, port):
+        return agent("listening", port=port)["listening"]
+
+    def sample_stats(self):
+        pass
+
+    def finish(self):
+        if self.rep is None:
+            rep = agent("kill", id=self.jid)
+            if not rep["done"]:
+                say("the guest's program did not exit 60 s after SIGKILL")
+            return None, rep["out"]
+        return self.rep["rc"], self.rep["out"]
+
+
+def expand(argv, side, port, state):
+    guest = side == "guest"
+    subst = {"@DEV@": "rxe0" if guest else "uroce0",
+             "@GID@": str(state["guest_gid" if guest else "host_gid"]),
+             "@SELF@": GUEST_IP if guest else HOST_IP,
+             "@PEER@": HOST_IP if guest else GUEST_IP,
+             "@PORT@": str(port)}
+    return [re.sub("|".join(subst), lambda m: subst[m.group(0)], x) for x in argv]
+
+
+def status_text(rc, timeout):
+    if rc is None:
+        return "still running when the test stopped it"
+    if rc < 0:
+        return "%d (killed by signal %d)" % (rc, -rc)
+    return {0: "0", 124: "124 (timed out after %d s)" % timeout,
+            137: "137 (killed: it did not stop at the time limit)"}.get(rc, str(rc))
+
+
+def parse_pair(argv):
+    opts = dict(name="pair", logdir=".", uroce=None, direction=None, timeout=60, port=0,
+                ready_delay=None, expect=[], server_expect=[], client_expect=[], reject=[],
+                skip=None, capture=None)
+    multi = {"--expect": "expect", "--server-expect": "server_expect",
+             "--client-expect": "client_expect", "--reject": "reject"}
+    i = 0
+    while i < len(argv) and argv[i] != "--server":
+        key = argv[i]
+        if i + 1 >= len(argv):
+            raise SystemExit("interop.py pair: %s needs a value" % key)
+        val = argv[i + 1]
+        if key in multi:
+            opts[multi[key]].append(val)
+        elif key in ("--timeout", "--port"):
+            opts[key[2:]] = int(val)
+        elif key == "--ready-delay":
+            opts["ready_delay"] = float(val)
+        elif key.startswith("--") and key[2:].replace("-", "_") in opts:
+            opts[key[2:].replace("-", "_")] = val
+        else:
+            raise SystemExit("interop.py pair: unknown option %s" % key)
+        i += 2
+    rest = argv[i + 1:]
+    if "--client" not in rest:
+        raise SystemExit("interop.py pair: needs --server PROG... --client PROG...")
+    k = rest.index("--client")
+    opts["server"], opts["client"] = rest[:k], rest[k + 1:]
+    if opts["direction"] not in ("rxe_server", "uroce_server") or not opts["uroce"] or \
+            not opts["server"] or not opts["client"]:
+        raise SystemExit("interop.py pair: --direction rxe_server|uroce_server, --uroce, "
+                         "--server and --client are required")
+    return opts
+
+
+def pair(o, state):
+    os.makedirs(o["logdir"], exist_ok=True)
+    base = os.path.join(o["logdir"], o["name"])
+    srv_side = "guest" if o["direction"] == "rxe_server" else "host"
+    cli_side = "host" if srv_side == "guest" else "guest"
+    cmds = {"server": expand(o["server"], srv_side, o["port"], state),
+            "client": expand(o["client"], cli_side, o["port"], state)}
+    t = o["timeout"]
+
+    def start(role, side):
+        argv = cmds[role]
+        say("%s (%s): %s" % (role, "rxe, guest" if side == "guest" else "uroce, host",
+                             " ".join(shlex.quote(x) for x in argv)))
+        if side == "guest":
+            return GuestSide("%s.%s.%d" % (o["name"], role, os.getpid()), argv, t)
+        return HostSide(["stdbuf", "-oL", "-eL", o["uroce"], "run", "--"] + argv, t,
+                        "%s.%s.host.log" % (base, role), o["uroce"])
+
+    agent("run", cmd="dmesg -c >/dev/null", timeout=30)
+    problems = []
+    capture = None
+    if o["capture"]:
+        capture = Capture(base + ".pcap")
+    sides = {}
+    t0 = time.time()
+    try:
+        sides["server"] = srv = start("server", srv_side)
+        deadline = t0 + t
+        if o["ready_delay"] is not None:
+            time.sleep(o["ready_delay"])
+        else:
+            while not srv.listening(o["port"]):
+                if srv.done() or time.time() > deadline:
+                    problems.append("the server did not listen on TCP port %d" % o["port"])
+                    break
+                time.sleep(0.2)
+        if not problems:
+            sides["client"] = cli = start("client", cli_side)
+            # Both programs are bounded by `timeout`; this loop only notices the end.
+            # Once one side failed, the other gets 10 s (it may wait for its dead peer).
+            failed_at, sampled, end = None, 0, time.time() + t + 15
+            while time.time() < end:
+                if time.time() > sampled + 5:
+                    sampled = time.time()
+                    srv.sample_stats()
+                    cli.sample_stats()
+                s_done, c_done = srv.done(), cli.done()
+                if s_done and c_done:
+                    break
+                for side in (srv, cli):
+                    if failed_at is None and side.done() and side.finish()[0] != 0:
+                        failed_at = time.time()
+                if failed_at and time.time() > failed_at + 10:
+                    break
+                time.sleep(0.3)
+    finally:
+        results = {}
+        for role, side in sides.items():  # every side is stopped, whatever happens to one
+            try:
+                results[role] = side.finish()
+            except (OSError, RuntimeError, ValueError) as e:
+                results[role] = (None, "(interop.py: could not stop it: %s)" % e)
+        if capture:
+            problems += capture.stop()
+    secs = time.time() - t0
+    dmesg = agent("run", cmd="dmesg -c", timeout=30)["out"]
+    with open(base + ".guest-dmesg.txt", "w") as f:
+        f.write(dmesg)
+
+    outs = {}
+    for role, (rc, out) in results.items():
+        side = srv_side if role == "server" else cli_side
+        outs[role] = out
+        with open("%s.%s.%s.log" % (base, role, side), "w") as f:
+            f.write("$ %s\n# exit status %s\n%s" % (" ".join(map(shlex.quote, cmds[role])),
+                                                    status_text(rc, t), out))
+        if rc != 0:
+            problems.append("%s (%s) exit status %s" % (role, side, status_text(rc, t)))
+    for role in outs:
+        for rx in o["expect"] + o[role + "_expect"]:
+            if not re.search(rx, outs[role], re.M):
+                problems.append("%s output has no line matching /%s/" % (role, rx))
+        for rx in o["reject"]:
+            m = re.search(rx, outs[role], re.M)
+            if m:
+                problems.append("%s output matches /%s/: %r" % (role, rx, m.group(0)))
+    for line in dmesg.splitlines():
+        if re.search(r"WARNING:|BUG:|Oops", line):  # rxe's own; reported, not judged
+            say("guest kernel: " + line.strip())
+    if capture and not problems:
+        problems += capture.compare(o["capture"], base)
+
+    for role in outs:
+        side = srv_side if role == "server" else cli_side
+        print("----- %s (%s) output:\n%s" % (role, side, outs[role].rstrip()), flush=True)
+    if problems:
+        say("%s FAILED after %.1f s: %s" % (o["name"], secs, "; ".join(problems)))
+        say("logs: %s.*" % base)
+        return 1
+    say("%s passed in %.1f s" % (o["name"], secs))
+    return 0
+
+
+class Capture:
+    """tcpdump of the RoCEv2 (UDP 4791) packets on the tap."""
+
+    def __init__(self, path):
+        self.path = path
+        self.err = path + ".tcpdump.log"
+        with open(self.err, "w") as e:
+            # Whole frames (MTU 1500): a small snaplen keeps the ring's slots small, so
+            # its 16 MiB hold thousands of packets if tcpdump falls behind.
+            self.p = subprocess.Popen(["tcpdump", "-i", TAP, "-n", "--immediate-mode", "-U",
+                                       "-s", "2048", "-B", "16384", "-w", path,
+                                       "udp port 4791"],
+                                      stdout=subprocess.DEVNULL, stderr=e)
+        deadline = time.time() + 20
+        while time.time() < deadline and self.p.poll() is None:
+            with open(self.err) as e:
+                if "listening on" in e.read():
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("tcpdump did not start: " + open(self.err).read())
+
+    def stop(self):
+        """Stops tcpdump once its file has stopped growing (1 s, at most 15 s) -> problems."""
+        size, stable_since, deadline = -1, time.time(), time.time() + 15
+        while time.time() < deadline and time.time() - stable_since < 1:
+            time.sleep(0.2)
+            now = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+            if now != size:
+                size, stable_since = now, time.time()
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        with open(self.err) as e:
+            err = e.read()
+        got = re.search(r"^(\d+) packets? captured", err, re.M)
+        seen = re.search(r"^(\d+) packets? received by filter", err, re.M)
+        if not got or not seen or got.group(1) != seen.group(1):
+            return ["incomplete capture (tcpdump: %s)" % " / ".join(err.splitlines()[1:])]
+        return []
+
+    def compare(self, allow, base):
+        r = subprocess.run([sys.executable, os.path.join(HERE, "pcap_compare.py"), self.path,
+                            "--uroce", HOST_IP, "--rxe", GUEST_IP, "--allow", allow],
+                           capture_output=True, text=True, timeout=300)
+        with open(base + ".compare.txt", "w") as f:
+            f.write(r.stdout + r.stderr)
+        print(r.stdout + r.stderr, flush=True)
+        return [] if r.returncode == 0 else ["pcap_compare.py: see %s.compare.txt" % base]
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("probe", "pair", "shutdown"):
+        print(__doc__)
+        return 2
+    cmd = sys.argv[1]
+    if cmd == "shutdown":
+        agent("shutdown", timeout=5, budget=5)
+        return 0
+    if cmd == "probe":
+        import argparse
+        ap = argparse.ArgumentParser()
+        for k in ("--uroce", "--logdir", "--state"):
+            ap.add_argument(k, required=True)
+        ap.add_argument("--pid", type=int, required=True)
+        ap.add_argument("--timeout", type=int, default=300)
+        return probe(ap.parse_args(sys.argv[2:]))
+
+    o = parse_pair(sys.argv[2:])
+    if o["skip"] and os.environ.get("UROCE_INTEROP_RUN_SKIPPED") != "1":
+        say("SKIPPED: %s (UROCE_INTEROP_RUN_SKIPPED=1 runs it)" % o["skip"])
+        return SKIP
+    if os.geteuid() != 0:
+        say("SKIPPED: needs root (the guest's network namespace)")
+        return SKIP
+    try:
+        with open(os.path.join(CACHE, "state.json")) as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        say("SKIPPED: the guest is not running (interop.setup was skipped: see its output)")
+        return SKIP
+    if os.environ.get("UROCE_INTEROP_NETNS") != NS:
+        os.environ["UROCE_INTEROP_NETNS"] = NS
+        os.execvp("ip", ["ip", "netns", "exec", NS, sys.executable] + sys.argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # ctest's timeout: clean up
+    try:
+        return pair(o, state)
+    except (OSError, RuntimeError, ValueError) as e:
+        say("FAILED: %s: %s (is the guest still up? see its console in %s/vm/)" %
+            (type(e).__name__, e, o["logdir"]))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
