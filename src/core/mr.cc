@@ -153,12 +153,17 @@ void MrTable::unbind_locked(Mr* mw) {
   mw->parent = nullptr;
 }
 
+// What a bind may grant. IBV_ACCESS_LOCAL_WRITE is accepted and has no effect
+// (a window's key is remote only): applications pass it (rdma-core's pyverbs
+// tests do), rxe ignores the bits it does not use and mlx5 maps it.
+constexpr unsigned kWindowAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+
 int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b, uint32_t qpn) {
   std::unique_lock lock(mu_);
   if (!mw->is_window || (b.new_rkey >> 8) != (mw->ibmr.lkey >> 8)) return EINVAL;
   if (mw->pd != pd) return EINVAL;
-  if (b.access & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED))
-    return EINVAL;
+  if (b.access & ~kWindowAccess) return EINVAL;
   if (b.length == 0) {  // IBA: a zero-length bind unbinds the window
     unbind_locked(mw);
     mw->ibmr.lkey = mw->ibmr.rkey = b.new_rkey;
@@ -178,7 +183,7 @@ int MrTable::bind_window(Mr* mw, const Pd* pd, const MwBind& b, uint32_t qpn) {
   mw->host = p->host_at(b.addr, false);
   mw->iova = (b.access & IBV_ACCESS_ZERO_BASED) ? 0 : b.addr;
   mw->length = b.length;
-  mw->access = b.access & ~unsigned(IBV_ACCESS_ZERO_BASED);
+  mw->access = b.access & ~unsigned(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
   mw->bound = true;
   mw->bound_qpn = mw->ibmw.type == IBV_MW_TYPE_2 ? qpn : 0;
   mw->ibmr.lkey = mw->ibmr.rkey = b.new_rkey;

@@ -14,6 +14,11 @@
  *   bad       IBV_WR_BIND_MW with a type 1 window -> EINVAL; binding to an MR without
  *             IBV_ACCESS_MW_BIND -> IBV_WC_MW_BIND_ERR; ibv_dereg_mr of an MR with a bound
  *             window -> EBUSY; ibv_alloc_mw of an unknown type -> EINVAL.
+ *   local_write_mr  windows granting REMOTE_WRITE (with LOCAL_WRITE in the bind's flags, as
+ *             rdma-core's pyverbs tests pass them) bound, type 1 and type 2, onto an MR with
+ *             LOCAL_WRITE | MW_BIND and no remote access: legal (IBA C10-75 asks local
+ *             write of the MR only), A writes through both (data verified); the same bind
+ *             onto an MR without LOCAL_WRITE -> IBV_WC_MW_BIND_ERR.
  *
  * Usage: mw_test CASE. Exit 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
@@ -286,6 +291,46 @@ static void case_bad(void) {
   setup_close(&s);
 }
 
+static void case_local_write_mr(void) {
+  struct setup s;
+  setup_open(&s, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND); /* no remote access */
+  const int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  struct ibv_mw* mw1 = ibv_alloc_mw(s.b.pd, IBV_MW_TYPE_1);
+  struct ibv_mw* mw2 = ibv_alloc_mw(s.b.pd, IBV_MW_TYPE_2);
+  if (!mw1 || !mw2) exit(1);
+  struct ibv_mw_bind bind = {.wr_id = 1, .send_flags = IBV_SEND_SIGNALED};
+  bind.bind_info.mr = s.bmr;
+  bind.bind_info.addr = (uintptr_t)s.bbuf + WIN_OFF;
+  bind.bind_info.length = WIN_LEN;
+  bind.bind_info.mw_access_flags = access;
+  CHECK(ibv_bind_mw(s.b.qp, mw1, &bind) == 0, "ibv_bind_mw");
+  enum ibv_wc_status st = wait_status(s.b.cq, NULL);
+  CHECK(st == IBV_WC_SUCCESS, "type 1 bind with REMOTE_WRITE | LOCAL_WRITE: %s", ibv_wc_status_str(st));
+  uint32_t key2 = bind2(&s, mw2, s.bmr, access, &st);
+  CHECK(st == IBV_WC_SUCCESS, "type 2 bind with REMOTE_WRITE | LOCAL_WRITE: %s", ibv_wc_status_str(st));
+  uint64_t base = (uintptr_t)s.bbuf + WIN_OFF;
+  uint32_t keys[2] = {mw1->rkey, key2};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 64; i++) s.abuf[i] = (uint8_t)(i + 7 * k + 1);
+    st = rdma(&s, IBV_WR_RDMA_WRITE, base + 64 * k, keys[k], 64);
+    CHECK(st == IBV_WC_SUCCESS, "WRITE through the type %d window: %s", k + 1, ibv_wc_status_str(st));
+    CHECK(!memcmp(s.bbuf + WIN_OFF + 64 * k, s.abuf, 64), "data written through the type %d window differs", k + 1);
+  }
+  struct ibv_mr* ro = ibv_reg_mr(s.b.pd, s.bbuf, BUF, IBV_ACCESS_MW_BIND | IBV_ACCESS_REMOTE_READ);
+  CHECK(ro != NULL, "ibv_reg_mr(MW_BIND | REMOTE_READ): %s", strerror(errno));
+  struct ibv_mw* mw3 = ibv_alloc_mw(s.b.pd, IBV_MW_TYPE_2);
+  if (!ro || !mw3) exit(1);
+  bind2(&s, mw3, ro, IBV_ACCESS_REMOTE_WRITE, &st);
+  CHECK(st == IBV_WC_MW_BIND_ERR, "REMOTE_WRITE window on an MR without LOCAL_WRITE: %s", ibv_wc_status_str(st));
+  printf("local_write_mr: REMOTE_WRITE windows on a LOCAL_WRITE MR written through; without LOCAL_WRITE -> %s\n",
+         ibv_wc_status_str(st));
+  ibv_dealloc_mw(mw1);
+  ibv_dealloc_mw(mw2);
+  ibv_dealloc_mw(mw3);
+  ibv_dereg_mr(ro);
+  setup_close(&s);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* c = argc == 2 ? argv[1] : "";
@@ -299,8 +344,10 @@ int main(int argc, char** argv) {
     case_send_inv();
   else if (!strcmp(c, "bad"))
     case_bad();
+  else if (!strcmp(c, "local_write_mr"))
+    case_local_write_mr();
   else {
-    fprintf(stderr, "usage: %s type1 | type2 | local_inv | send_inv | bad\n", argv[0]);
+    fprintf(stderr, "usage: %s type1 | type2 | local_inv | send_inv | bad | local_write_mr\n", argv[0]);
     return 2;
   }
   printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
