@@ -21,16 +21,27 @@ namespace {
 
 using core::Dm;
 
+// Device memory is accessed in 4-byte words (mlx5: "DM access address and
+// length must be aligned to 4 bytes"), so a copy outside the allocation is
+// EFAULT and an unaligned offset or length EINVAL, in mlx5's order.
+constexpr uint64_t kDmAccessAlign = 4;
+
+int check_dm_copy(const Dm& dm, uint64_t dm_offset, size_t length) {
+  if (dm_offset > dm.length || length > dm.length - dm_offset) return EFAULT;
+  if ((dm_offset | length) & (kDmAccessAlign - 1)) return EINVAL;
+  return 0;
+}
+
 int memcpy_to_dm(ibv_dm* ibdm, uint64_t dm_offset, const void* host_addr, size_t length) noexcept {
   Dm* dm = Dm::from(ibdm);
-  if (dm_offset > dm->length || length > dm->length - dm_offset) return EFAULT;
+  if (int e = check_dm_copy(*dm, dm_offset, length)) return e;
   if (length) std::memcpy(dm->mem.get() + dm_offset, host_addr, length);
   return 0;
 }
 
 int memcpy_from_dm(void* host_addr, ibv_dm* ibdm, uint64_t dm_offset, size_t length) noexcept {
   Dm* dm = Dm::from(ibdm);
-  if (dm_offset > dm->length || length > dm->length - dm_offset) return EFAULT;
+  if (int e = check_dm_copy(*dm, dm_offset, length)) return e;
   if (length) std::memcpy(host_addr, dm->mem.get() + dm_offset, length);
   return 0;
 }
@@ -87,7 +98,9 @@ ibv_mr* reg_dm_mr(ibv_pd* ibpd, ibv_dm* ibdm, uint64_t dm_offset, size_t length,
       return nullptr;
     }
     Dm* dm = Dm::from(ibdm);
-    if (length == 0 || dm_offset > dm->length || length > dm->length - dm_offset) {
+    // The range check of the kernel's UVERBS_METHOD_REG_DM_MR: a zero length
+    // is allowed (an MR no access can reach, as mlx5 registers it).
+    if (dm_offset > dm->length || length > dm->length - dm_offset) {
       errno = EINVAL;
       return nullptr;
     }

@@ -5,7 +5,9 @@
  * limits:        ibv_query_device_ex reports max_dm_size and IBV_ODP_SUPPORT_IMPLICIT;
  *                ibv_alloc_dm beyond max_dm_size: ENOMEM; ibv_reg_dm_mr without
  *                IBV_ACCESS_ZERO_BASED or beyond the allocation: EINVAL; ibv_memcpy_to_dm /
- *                from_dm beyond it: EFAULT; ibv_free_dm while an MR uses it: EBUSY.
+ *                from_dm beyond it: EFAULT, at an offset or of a length not a multiple of
+ *                4: EINVAL (mlx5's word access); a zero-length DM MR registers;
+ *                ibv_free_dm while an MR uses it: EBUSY.
  * device_memory: two connected RC QPs of one process; an RDMA WRITE from host memory into
  *                a zero-based DM MR at remote address 100 (an offset), a SEND whose gather
  *                list is in device memory (local address = offset), an RDMA READ of the DM
@@ -68,6 +70,14 @@ static void case_limits(void) {
     char buf[64] = {0};
     CHECK(ibv_memcpy_to_dm(dm, 4090, buf, 10) == EFAULT, "memcpy_to_dm beyond");
     CHECK(ibv_memcpy_from_dm(buf, dm, 4096, 1) == EFAULT, "memcpy_from_dm beyond");
+    CHECK(ibv_memcpy_to_dm(dm, 1, buf, 4) == EINVAL, "memcpy_to_dm at an unaligned offset");
+    CHECK(ibv_memcpy_to_dm(dm, 4, buf, 3) == EINVAL, "memcpy_to_dm of an unaligned length");
+    CHECK(ibv_memcpy_from_dm(buf, dm, 3, 4) == EINVAL, "memcpy_from_dm at an unaligned offset");
+    CHECK(ibv_memcpy_from_dm(buf, dm, 0, 6) == EINVAL, "memcpy_from_dm of an unaligned length");
+    CHECK(ibv_memcpy_to_dm(dm, 4092, buf, 4) == 0 && ibv_memcpy_from_dm(buf, dm, 4092, 4) == 0, "last word");
+    struct ibv_mr* empty = ibv_reg_dm_mr(pd, dm, 0, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
+    CHECK(empty, "reg_dm_mr of length 0: errno %d", errno);
+    if (empty) CHECK(ibv_dereg_mr(empty) == 0, "dereg the zero-length DM MR");
     struct ibv_mr* mr = ibv_reg_dm_mr(pd, dm, 0, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
     CHECK(mr, "reg_dm_mr: errno %d", errno);
     CHECK(ibv_free_dm(dm) == EBUSY, "free_dm with an MR on it must be EBUSY");
