@@ -60,6 +60,18 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   return true;
 }
 
+void Cq::discard_qp(uint32_t qp_num) noexcept {
+  std::lock_guard lock(mu_);
+  const uint32_t n = count_.load(std::memory_order_relaxed);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const CqEntry& e = ring_[(head_ + i) % capacity_];
+    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % capacity_] = e;
+  }
+  if (kept == 0) head_ = 0;  // see allocate_ring
+  count_.store(kept, std::memory_order_release);
+}
+
 int Cq::resize(uint32_t entries) {
   std::lock_guard lock(mu_);
   uint32_t n = count_.load(std::memory_order_relaxed);

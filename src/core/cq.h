@@ -55,6 +55,10 @@ class Cq {
   // Removes the oldest completion into *out; false if the CQ is empty.
   bool pop(CqEntry* out) noexcept;
   bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
+  // Removes every queued completion of QP `qp_num`, the others keeping their
+  // order (a QP's move to RESET, as mlx5 cleans its CQs: no completion of the
+  // QP's previous life is polled after it restarts).
+  void discard_qp(uint32_t qp_num) noexcept;
   // Which clocks push() samples. Set before the CQ is given to any QP.
   void record_timestamps(bool completion, bool wallclock) {
     record_completion_ts_ = completion;

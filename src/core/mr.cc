@@ -220,6 +220,49 @@ int MrTable::remove(Mr* mr) {
   return 0;
 }
 
+namespace {
+
+// The arguments of a rereg, checked before anything changes.
+int validate_rereg(const Mr& mr, const MrChange& c) {
+  constexpr int kFlags = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (!c.flags || (c.flags & ~kFlags) || mr.is_window || mr.dm) return EINVAL;
+  if ((c.flags & IBV_REREG_MR_CHANGE_PD) && (!c.pd || c.pd->ibpd.context != mr.pd->ibpd.context)) return EINVAL;
+  const unsigned access = (c.flags & IBV_REREG_MR_CHANGE_ACCESS) ? c.access : mr.access;
+  if (int e = validate_mr_access(access)) return e;
+  const bool implicit = !mr.host && mr.length == SIZE_MAX;
+  if (implicit && (c.flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS))) return EINVAL;
+  if (!(c.flags & IBV_REREG_MR_CHANGE_TRANSLATION)) return 0;
+  if (!c.addr || !c.length || c.length > kMaxMrSize) return EINVAL;
+  return validate_mr_range(c.addr, c.length, access);
+}
+
+}  // namespace
+
+int MrTable::rereg(Mr* mr, const MrChange& c) {
+  std::unique_lock lock(mu_);
+  uint32_t index = mr->ibmr.lkey >> 8;
+  if (index >= slots_.size() || slots_[index] != mr) return EINVAL;
+  if (int e = validate_rereg(*mr, c)) return e;
+  if (mr->windows > 0) return EBUSY;
+  if (observer_) observer_->mr_removing(*mr);  // republished below with its new record
+  if (c.flags & IBV_REREG_MR_CHANGE_PD) {
+    c.pd->users.fetch_add(1);
+    mr->pd->users.fetch_sub(1);
+    mr->pd = c.pd;
+    mr->ibmr.pd = &c.pd->ibpd;
+  }
+  if (c.flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = c.access;
+  if (c.flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    mr->host = static_cast<uint8_t*>(c.addr);
+    mr->iova = reinterpret_cast<uint64_t>(c.addr);
+    mr->length = c.length;
+    mr->ibmr.addr = c.addr;
+    mr->ibmr.length = c.length;
+  }
+  if (observer_) observer_->mr_added(*mr);
+  return 0;
+}
+
 KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
                                const Mr** out, uint32_t qpn) const {
   uint32_t index = key >> 8;

@@ -65,6 +65,16 @@ struct MwBind {
   unsigned access = 0;  // IBV_ACCESS_REMOTE_* (| IBV_ACCESS_ZERO_BASED)
 };
 
+// What ibv_rereg_mr changes (flags: IBV_REREG_MR_CHANGE_*); the fields a
+// flag does not name are ignored.
+struct MrChange {
+  int flags = 0;
+  Pd* pd = nullptr;
+  void* addr = nullptr;  // the new range; its iova is addr, as ibv_rereg_mr's
+  uint64_t length = 0;
+  unsigned access = 0;
+};
+
 // Outcome of a key check, named after what IBA reports for it.
 enum class KeyCheck : uint8_t {
   kOk,
@@ -140,6 +150,13 @@ class MrTable {
   // the whole address space. `dm`: an MR on device memory (zero-based).
   [[nodiscard]] Result<Mr*> add(Pd* pd, void* addr, uint64_t length, uint64_t iova, unsigned access, Dm* dm = nullptr);
   [[nodiscard]] int remove(Mr* mr);  // EBUSY while windows are bound to it
+  // ibv_rereg_mr: moves `mr` to another PD, gives it other access flags
+  // (validate_mr_access) and/or another range (validate_mr_range), its keys
+  // unchanged. All or nothing: EINVAL for a window, a device memory or an
+  // implicit ODP MR, an unknown flag or a bad argument, EFAULT for an
+  // unmapped range, EBUSY while windows are bound to it (their ranges are
+  // inside its old one).
+  [[nodiscard]] int rereg(Mr* mr, const MrChange& change);
 
   [[nodiscard]] Result<Mr*> add_window(Pd* pd, ibv_mw_type type);
   // Binds (or, with length 0, unbinds) a window through QP `qpn`; EINVAL for

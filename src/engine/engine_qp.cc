@@ -76,7 +76,10 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
 
   switch (after) {
     case IBV_QPS_RESET:
-      // Queues and in-flight state are discarded without completions.
+      // Queues and in-flight state are discarded without completions, and
+      // the completions still queued for the QP with them (as mlx5).
+      if (send_cq) send_cq->discard_qp(qp_num());
+      if (recv_cq && recv_cq != send_cq) recv_cq->discard_qp(qp_num());
       sq.posted = sq.retired = 0;
       rq.posted = rq.consumed = 0;
       req = RequesterState{};

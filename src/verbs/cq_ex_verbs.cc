@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/cq.h"
+#include "core/pd.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
@@ -21,8 +22,9 @@ namespace {
 
 constexpr uint64_t kSupportedWcFlags = uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                                        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
-// IBV_CQ_INIT_ATTR_MASK_PD names a parent domain, which uroce does not offer.
-constexpr uint32_t kSupportedCompMask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+// IBV_CQ_INIT_ATTR_MASK_PD names a parent domain (a plain PD is EINVAL, as
+// mlx5); a CQ belongs to no PD, so it changes nothing else.
+constexpr uint32_t kSupportedCompMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
 // Neither flag changes anything: the CQ lock is cheap when uncontended, and an
 // overrun never raises a CQ error (the completion is dropped and counted).
 constexpr uint32_t kSupportedCreateFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
@@ -106,6 +108,12 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   return abi_guard<ibv_cq_ex*>(nullptr, [&]() -> ibv_cq_ex* {
     if (!context || !attr || (attr->comp_mask & ~kSupportedCompMask) ||
         ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~kSupportedCreateFlags))) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+        (!attr->parent_domain || attr->parent_domain->context != context ||
+         !core::Pd::own(attr->parent_domain)->base)) {
       errno = EINVAL;
       return nullptr;
     }

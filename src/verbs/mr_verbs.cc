@@ -42,7 +42,12 @@ UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
 UROCE_API int ibv_dealloc_pd(ibv_pd* ibpd) {
   if (!ibpd) return EINVAL;
   return abi_guard_errno([&] {
-    Pd* pd = Pd::from(ibpd);
+    Pd* pd = Pd::own(ibpd);
+    if (pd->base) {  // a parent domain: what was created with it counts on its base
+      pd->base->users.fetch_sub(1);
+      delete pd;
+      return 0;
+    }
     if (pd->users.load() != 0) return EBUSY;  // MRs/QPs still use it (kernel: EBUSY)
     pd->ctx->release(uroce::core::Resource::kPd);
     delete pd;
@@ -64,6 +69,7 @@ UROCE_API ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, uint
       errno = r.err();
       return nullptr;
     }
+    (*r)->ibmr.pd = ibpd;  // as libibverbs: the PD (or parent domain) it was registered with
     return &(*r)->ibmr;
   });
 }
@@ -81,7 +87,54 @@ UROCE_API int ibv_dereg_mr(ibv_mr* ibmr) {
   return abi_guard_errno([&] { return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr)); });
 }
 
+// ibv_rereg_mr: libibverbs' own argument checks fail with
+// IBV_REREG_MR_ERR_INPUT (errno EINVAL); what the kernel refuses in rdma-core
+// (core::MrTable::rereg) fails with IBV_REREG_MR_ERR_CMD and its errno. The
+// keys stay the same (the kernel's rxe keeps them too).
+UROCE_API int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  constexpr int kFlags = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (!ibmr || (flags & ~kFlags) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+      (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  return abi_guard(int(IBV_REREG_MR_ERR_CMD), [&] {
+    uroce::core::MrChange change{flags, pd ? Pd::from(pd) : nullptr, addr, length, unsigned(access)};
+    if (int e = EngineContext::from(ibmr->context)->mrs.rereg(Mr::from(ibmr), change)) {
+      errno = e;
+      return int(IBV_REREG_MR_ERR_CMD);
+    }
+    return 0;
+  });
+}
+
 namespace uroce::verbs {
+
+// ibv_alloc_parent_domain (verbs_context::alloc_parent_domain): a PD that
+// stands for attr->pd (core::Pd::base). Errors as mlx5's: unknown comp_mask
+// bits, no PD, a PD of another context or a parent domain as the base:
+// EINVAL. Thread domains do not exist in uroce (ibv_alloc_td is EOPNOTSUPP),
+// so a non-null td is EINVAL. The allocators are accepted and never called:
+// a provider calls them for the queue buffers it shares with its hardware;
+// uroce's queues are its own memory, with no such buffers to hand out.
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
+  return abi_guard<ibv_pd*>(nullptr, [&]() -> ibv_pd* {
+    constexpr uint32_t kCompMask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    if (!context || !attr || !attr->pd || attr->td || (attr->comp_mask & ~kCompMask) || attr->pd->context != context ||
+        Pd::own(attr->pd)->base) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    Pd* base = Pd::own(attr->pd);
+    auto* pd = new Pd;
+    pd->ctx = base->ctx;
+    pd->base = base;
+    pd->ibpd.context = context;
+    pd->ibpd.handle = base->ibpd.handle;
+    base->users.fetch_add(1);  // the base outlives its parent domains (EBUSY)
+    return &pd->ibpd;
+  });
+}
 
 // ibv_advise_mr: uroce never pins or maps anything ahead of an access, so a
 // prefetch has nothing to do; the arguments are still checked with the

@@ -18,6 +18,7 @@ void install_context_ops(verbs_context& vctx) {
   vctx.create_qp_ex = create_qp_ex;
   vctx.create_cq_ex = create_cq_ex;
   vctx.advise_mr = advise_mr;
+  vctx.alloc_parent_domain = alloc_parent_domain;
   vctx.alloc_dm = alloc_dm;
   vctx.free_dm = free_dm;
   vctx.reg_dm_mr = reg_dm_mr;

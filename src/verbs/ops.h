@@ -53,6 +53,7 @@ int get_srq_num(ibv_srq* srq, uint32_t* srq_num) noexcept;
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_attr* attr, void* srq_context);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 // Device memory (dm_verbs.cc).
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
 ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr);
 int free_dm(ibv_dm* dm) noexcept;
 ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsigned int access);

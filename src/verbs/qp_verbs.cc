@@ -79,6 +79,7 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
       qp->srq = uroce::core::Srq::from(init->srq);
       qp->srq->qp_users.fetch_add(1);
     }
+    qp->ibqp.qp_base.pd = ibpd;  // as libibverbs: the PD (or parent domain) it was created with
     ctx->register_qp(qp);
     slot.keep();
     // Report what was granted (verbs: cap is an in/out parameter).
