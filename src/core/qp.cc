@@ -7,6 +7,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/limits.h"
+#include "core/mr.h"
 #include "core/qp_attr_rules.h"
 #include "wire/psn.h"
 
@@ -56,10 +57,10 @@ namespace {
 int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
-  if ((mask & IBV_QP_ACCESS_FLAGS) &&
-      (a.qp_access_flags &
-       ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
-    return EINVAL;
+  // Only the remote bits mean something for a QP; the other access flags of
+  // memory registration (ON_DEMAND, MW_BIND, ...) are accepted and ignored, as
+  // rxe and mlx5 do (rdma-core's pyverbs passes an MR's flags here).
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kSupportedAccess)) return EINVAL;
   if (mask & IBV_QP_AV) {
     // RoCE needs a GRH: the GID is the IP address (rxe rejects AVs without one).
     if (!a.ah_attr.is_global) return EINVAL;

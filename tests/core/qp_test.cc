@@ -128,9 +128,21 @@ TEST_F(QpTest, BadPortAndPkeyIndex) {
   EXPECT_EQ(modify(*qp, a, kInitMask), EINVAL);
   EXPECT_EQ(qp->state(), IBV_QPS_RESET);
   a = init_attr();
-  a.qp_access_flags = 1u << 7;  // not a QP access flag
+  a.qp_access_flags = 1u << 30;  // no access flag at all
   EXPECT_EQ(modify(*qp, a, kInitMask), EINVAL);
   EXPECT_EQ(qp->state(), IBV_QPS_RESET);
+}
+
+// Expect the memory-registration access flags that mean nothing for a QP (ON_DEMAND,
+// MW_BIND, ZERO_BASED) to be accepted, as rxe and mlx5 accept them (pyverbs' ODP tests
+// pass an MR's access flags to the QP).
+TEST_F(QpTest, RegistrationOnlyAccessFlagsAccepted) {
+  auto qp = make(IBV_QPT_RC);
+  ibv_qp_attr a = init_attr();
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND |
+                      IBV_ACCESS_ZERO_BASED;
+  EXPECT_EQ(modify(*qp, a, kInitMask), 0);
+  EXPECT_EQ(qp->state(), IBV_QPS_INIT);
 }
 
 // Expect AV errors (no GRH, sgid_index out of range, an IPv6 GID from an IPv4 GID, bad
