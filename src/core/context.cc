@@ -1,6 +1,7 @@
 #include "core/context.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,7 +57,9 @@ void Context::release(Resource r) { used_[size_t(r)].fetch_sub(1, std::memory_or
 Context::Context(Device* dev) : device(dev), addrs_(host_addresses()) {
   ibv_context& c = vctx.context;
   c.device = &dev->ibdev;
-  c.cmd_fd = -1;
+  // The command file of a kernel device; here an empty memfd, whose inode
+  // names this context (ibv_import_device finds it from a dup of the fd).
+  c.cmd_fd = memfd_create("uroce-cmd", MFD_CLOEXEC);
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -91,6 +94,7 @@ void Context::raise_async_event(const ibv_async_event& event) const {
 }
 
 Context::~Context() {
+  if (vctx.context.cmd_fd >= 0) close(vctx.context.cmd_fd);
   if (vctx.context.async_fd >= 0) close(vctx.context.async_fd);
   if (async_write_fd_ >= 0) close(async_write_fd_);
 }

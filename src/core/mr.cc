@@ -115,6 +115,12 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   return mr;
 }
 
+Mr* MrTable::find_mr(uint32_t handle) const {
+  std::shared_lock lock(mu_);
+  if (handle == 0 || handle >= slots_.size() || !slots_[handle] || slots_[handle]->is_window) return nullptr;
+  return slots_[handle];
+}
+
 void MrTable::set_observer(MrObserver* observer) {
   std::unique_lock lock(mu_);
   observer_ = observer;

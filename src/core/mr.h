@@ -158,6 +158,10 @@ class MrTable {
   // inside its old one).
   [[nodiscard]] int rereg(Mr* mr, const MrChange& change);
 
+  // The MR (not window) whose ibv_mr::handle is `handle`, or null
+  // (ibv_import_mr; the pointer is the caller's to keep valid).
+  Mr* find_mr(uint32_t handle) const;
+
   [[nodiscard]] Result<Mr*> add_window(Pd* pd, ibv_mw_type type);
   // Binds (or, with length 0, unbinds) a window through QP `qpn`; EINVAL for
   // a bad MR, range, access or key (the caller reports IBV_WC_MW_BIND_ERR).

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
+#include "verbs/import.h"
 #include "verbs/ops.h"
 
 #undef ibv_get_device_list
@@ -95,6 +96,7 @@ UROCE_API ibv_context* ibv_open_device(ibv_device* device) {
     EngineContext* e = open_context(Device::from(device));
     if (!e) return nullptr;
     uroce::verbs::install_context_ops(e->vctx);
+    uroce::verbs::track_context(e->ib());
     return e->ib();
   });
 }
@@ -102,6 +104,7 @@ UROCE_API ibv_context* ibv_open_device(ibv_device* device) {
 UROCE_API int ibv_close_device(ibv_context* context) {
   if (!context) return EINVAL;
   return abi_guard_errno([&] {
+    if (uroce::verbs::close_imported(context)) return 0;  // an imported reference (ibv_import_device)
     EngineContext::from(context)->close();
     return 0;
   });

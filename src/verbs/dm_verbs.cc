@@ -13,6 +13,7 @@
 #include "core/mr.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
+#include "verbs/import.h"
 #include "verbs/ops.h"
 
 namespace uroce::verbs {
@@ -74,6 +75,7 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
     dm->ibdm.context = context;
     dm->ibdm.memcpy_to_dm = memcpy_to_dm;
     dm->ibdm.memcpy_from_dm = memcpy_from_dm;
+    track_dm(&dm->ibdm);
     return &dm->ibdm;
   });
 }
@@ -82,6 +84,7 @@ int free_dm(ibv_dm* ibdm) noexcept {
   if (!ibdm) return EINVAL;
   Dm* dm = Dm::from(ibdm);
   if (dm->mrs.load() != 0) return EBUSY;  // MRs are registered on it
+  untrack_dm(ibdm);
   engine::EngineContext::from(ibdm->context)->give_dm_bytes(dm->length);
   delete dm;
   return 0;

@@ -6,6 +6,7 @@
 #include "core/mr.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
+#include "verbs/import.h"
 #include "verbs/ops.h"
 
 #undef ibv_reg_mr
@@ -33,7 +34,8 @@ UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
     auto* pd = new Pd;
     pd->ctx = ctx;
     pd->ibpd.context = context;
-    pd->ibpd.handle = 0;
+    pd->ibpd.handle = pd->id;  // unique in the process: ibv_import_pd finds it
+    uroce::verbs::track_pd(&pd->ibpd);
     slot.keep();
     return &pd->ibpd;
   });
@@ -49,6 +51,7 @@ UROCE_API int ibv_dealloc_pd(ibv_pd* ibpd) {
       return 0;
     }
     if (pd->users.load() != 0) return EBUSY;  // MRs/QPs still use it (kernel: EBUSY)
+    uroce::verbs::untrack_pd(ibpd);
     pd->ctx->release(uroce::core::Resource::kPd);
     delete pd;
     return 0;

@@ -58,6 +58,9 @@ ibv_get_device_guid: reads a field
 rdma_get_src_port: reads a field
 rdma_get_dst_port: reads a field
 ibv_fork_init: returns a constant
+ibv_unimport_pd: does nothing (the imported PD is the PD itself)
+ibv_unimport_mr: does nothing (the imported MR is the MR itself)
+ibv_unimport_dm: does nothing (the imported DM is the DM itself)
 ibv_is_fork_initialized: returns a constant
 ibv_ack_async_event: empty body
 ibv_get_pkey_index: compares its arguments
