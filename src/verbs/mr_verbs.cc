@@ -102,11 +102,15 @@ UROCE_API int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size
     return IBV_REREG_MR_ERR_INPUT;
   }
   return abi_guard(int(IBV_REREG_MR_ERR_CMD), [&] {
-    uroce::core::MrChange change{flags, pd ? Pd::from(pd) : nullptr, addr, length, unsigned(access)};
+    // pd, addr and length are read only when their flag is set (callers leave
+    // them uninitialized otherwise: pyverbs does).
+    Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) && pd ? Pd::from(pd) : nullptr;
+    uroce::core::MrChange change{flags, new_pd, addr, length, unsigned(access)};
     if (int e = EngineContext::from(ibmr->context)->mrs.rereg(Mr::from(ibmr), change)) {
       errno = e;
       return int(IBV_REREG_MR_ERR_CMD);
     }
+    if (flags & IBV_REREG_MR_CHANGE_PD) ibmr->pd = pd;  // as libibverbs: the PD (or parent domain) passed
     return 0;
   });
 }

@@ -3,7 +3,8 @@
  *
  *   rereg_access   ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS): B's local-only MR gains
  *                  REMOTE_WRITE, A's WRITE lands (data verified, keys unchanged); it loses
- *                  it again, A's WRITE -> IBV_WC_REM_ACCESS_ERR.
+ *                  it again (a garbage PD argument ignored without CHANGE_PD), A's WRITE
+ *                  -> IBV_WC_REM_ACCESS_ERR.
  *   rereg_pd       IBV_REREG_MR_CHANGE_PD to a second PD and back: A's WRITE lands; the
  *                  second PD is EBUSY while the MR is on it; moved to it again, A's WRITE
  *                  -> IBV_WC_REM_ACCESS_ERR (the MR is not in the QP's PD).
@@ -98,8 +99,11 @@ static void case_rereg_access(void) {
   enum ibv_wc_status st = write_to_b(&s, (uintptr_t)s.bbuf, s.bmr->rkey, 256, 1);
   CHECK(st == IBV_WC_SUCCESS, "WRITE after gaining REMOTE_WRITE: %s", ibv_wc_status_str(st));
   CHECK(!memcmp(s.bbuf, s.abuf, 256), "written data differs");
-  rc = ibv_rereg_mr(s.bmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+  /* The PD argument is read only with IBV_REREG_MR_CHANGE_PD (pyverbs leaves garbage there). */
+  struct ibv_pd* garbage = (struct ibv_pd*)(uintptr_t)0x6d37e7;
+  rc = ibv_rereg_mr(s.bmr, IBV_REREG_MR_CHANGE_ACCESS, garbage, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
   CHECK(rc == 0, "rereg to LOCAL_WRITE: %d errno %d", rc, errno);
+  CHECK(s.bmr->pd == s.b.pd, "mr->pd changed without IBV_REREG_MR_CHANGE_PD");
   st = write_to_b(&s, (uintptr_t)s.bbuf, s.bmr->rkey, 256, 2);
   CHECK(st == IBV_WC_REM_ACCESS_ERR, "WRITE after losing REMOTE_WRITE: %s", ibv_wc_status_str(st));
   printf("rereg_access: WRITE allowed, then refused (%s)\n", ibv_wc_status_str(st));
