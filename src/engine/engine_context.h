@@ -45,6 +45,7 @@ struct Tombstone {
 
 class HostRegistry;
 class HostDirectory;
+class TxBatch;
 class DirectPlacement;
 
 class EngineContext : public core::Context {
@@ -209,6 +210,9 @@ class EngineContext : public core::Context {
   // One datagram of a burst; adds the length of a packet a QP takes to `rx_bytes`.
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes);
   bool route_to_owner(transport::RxDatagram& d);
+  // The end of a burst, or of its part before a CM message: ACKs, then the
+  // receive completions of the QPs it touched.
+  void settle_burst(TxBatch& tx, Turn turn, Clock::time_point now);
   bool jumbo_ok(const wire::PacketView& pkt) const;
   void print_stats() const;
 

@@ -186,6 +186,18 @@ int gsi_send(EngineContext& ctx, const transport::Endpoint& dst, const transport
   return send_mad_packet(ctx, dst, src_ip, mad);
 }
 
+int gsi_send(ibv_context* verbs, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+             std::span<const uint8_t, kMadBytes> mad) {
+  EngineContext* ctx = verbs ? EngineContext::from(verbs) : nullptr;
+  return ctx ? gsi_send(*ctx, dst, src_ip, mad) : EINVAL;
+}
+
+unsigned gsi_slot(ibv_context* verbs) {
+  EngineContext* ctx = verbs ? EngineContext::from(verbs) : nullptr;
+  HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
+  return registry ? registry->slot() : 0;
+}
+
 void encode_gsi_envelope(const GsiMad& m, std::span<uint8_t, kGsiEnvelopeBytes> out) {
   uint8_t* p = out.data();
   std::memcpy(p, kEnvelopeMagic, 8);

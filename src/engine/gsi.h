@@ -22,6 +22,8 @@
 // before the completion of the last SEND acknowledged before the DREQ).
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +50,10 @@ struct GsiMad {
 
 // Where the MADs this process owns go: its connection manager (rdmacm/),
 // which sets it once. Called from an engine's receiving thread, which holds
-// the engine's receive turn: the sink must only queue the MAD and return. A
-// process without one drops them (counted rx_gsi_dropped).
+// the engine's receive turn, in the MAD's place among the burst's data: the
+// sink must not send, block or call into the engine (it may queue an event,
+// or queue the MAD for later). A process without one drops them (counted
+// rx_gsi_dropped).
 using GsiSink = void (*)(const GsiMad&);
 void set_gsi_sink(GsiSink sink);
 
@@ -79,12 +83,21 @@ class GsiInbox {
   static constexpr size_t kMax = 32;  // per burst; beyond, dropped and counted (the CM retries)
   // False when full or when the process has no sink.
   bool push(const GsiMad& m);
+  bool pending() const { return count_ != 0; }
   void deliver();  // to the sink, then empty
 
  private:
   std::array<GsiMad, kMax> mads_{};
   size_t count_ = 0;
 };
+
+// The same for the connection manager, which knows a device by its verbs
+// context (a uroce one: EINVAL otherwise, and slot 0).
+[[nodiscard]] int gsi_send(ibv_context* verbs, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                           std::span<const uint8_t, kMadBytes> mad);
+// The host slot of the engine behind `verbs` (0 when it has none): the top
+// byte of the communication IDs chosen for connections on that device.
+unsigned gsi_slot(ibv_context* verbs);
 
 // Where a CM MAD from `src` is answered: a uroce engine's private port (below
 // the RoCE source ports) is the peer's own, which reaches it along the path

@@ -262,6 +262,8 @@ check_counters() {  # check_counters LOG ATTACK_LOG LID
         # A QPN of another uroce process of the host is passed on to it (host relay),
         # which drops it there: for the victim it is gone, counted as relayed_out.
         if (names[i] == "no_qp" && ("relayed_out" in counter)) { sum += counter["relayed_out"]; union["relayed_out"] = 1 }
+        # QPN 1 is the host'"'"'s QP1 (engine/gsi.h): what is not a CM MAD is dropped there.
+        if (names[i] == "no_qp" && ("qp1_dropped" in counter)) { sum += counter["qp1_dropped"]; union["qp1_dropped"] = 1 }
       }
       need[$2] += $3; have[$2] = sum
       for (i = 1; i <= m; i++) union[names[i]] = 1
