@@ -30,7 +30,11 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_LOG", "warn", "Log level on stderr: error, warn, info or debug."},
     {"UROCE_ICRC_CHECK", "1",
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
-     "without checking (for peers that are not uroce)."},
+     "without checking (diagnosis only: packets of rxe and RoCE NICs verify whatever IPv4 identification they "
+     "carry)."},
+    {"UROCE_CM_TCP", "1",
+     "1: rdma_cm talks to uroce peers over a TCP connection and to a kernel's CM (rxe, a RoCE NIC) with IB CM "
+     "MADs over QP1 at UDP 4791; 0: MADs over QP1 to every peer."},
     {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
     {"UROCE_LIVE_STATS", "1",
      "0: keep the counters private (no /dev/shm/uroce-stats-<uid>-<pid>-<lid> file for `uroce stats`)."},
@@ -86,6 +90,7 @@ Config load() {
   }
   if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_CM_TCP")) c.cm_tcp = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM_DIRECT")) c.shm_direct = std::strcmp(v, "0") != 0;

@@ -32,7 +32,7 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
   if (id->abi.qp_type == IBV_QPT_UD) {
     if (id->state != CmState::kRouteResolved) return EINVAL;
     if (param && param->private_data_len > kSidrReqPrivateSize - kCmaHeaderSize) return EINVAL;
-    id->conn.local_comm_id = new_comm_id();
+    id->conn.local_comm_id = new_comm_id(id);
     id->conn.transaction_id = next_tid_++;
     id->pending_private_len = 0;
     if (param && param->private_data && param->private_data_len) {
@@ -41,6 +41,10 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
     }
     id->state = CmState::kSidrReqSent;
     id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
+    if (!core::config().cm_tcp) {
+      request_over_gsi(id);
+      return 0;
+    }
     if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
       send_sidr_req(id);
     } else if (int err = start_connect(id)) {
@@ -60,7 +64,7 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
   if (param && param->private_data_len > kReqPrivateSize - kCmaHeaderSize) return EINVAL;
 
   Connection& c = id->conn;
-  c.local_comm_id = new_comm_id();
+  c.local_comm_id = new_comm_id(id);
   c.transaction_id = next_tid_++;
   c.local_qpn = id->abi.qp ? id->abi.qp->qp_num : param->qp_num;
   c.srq = id->abi.qp ? id->abi.qp->srq != nullptr : param->srq != 0;
@@ -80,6 +84,10 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
   }
   id->state = CmState::kReqSent;
   id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
+  if (!core::config().cm_tcp) {
+    request_over_gsi(id);
+    return 0;
+  }
   if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
     send_req(id);
     return 0;
@@ -97,6 +105,11 @@ void CmService::connect_failed(CmId* id, int err) {
   cancel_timer(id);
   detach_link(id);
   const bool nobody_listened = err == ECONNREFUSED || err == ECONNRESET;
+  if (nobody_listened && !id->over_gsi) {
+    // No uroce CM listens there: a kernel's may, on the host's QP1 (cm_gsi.cc).
+    request_over_gsi(id);
+    return;
+  }
   if (nobody_listened && Clock::now() < id->refused_grace_end) {
     arm_timer(id, TimerKind::kConnectRetry, kConnectRetryMs);
     return;

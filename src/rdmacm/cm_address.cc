@@ -256,7 +256,9 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     set_route_addresses(id);
     // A multicast group has no CM to ask (joining it is not implemented; see
     // unsupported.cc): it resolves at once.
-    if (d.ip.multicast()) {
+    // Over QP1 alone (UROCE_CM_TCP=0) there is nothing to ask either: RoCE
+    // needs no SA, and the peer's port comes with its REP.
+    if (d.ip.multicast() || !core::config().cm_tcp) {
       finish_resolve(id, 0);
       return 0;
     }
@@ -274,7 +276,7 @@ int CmService::resolve_route(CmId* id, int timeout_ms) {
   if (id->state != CmState::kAddrResolved) return EINVAL;
   if (timeout_ms > 0) id->resolve_timeout_ms = timeout_ms;
   id->state = CmState::kRouteQuery;
-  if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
+  if ((id->link && id->link->phase == TcpLink::Phase::kOpen) || !core::config().cm_tcp) {
     finish_resolve(id, 0);
     return 0;
   }

@@ -5,6 +5,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -35,6 +36,7 @@ enum class TimerKind : uint8_t {
   kTimewait,
   kSidr,
   kAcceptRetry,  // a listener that ran out of descriptors tries accept() again
+  kResend,       // over QP1: the last REQ / REP / DREQ / SIDR_REQ again (its own slot: CmId::resend_timer)
 };
 
 // Pending timers, earliest first; an id holds the position of its one timer so
@@ -75,8 +77,8 @@ struct Connection {
   uint64_t dreq_tid = 0;        // of the DREQ received (the DREP reuses it)
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;
-  uint32_t local_psn = 0;   // own starting PSN (sent in REQ / REP): the QP's sq_psn
-  uint32_t remote_psn = 0;  // the peer's: the QP's rq_psn
+  uint32_t local_psn = 0;   // own starting PSN (sent in REQ / REP): the QP's rq_psn (rdma_cm's convention)
+  uint32_t remote_psn = 0;  // the peer's: the QP's sq_psn
   uint32_t remote_qkey = 0;
   uint16_t remote_lid = 0;  // the peer's UDP port
   ibv_gid remote_gid{};
@@ -117,6 +119,15 @@ struct CmId {
   int sock = -1;  // bound TCP socket (listener, or the active side's until connect)
   uint64_t listen_token = 0;
   TcpLink* link = nullptr;  // the CM connection to the peer, if any
+  // The peer's CM is reached over QP1 instead (a kernel's CM: rxe, a NIC;
+  // engine/gsi.h): its MADs go to `gsi_peer`; the REQ, REP, DREQ or
+  // SIDR_REQ that waits for an answer is sent again until it comes.
+  bool over_gsi = false;
+  transport::Endpoint gsi_peer;
+  std::array<uint8_t, 256> last_request{};
+  int resend_ms = 0;
+  int gsi_sock = -1;  // listener: the UDP socket at its port that engines pass REQs to
+  uint64_t gsi_token = 0;
   int resolve_timeout_ms = 0;
   // Until when rdma_connect retries a refused CM connection (see kRefusedGraceMs).
   Clock::time_point refused_grace_end{};
@@ -146,8 +157,9 @@ struct CmId {
   };
   std::vector<Multicast> multicast;
 
-  // Pending timer (see CmService::arm_timer).
+  // Pending timer (see CmService::arm_timer), and the resend timer of an id over QP1.
   std::optional<TimerMap::iterator> timer;
+  std::optional<TimerMap::iterator> resend_timer;
 };
 
 }  // namespace uroce::rdmacm

@@ -30,14 +30,19 @@ int CmService::listen(CmId* id, int backlog) {
     id->bound = true;
     set_route_addresses(id);
   }
-  if (::listen(id->sock, SOMAXCONN) != 0) return errno;
-  const uint64_t token = next_token_++;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = token;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, id->sock, &ev) != 0) return errno;
-  listeners_[token] = id;
-  id->listen_token = token;
+  // Without CM connections (UROCE_CM_TCP=0) the bound socket only holds the port.
+  if (core::config().cm_tcp) {
+    if (::listen(id->sock, SOMAXCONN) != 0) return errno;
+    const uint64_t token = next_token_++;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = token;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, id->sock, &ev) != 0) return errno;
+    listeners_[token] = id;
+    id->listen_token = token;
+  }
+  // Where engines pass the REQs that come over QP1 (cm_gsi.cc).
+  if (int err = open_gsi_listener(id); err && !core::config().cm_tcp) return err;
   id->state = CmState::kListen;
   ensure_thread();
   return 0;
@@ -127,61 +132,86 @@ void CmService::expire_pending_links(Clock::time_point now) {
   }
 }
 
-void CmService::reject_link(TcpLink* link, uint64_t tid, const ReqMessage& req, RejReason reason) {
+void CmService::reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason) {
   RejMessage rej;
   rej.remote_comm_id = req.local_comm_id;
   rej.message_rejected = RejectedMessage::kReq;
   rej.reason = uint16_t(reason);
-  (void)link->send(encode_mad(tid, rej));  // best effort: the link closes either way
-  close_link(link);
+  if (!from.link) {
+    send_gsi_from(from.local_ip, from.gsi_reply, rej, tid);
+    return;
+  }
+  (void)from.link->send(encode_mad(tid, rej));  // best effort: the link closes either way
+  close_link(from.link);
 }
 
-void CmService::on_req(TcpLink* link, uint64_t tid, const ReqMessage& req) {
-  CmId* l = link->listener;
+namespace {
+// The peer as the cma header of its request names it (the sender itself when
+// the header has the wildcard), with the interface of a link-local address,
+// which the header does not carry.
+transport::IpAddress peer_address(const CmaIpHeader& h, const RequestOrigin& from) {
+  transport::IpAddress a = h.src_ip.unspecified() ? from.peer_ip : h.src_ip;
+  if (a.link_local()) a.scope = a.bytes == from.peer_ip.bytes ? from.peer_ip.scope : from.local_ip.scope;
+  return a;
+}
+}  // namespace
+
+CmId* CmService::new_passive_id(const RequestOrigin& from, const CmaIpHeader& hdr, const DevicePort& dp) {
+  CmId* l = from.listener;
+  // A synchronous listener's new ids get channels of their own (rdma_get_request).
+  EventChannel* channel = l->sync ? EventChannel::create() : l->channel();
+  if (!channel) return nullptr;
+  CmId* child = create_id(channel, l->sync, l->abi.context, l->abi.ps, l->abi.qp_type);
+  child->port = dp;
+  child->abi.verbs = dp.device->verbs;
+  child->abi.pd = dp.device->pd;
+  child->abi.port_num = 1;
+  child->bound = true;
+  child->src_ip = from.local_ip;
+  child->src_port = l->src_port;
+  child->dst_ip = peer_address(hdr, from);
+  child->dst_port = hdr.src_port;
+  child->tos = l->tos;
+  child->ack_timeout = l->ack_timeout;
+  child->conn.local_comm_id = new_comm_id(child);
+  if (from.link) {
+    from.link->owner = child;
+    from.link->listener = nullptr;
+    child->link = from.link;
+  } else {
+    go_over_gsi(child, from.gsi_reply);
+  }
+  return child;
+}
+
+void CmService::on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req) {
+  CmId* l = from.listener;
   if (l->state != CmState::kListen || l->destroying) {
-    reject_link(link, tid, req, RejReason::kInvalidServiceId);
+    reject_request(from, tid, req, RejReason::kInvalidServiceId);
     return;
   }
   if (service_id_port_space(req.service_id) != uint16_t(l->abi.ps) || service_id_port(req.service_id) != l->src_port) {
-    reject_link(link, tid, req, RejReason::kInvalidServiceId);
+    reject_request(from, tid, req, RejReason::kInvalidServiceId);
     return;
   }
   const uint8_t want_transport = transport_of(l->abi.qp_type);
   if (l->abi.qp_type == IBV_QPT_UD || req.transport_type != want_transport) {
-    reject_link(link, tid, req, RejReason::kInvalidTransportType);
+    reject_request(from, tid, req, RejReason::kInvalidTransportType);
     return;
   }
   auto hdr = decode_cma_header(std::span<const uint8_t, kCmaHeaderSize>(req.private_data.data(), kCmaHeaderSize));
-  auto dp = device_for_ip(link->local_ip);
+  auto dp = device_for_ip(from.local_ip);
   if (!hdr || !dp.ok()) {
-    reject_link(link, tid, req, hdr ? RejReason::kInvalidGid : RejReason::kConsumerDefined);
+    reject_request(from, tid, req, hdr ? RejReason::kInvalidGid : RejReason::kConsumerDefined);
     return;
   }
-  EventChannel* channel = l->channel();
-  if (l->sync) {
-    // A synchronous listener's new ids get channels of their own (rdma_get_request).
-    channel = EventChannel::create();
-    if (!channel) {
-      reject_link(link, tid, req, RejReason::kNoQp);
-      return;
-    }
+  CmId* child = new_passive_id(from, *hdr, *dp);
+  if (!child) {
+    reject_request(from, tid, req, RejReason::kNoQp);
+    return;
   }
-  CmId* child = create_id(channel, l->sync, l->abi.context, l->abi.ps, l->abi.qp_type);
-  child->port = *dp;
-  child->abi.verbs = dp->device->verbs;
-  child->abi.pd = dp->device->pd;
-  child->abi.port_num = 1;
-  child->bound = true;
-  child->src_ip = link->local_ip;
-  child->src_port = l->src_port;
-  child->dst_ip = peer_address(*hdr, *link);
-  child->dst_port = hdr->src_port;
-  child->tos = l->tos;
-  child->ack_timeout = l->ack_timeout;
-
   const CmDevice& dev = *dp->device;
   Connection& c = child->conn;
-  c.local_comm_id = new_comm_id();
   c.remote_comm_id = req.local_comm_id;
   c.transaction_id = tid;
   c.remote_qpn = req.local_qpn;
@@ -201,11 +231,8 @@ void CmService::on_req(TcpLink* link, uint64_t tid, const ReqMessage& req) {
   c.remote_known = true;
   if (!child->tos) child->tos = req.primary_traffic_class;
 
-  link->owner = child;
-  link->listener = nullptr;
-  child->link = link;
   set_route_addresses(child);
-  // The peer's GID as it announced it (normally the address of its TCP end).
+  // The peer's GID as it announced it (normally the address it sent from).
   child->abi.route.addr.addr.ibaddr.dgid = c.remote_gid;
   fill_path_record(child);
   child->state = CmState::kReqRcvd;

@@ -26,6 +26,7 @@ namespace uroce::rdmacm {
 
 namespace {
 constexpr uint64_t kWakeToken = 0;
+constexpr uint64_t kInboxToken = ~uint64_t(0);  // the engines' MADs (cm_gsi.cc)
 
 bool opens_connection(const DecodedMad& mad) {
   return std::holds_alternative<ReqMessage>(mad.message) || std::holds_alternative<SidrReqMessage>(mad.message);
@@ -91,6 +92,11 @@ CmService::CmService() {
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeToken;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  inbox_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ev.data.u64 = kInboxToken;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, inbox_fd_, &ev);
+  inbox_.reserve(kMaxInbox);
+  engine::set_gsi_sink(&CmService::gsi_sink);
   uint64_t r = random_u64();
   next_tid_ = r << 16;
   comm_id_seed_ = uint32_t(r >> 32);
@@ -132,11 +138,17 @@ void CmService::run() {
         eventfd_read(wake_fd_, &v);
         continue;
       }
+      if (token == kInboxToken) {
+        drain_inbox();
+        continue;
+      }
       // Look tokens up each time: handling one event may close other sockets.
       if (auto l = listeners_.find(token); l != listeners_.end()) {
         on_listen_ready(l->second);
       } else if (auto k = links_.find(token); k != links_.end()) {
         on_link_event(k->second, evs[i].events);
+      } else if (auto g = gsi_listeners_.find(token); g != gsi_listeners_.end()) {
+        on_gsi_listener_ready(g->second);
       }
     }
     const auto now = Clock::now();
@@ -159,10 +171,14 @@ CmId* CmService::create_id(EventChannel* channel, bool sync, void* context, rdma
   return id;
 }
 
-uint32_t CmService::new_comm_id() {
+uint32_t CmService::new_comm_id(const CmId* id) {
   // Unique within the process, unpredictable across processes (as the IB CM's).
-  comm_id_seed_ = comm_id_seed_ * 1664525u + 1013904223u;
-  return comm_id_seed_ ? comm_id_seed_ : 1;
+  unsigned slot = id->port.device ? engine::gsi_slot(id->port.device->verbs) : 0;
+  for (;;) {
+    comm_id_seed_ = comm_id_seed_ * 1664525u + 1013904223u;
+    uint32_t c = engine::make_comm_id(slot, comm_id_seed_ >> 8);
+    if (c != 0 && !gsi_ids_.count(c)) return c;
+  }
 }
 
 void CmService::destroy_id(CmId* id, std::unique_lock<std::mutex>& lock) {
@@ -189,6 +205,9 @@ void CmService::free_unseen_id(CmId* id) {
 
 void CmService::release_id(CmId* id) {
   cancel_timer(id);
+  cancel_resend(id);
+  close_gsi_listener(id);
+  if (auto it = gsi_ids_.find(id->conn.local_comm_id); it != gsi_ids_.end() && it->second == id) gsi_ids_.erase(it);
   if (id->sock >= 0) close(id->sock);
   free(id->abi.route.path_rec);
   EventChannel* channel = id->channel();
@@ -263,7 +282,7 @@ void CmService::run_timers(Clock::time_point now) {
   while (!timers_.empty() && timers_.begin()->first <= now) {
     const TimerEntry t = timers_.begin()->second;
     timers_.erase(timers_.begin());
-    t.id->timer.reset();
+    (t.kind == TimerKind::kResend ? t.id->resend_timer : t.id->timer).reset();
     on_timer(t.id, t.kind);
   }
 }
@@ -298,6 +317,7 @@ void CmService::detach_link(CmId* id) {
 }
 
 int CmService::send_mad(CmId* id, const CmMessage& m, uint64_t tid) {
+  if (id->over_gsi) return send_gsi(id, m, tid);
   if (!id->link || id->link->dead || id->link->phase != TcpLink::Phase::kOpen) return ENOTCONN;
   // A failed write shows up as EPOLLERR/EPOLLHUP and is handled as a lost link.
   return id->link->send(encode_mad(tid, m));
@@ -425,10 +445,12 @@ void CmService::on_mad(TcpLink* link, const DecodedMad& mad) {
       }
     }
     void operator()(const ReqMessage& m) const {
-      if (!id && link->listener) s->on_req(link, tid, m);
+      if (!id && link->listener)
+        s->on_req(RequestOrigin{link->listener, link->local_ip, link->peer_ip, link, {}}, tid, m);
     }
     void operator()(const SidrReqMessage& m) const {
-      if (!id && link->listener) s->on_sidr_req(link, tid, m);
+      if (!id && link->listener)
+        s->on_sidr_req(RequestOrigin{link->listener, link->local_ip, link->peer_ip, link, {}}, tid, m);
     }
     void operator()(const RepMessage& m) const {
       if (id && id->state == CmState::kReqSent && m.remote_comm_id == id->conn.local_comm_id) s->on_rep(id, m);

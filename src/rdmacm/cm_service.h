@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "engine/gsi.h"
 #include "rdmacm/cm_id.h"
 #include "rdmacm/cm_messages.h"
 #include "rdmacm/event_channel.h"
@@ -73,6 +74,27 @@ constexpr int kAcceptBackoffMs = 100;
 // Connections accepted per readiness event; the rest wait for the next turn
 // of the loop, after the other links have been served.
 constexpr int kAcceptBurst = 64;
+
+// Resending over QP1 (a kernel CM's peer; engine/gsi.h): the REQ, REP, DREQ
+// or SIDR_REQ waiting for its answer goes again after this, doubling up to
+// the maximum, until the answer comes or the state's own timer ends the wait.
+constexpr int kFirstResendMs = 500;
+constexpr int kMaxResendMs = 4000;
+// Datagrams a QP1 listener socket is read for per wake-up (level-triggered).
+constexpr int kRequestBurst = 64;
+// MADs the engines may queue for the progress thread; beyond, they are
+// dropped (the peer's CM resends).
+constexpr size_t kMaxInbox = 256;
+
+// Where a connection request came from: a CM connection (TCP, uroce's CM)
+// or QP1 (a kernel's CM), and the addresses it names.
+struct RequestOrigin {
+  CmId* listener = nullptr;
+  transport::IpAddress local_ip;  // the address the request was sent to
+  transport::IpAddress peer_ip;   // its sender (a link-local one with its interface)
+  TcpLink* link = nullptr;        // null: over QP1
+  transport::Endpoint gsi_reply;  // over QP1: where the peer's CM is answered
+};
 
 // A random 24-bit starting PSN, as the IB CM chooses them.
 uint32_t new_psn();
@@ -177,6 +199,35 @@ class CmService {
   void on_mad(TcpLink* link, const DecodedMad& mad);
   [[nodiscard]] int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
 
+  // QP1 (cm_gsi.cc): MADs from a kernel's CM.
+  static void gsi_sink(const engine::GsiMad& mad);  // an engine's receiving thread: queue and wake
+  void drain_inbox();
+  void on_gsi_mad(const engine::GsiMad& mad);
+  // An RTU, DREP, or DREQ of a connection that is up, in the engine's thread
+  // (mu held): only events, nothing sent. False: for the progress thread.
+  bool handle_in_place(const engine::GsiMad& mad);
+  void on_gsi_listener_ready(CmId* listener);
+  [[nodiscard]] int open_gsi_listener(CmId* listener);
+  void close_gsi_listener(CmId* listener);
+  // Moves the id's conversation onto QP1, with the peer's CM at `peer`.
+  void go_over_gsi(CmId* id, const transport::Endpoint& peer);
+  [[nodiscard]] int send_gsi(CmId* id, const CmMessage& m, uint64_t tid);
+  // Sends a MAD from QP1 of the engine serving `local_ip` (no id: answers).
+  void send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
+                     uint64_t tid);
+  void arm_resend(CmId* id, int ms);
+  void cancel_resend(CmId* id);
+  void on_resend(CmId* id);
+  CmId* gsi_id(uint32_t local_comm_id);
+  void leave_gsi(CmId* id);
+  // The REQ or SIDR_REQ of `id` to the host's QP1: no uroce CM listens there.
+  void request_over_gsi(CmId* id);
+  void on_gsi_rej(CmId* id, const RejMessage& rej);
+  // A refused request within rdma_connect's grace period: retried (true).
+  bool retry_refused(CmId* id);
+  // A request resent by its peer's CM: answered again if it was; true if it is one.
+  bool answer_duplicate(const RequestOrigin& from, uint32_t remote_comm_id);
+
   // Listeners (cm_passive.cc).
   void on_listen_ready(CmId* listener);
   void accept_link(CmId* listener, int fd);
@@ -208,9 +259,11 @@ class CmService {
   void on_rej(CmId* id, const RejMessage& rej);
 
   // Passive side (cm_passive.cc).
-  void on_req(TcpLink* link, uint64_t tid, const ReqMessage& req);
+  void on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
   void on_rtu(CmId* id);
-  void reject_link(TcpLink* link, uint64_t tid, const ReqMessage& req, RejReason reason);
+  void reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason);
+  // The new id of a request: its device, addresses and channel (null: no channel could be made).
+  CmId* new_passive_id(const RequestOrigin& from, const CmaIpHeader& hdr, const DevicePort& dp);
 
   // Teardown (cm_teardown.cc).
   void on_dreq(CmId* id, uint64_t tid, const DreqMessage& dreq);
@@ -221,7 +274,8 @@ class CmService {
   void abandon(CmId* id);  // the IB CM's messages for an id being destroyed
 
   // UD (cm_sidr.cc).
-  void on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& req);
+  void on_sidr_req(const RequestOrigin& from, uint64_t tid, const SidrReqMessage& req);
+  void refuse_sidr(const RequestOrigin& from, uint64_t tid, const SidrReqMessage& req, SidrStatus status);
   void on_sidr_rep(CmId* id, const SidrRepMessage& rep);
   void send_sidr_req(CmId* id);
   [[nodiscard]] int accept_ud(CmId* id, const rdma_conn_param* param);
@@ -230,7 +284,9 @@ class CmService {
   // Frees an id the application never saw (its CONNECT_REQUEST undelivered).
   void free_unseen_id(CmId* id);
   void release_id(CmId* id);  // the last step of destroying an id
-  uint32_t new_comm_id();
+  // A communication ID of the engine serving `id`'s device: its host slot
+  // in the top 8 bits (engine/gsi.h), so that MADs naming it find this process.
+  uint32_t new_comm_id(const CmId* id);
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -240,8 +296,14 @@ class CmService {
   uint64_t next_token_ = 1;
   uint64_t next_tid_ = 0;
   uint32_t comm_id_seed_ = 0;
-  std::unordered_map<uint64_t, CmId*> listeners_;  // by epoll token
-  std::unordered_map<uint64_t, TcpLink*> links_;   // by epoll token
+  std::unordered_map<uint64_t, CmId*> listeners_;      // by epoll token
+  std::unordered_map<uint64_t, TcpLink*> links_;       // by epoll token
+  std::unordered_map<uint64_t, CmId*> gsi_listeners_;  // by epoll token of their QP1 socket
+  std::unordered_map<uint32_t, CmId*> gsi_ids_;        // ids over QP1, by local communication ID
+  // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
+  std::mutex inbox_mu_;
+  std::vector<engine::GsiMad> inbox_;
+  int inbox_fd_ = -1;
   // Tokens of the pending links: ascending token = accept order = deadline order.
   std::set<uint64_t> pending_links_;
   LogLimiter log_limiter_;

@@ -20,44 +20,36 @@ void CmService::send_sidr_req(CmId* id) {
   if (send_mad(id, req, id->conn.transaction_id) != 0) peer_gone(id, ECONNRESET);
 }
 
-void CmService::on_sidr_req(TcpLink* link, uint64_t tid, const SidrReqMessage& req) {
-  CmId* l = link->listener;
-  auto refuse = [&](SidrStatus status) {
-    SidrRepMessage rep;
-    rep.request_id = req.request_id;
-    rep.status = status;
-    rep.service_id = req.service_id;
-    (void)link->send(encode_mad(tid, rep));  // best effort: the link closes either way
-    close_link(link);
-  };
+void CmService::refuse_sidr(const RequestOrigin& from, uint64_t tid, const SidrReqMessage& req, SidrStatus status) {
+  SidrRepMessage rep;
+  rep.request_id = req.request_id;
+  rep.status = status;
+  rep.service_id = req.service_id;
+  if (!from.link) {
+    send_gsi_from(from.local_ip, from.gsi_reply, rep, tid);
+    return;
+  }
+  (void)from.link->send(encode_mad(tid, rep));  // best effort: the link closes either way
+  close_link(from.link);
+}
+
+void CmService::on_sidr_req(const RequestOrigin& from, uint64_t tid, const SidrReqMessage& req) {
+  CmId* l = from.listener;
   if (l->state != CmState::kListen || l->destroying || l->abi.qp_type != IBV_QPT_UD ||
       service_id_port_space(req.service_id) != uint16_t(l->abi.ps) || service_id_port(req.service_id) != l->src_port) {
-    refuse(SidrStatus::kSidUnsupported);
+    refuse_sidr(from, tid, req, SidrStatus::kSidUnsupported);
     return;
   }
   auto hdr = decode_cma_header(std::span<const uint8_t, kCmaHeaderSize>(req.private_data.data(), kCmaHeaderSize));
-  auto dp = device_for_ip(link->local_ip);
-  EventChannel* channel = l->sync ? EventChannel::create() : l->channel();
-  if (!hdr || !dp.ok() || !channel) {
-    refuse(SidrStatus::kRejected);
+  auto dp = device_for_ip(from.local_ip);
+  CmId* child = hdr && dp.ok() ? new_passive_id(from, *hdr, *dp) : nullptr;
+  if (!child) {
+    refuse_sidr(from, tid, req, SidrStatus::kRejected);
     return;
   }
-  CmId* child = create_id(channel, l->sync, l->abi.context, l->abi.ps, l->abi.qp_type);
-  child->port = *dp;
-  child->abi.verbs = dp->device->verbs;
-  child->abi.pd = dp->device->pd;
-  child->abi.port_num = 1;
-  child->bound = true;
-  child->src_ip = link->local_ip;
-  child->src_port = l->src_port;
-  child->dst_ip = peer_address(*hdr, *link);
-  child->dst_port = hdr->src_port;
   child->conn.remote_comm_id = req.request_id;
   child->conn.transaction_id = tid;
   child->conn.params_known = true;
-  link->owner = child;
-  link->listener = nullptr;
-  child->link = link;
   set_route_addresses(child);
   fill_path_record(child);
   child->state = CmState::kReqRcvd;

@@ -136,6 +136,7 @@ void CmService::abandon(CmId* id) {
       listeners_.erase(id->listen_token);
       close(id->sock);
       id->sock = -1;
+      close_gsi_listener(id);
       std::vector<TcpLink*> pending;
       for (auto& [token, link] : links_)
         if (link->listener == id && !link->owner) pending.push_back(link);
@@ -182,7 +183,9 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
       finish_resolve(id, ETIMEDOUT);
       return;
     case TimerKind::kConnectRetry:
-      if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) {
+      if ((id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) && !core::config().cm_tcp) {
+        request_over_gsi(id);
+      } else if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) {
         if (int err = start_connect(id)) {
           connect_failed(id, err);
         } else {
@@ -217,6 +220,9 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
       return;
     case TimerKind::kAcceptRetry:
       resume_accept(id);
+      return;
+    case TimerKind::kResend:
+      on_resend(id);
       return;
     case TimerKind::kNone:
       return;

@@ -52,7 +52,10 @@ int CmService::init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const 
       attr->ah_attr.port_num = 1;
       attr->path_mtu = c.path_mtu;
       attr->dest_qp_num = c.remote_qpn;
-      attr->rq_psn = c.remote_psn;
+      // rdma_cm's convention (the kernel's rdma_init_qp_attr, which sets rq_psn
+      // to the id's seq_num, the starting PSN of its own REQ or REP): each side
+      // announces the PSN it will receive from, and sends from the peer's.
+      attr->rq_psn = c.local_psn;
       *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
       if (rc && type != IBV_QPT_XRC_SEND) {  // an initiator has no receive side
         attr->max_dest_rd_atomic = c.responder_resources;
@@ -64,7 +67,7 @@ int CmService::init_qp_attr(const CmId* id, ibv_qp_attr* attr, int* mask) const 
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (ud) return 0;  // sq_psn 0
       if (!c.remote_known) return EINVAL;
-      attr->sq_psn = c.local_psn;
+      attr->sq_psn = c.remote_psn;     // the peer's announced starting PSN (see RTR)
       if (type == IBV_QPT_XRC_RECV) {  // a target sends only responses
         attr->timeout = c.local_ack_timeout;
         *mask |= IBV_QP_TIMEOUT;

@@ -80,13 +80,4 @@ class TcpLink {
   std::vector<uint8_t> out_;
 };
 
-// The peer of a CM connection as the cma header of its REQ names it (the
-// connection's own peer when the header has the wildcard), with the
-// interface of a link-local address, which the header does not carry.
-inline transport::IpAddress peer_address(const CmaIpHeader& h, const TcpLink& link) {
-  transport::IpAddress a = h.src_ip.unspecified() ? link.peer_ip : h.src_ip;
-  if (a.link_local()) a.scope = a.bytes == link.peer_ip.bytes ? link.peer_ip.scope : link.local_ip.scope;
-  return a;
-}
-
 }  // namespace uroce::rdmacm

@@ -44,7 +44,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 #   - rdmacm: core and wire (below core); not the engine (architecture.md's
 #     narrower rule); of transport only datagram.h, for transport::IpAddress,
 #     the address type of "everything above the transport" (architecture.md
-#     "IPv6"); rdmacm does not use the transport's sockets.
+#     "IPv6"); rdmacm does not use the transport's sockets. Of the engine
+#     only gsi.h: QP1, which carries the CM's MADs to a kernel's CM.
 # Folders the two documents' tables do not name, placed by what CMake links
 # them against and what the documents say of them elsewhere:
 #   - src/rsockets: compiled into liburoce with verbs and rdmacm (which links
@@ -66,7 +67,7 @@ src/transport: -
 src/core: wire
 src/engine: core transport wire
 src/verbs: engine core transport wire
-src/rdmacm: core wire transport/datagram.h
+src/rdmacm: core wire transport/datagram.h engine/gsi.h
 src/rsockets: -
 include: uroce
 tools: core

@@ -1,0 +1,314 @@
+// The CM over QP1 (engine/gsi.h): how uroce's CM talks to a kernel's CM
+// (rxe, a RoCE NIC), which speaks IB CM MADs in UD datagrams to QP1 at UDP
+// 4791 and nothing else. uroce's CMs still talk to each other over their CM
+// connections (TCP); an id moves onto QP1 when its peer has no uroce CM:
+//   - passive: a listener also holds a UDP socket at its address and port,
+//     where the engine that receives a REQ or SIDR_REQ on QP1 passes it; the
+//     new id answers over QP1 (go_over_gsi).
+//   - active: when the CM connection is refused (no uroce CM listens there),
+//     the REQ or SIDR_REQ goes to the host's QP1 instead; a REJ "invalid
+//     service ID" within rdma_connect's grace period sends it back to the
+//     refused-connection retries (cm_active.cc).
+// There is no connection to lose over QP1: the request waiting for an
+// answer (REQ, REP, DREQ, SIDR_REQ) is resent until it comes, and the
+// state's timer ends the wait, as the IB CM's retries and timeouts do.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/device.h"
+#include "core/log.h"
+#include "rdmacm/cm_service.h"
+#include "wire/headers.h"
+
+namespace uroce::rdmacm {
+
+namespace {
+
+// Whether `ip` is an address of this host (an engine of it passed a request).
+bool is_host_address(const transport::IpAddress& ip) {
+  if (ip.loopback()) return true;
+  const ibv_gid gid = core::ip_to_gid(ip.bytes);
+  for (const core::HostAddress& h : core::host_addresses())
+    if (std::memcmp(h.gid.raw, gid.raw, sizeof gid.raw) == 0) return true;
+  return false;
+}
+
+// The messages that wait for an answer and are resent until it comes.
+bool awaits_answer(const CmMessage& m) {
+  return std::holds_alternative<ReqMessage>(m) || std::holds_alternative<RepMessage>(m) ||
+         std::holds_alternative<DreqMessage>(m) || std::holds_alternative<SidrReqMessage>(m);
+}
+
+}  // namespace
+
+void CmService::gsi_sink(const engine::GsiMad& mad) {
+  CmService& s = get();
+  // What only reports an event is handled here, in its place among the data
+  // (an RTU's ESTABLISHED before the completion of the SEND behind it), when
+  // the CM is free; the rest (it sends, or programs QPs) and everything when
+  // the CM is busy go to the progress thread.
+  if (s.mu.try_lock()) {
+    std::lock_guard lock(s.mu, std::adopt_lock);
+    if (s.handle_in_place(mad)) return;
+  }
+  {
+    std::lock_guard lock(s.inbox_mu_);
+    if (s.inbox_.size() >= kMaxInbox) return;  // the peer's CM resends
+    s.inbox_.push_back(mad);
+  }
+  eventfd_write(s.inbox_fd_, 1);
+}
+
+bool CmService::handle_in_place(const engine::GsiMad& g) {
+  auto mad = decode_mad(g.mad);
+  if (!mad) return true;  // dropped either way
+  if (auto* rtu = std::get_if<RtuMessage>(&mad->message)) {
+    if (CmId* id = gsi_id(rtu->remote_comm_id)) on_rtu(id);
+    return true;
+  }
+  if (auto* drep = std::get_if<DrepMessage>(&mad->message)) {
+    if (CmId* id = gsi_id(drep->remote_comm_id)) on_drep(id);
+    return true;
+  }
+  if (auto* dreq = std::get_if<DreqMessage>(&mad->message)) {
+    CmId* id = gsi_id(dreq->remote_comm_id);
+    if (!id || (id->state != CmState::kEstablished && id->state != CmState::kRepSent)) return false;
+    on_dreq(id, mad->transaction_id, *dreq);  // DISCONNECTED; the DREP comes with rdma_disconnect
+    return true;
+  }
+  return false;
+}
+
+void CmService::drain_inbox() {
+  eventfd_t v;
+  eventfd_read(inbox_fd_, &v);
+  std::vector<engine::GsiMad> mads;
+  mads.reserve(kMaxInbox);
+  {
+    std::lock_guard lock(inbox_mu_);
+    mads.swap(inbox_);
+    inbox_.reserve(kMaxInbox);
+  }
+  for (const engine::GsiMad& m : mads) on_gsi_mad(m);
+}
+
+CmId* CmService::gsi_id(uint32_t local_comm_id) {
+  auto it = gsi_ids_.find(local_comm_id);
+  return it == gsi_ids_.end() ? nullptr : it->second;
+}
+
+void CmService::on_gsi_mad(const engine::GsiMad& g) {
+  auto mad = decode_mad(g.mad);
+  if (!mad) return;
+  const uint64_t tid = mad->transaction_id;
+  struct Dispatch {
+    CmService* s;
+    const engine::GsiMad& g;
+    uint64_t tid;
+    void operator()(const RepMessage& m) const {
+      CmId* id = s->gsi_id(m.remote_comm_id);
+      if (!id) return;
+      if (id->state == CmState::kReqSent) {
+        id->gsi_peer = engine::gsi_reply_endpoint(g.src);
+        // A uroce peer answers from its engine's private port: its data goes there too.
+        if (g.src.port && g.src.port < wire::kRoceSourcePortMin) id->conn.remote_lid = g.src.port;
+        s->on_rep(id, m);
+      } else if (id->state == CmState::kEstablished && id->conn.remote_comm_id == m.local_comm_id) {
+        // Our RTU was lost: the REP came again.
+        RtuMessage rtu;
+        rtu.local_comm_id = id->conn.local_comm_id;
+        rtu.remote_comm_id = id->conn.remote_comm_id;
+        (void)s->send_gsi(id, rtu, id->conn.transaction_id);
+      }
+    }
+    void operator()(const RejMessage& m) const {
+      if (CmId* id = s->gsi_id(m.remote_comm_id)) s->on_gsi_rej(id, m);
+    }
+    void operator()(const RtuMessage& m) const {
+      if (CmId* id = s->gsi_id(m.remote_comm_id)) s->on_rtu(id);
+    }
+    void operator()(const DreqMessage& m) const {
+      CmId* id = s->gsi_id(m.remote_comm_id);
+      DrepMessage drep;
+      drep.local_comm_id = m.remote_comm_id;
+      drep.remote_comm_id = m.local_comm_id;
+      if (id && id->state != CmState::kTimewait && id->state != CmState::kClosed) {
+        s->on_dreq(id, tid, m);
+      } else {
+        // Gone, or our DREP was lost: the IB CM answers a DREQ it cannot
+        // place with a DREP.
+        s->send_gsi_from(g.dst_ip, engine::gsi_reply_endpoint(g.src), drep, tid);
+      }
+    }
+    void operator()(const DrepMessage& m) const {
+      if (CmId* id = s->gsi_id(m.remote_comm_id)) s->on_drep(id);
+    }
+    void operator()(const SidrRepMessage& m) const {
+      CmId* id = s->gsi_id(m.request_id);
+      if (!id || id->state != CmState::kSidrReqSent) return;
+      if (m.status == SidrStatus::kSidUnsupported && s->retry_refused(id)) return;
+      s->on_sidr_rep(id, m);
+    }
+    // Requests come through a listener's socket; the rest is not for an id.
+    void operator()(const ReqMessage&) const {}
+    void operator()(const SidrReqMessage&) const {}
+    void operator()(const PortInfoMessage&) const {}
+  };
+  std::visit(Dispatch{this, g, tid}, mad->message);
+}
+
+void CmService::on_gsi_rej(CmId* id, const RejMessage& rej) {
+  if (id->state == CmState::kReqSent && rej.reason == uint16_t(RejReason::kInvalidServiceId) && retry_refused(id))
+    return;
+  on_rej(id, rej);
+}
+
+bool CmService::retry_refused(CmId* id) {
+  // Nobody listens yet: within the grace period, back to the retries of a
+  // refused CM connection (cm_active.cc), which come here again.
+  if (Clock::now() >= id->refused_grace_end) return false;
+  leave_gsi(id);
+  arm_timer(id, TimerKind::kConnectRetry, kConnectRetryMs);
+  return true;
+}
+
+void CmService::on_gsi_listener_ready(CmId* listener) {
+  for (int i = 0; i < kRequestBurst && listener->gsi_sock >= 0; ++i) {
+    uint8_t buf[engine::kGsiEnvelopeBytes + 1];
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    ssize_t n = recvfrom(listener->gsi_sock, buf, sizeof buf, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0) return;
+    IpEndpoint sender;
+    auto g = engine::decode_gsi_envelope(std::span<const uint8_t>(buf, size_t(n)));
+    if (!endpoint_of(from, &sender) || !is_host_address(sender.ip) || !g) {
+      log_limited(core::LogLevel::kWarn, "rdma_cm: dropping a datagram at port %u that no engine of this host sent",
+                  listener->src_port);
+      continue;
+    }
+    auto mad = decode_mad(g->mad);
+    if (!mad) continue;
+    RequestOrigin o{listener, g->dst_ip, g->src.ip, nullptr, engine::gsi_reply_endpoint(g->src)};
+    if (auto* req = std::get_if<ReqMessage>(&mad->message)) {
+      if (!answer_duplicate(o, req->local_comm_id)) on_req(o, mad->transaction_id, *req);
+    } else if (auto* sreq = std::get_if<SidrReqMessage>(&mad->message)) {
+      if (!answer_duplicate(o, sreq->request_id)) on_sidr_req(o, mad->transaction_id, *sreq);
+    }
+  }
+}
+
+bool CmService::answer_duplicate(const RequestOrigin& from, uint32_t remote_comm_id) {
+  for (auto& [comm_id, id] : gsi_ids_) {
+    if (id->conn.remote_comm_id != remote_comm_id || id->dst_ip.bytes != from.peer_ip.bytes) continue;
+    // A REQ resent before our REP arrived: the REP again (a SIDR_REP, or
+    // nothing while the application has not answered).
+    if (id->state == CmState::kRepSent || (id->abi.qp_type == IBV_QPT_UD && id->state == CmState::kClosed))
+      (void)engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, id->last_request);
+    return true;
+  }
+  return false;
+}
+
+int CmService::open_gsi_listener(CmId* listener) {
+  int fd = socket(family_of(listener->src_ip), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  int v6only = listener->afonly || !listener->src_ip.unspecified();
+  if (!listener->src_ip.is_v4()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+  SockAddr a = make_sockaddr(listener->src_ip, listener->src_port);
+  if (::bind(fd, &a.sa, a.len()) != 0) {
+    int err = errno;
+    LOG_INFO("rdma_cm: port %u: no QP1 listener (%s): only uroce peers can connect", listener->src_port, strerror(err));
+    close(fd);
+    return err;
+  }
+  const uint64_t token = next_token_++;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = token;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  listener->gsi_sock = fd;
+  listener->gsi_token = token;
+  gsi_listeners_[token] = listener;
+  return 0;
+}
+
+void CmService::close_gsi_listener(CmId* listener) {
+  if (listener->gsi_sock < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listener->gsi_sock, nullptr);
+  close(listener->gsi_sock);
+  listener->gsi_sock = -1;
+  gsi_listeners_.erase(listener->gsi_token);
+}
+
+void CmService::go_over_gsi(CmId* id, const transport::Endpoint& peer) {
+  id->over_gsi = true;
+  id->gsi_peer = peer;
+  gsi_ids_[id->conn.local_comm_id] = id;
+}
+
+void CmService::leave_gsi(CmId* id) {
+  cancel_resend(id);
+  if (auto it = gsi_ids_.find(id->conn.local_comm_id); it != gsi_ids_.end() && it->second == id) gsi_ids_.erase(it);
+  id->over_gsi = false;
+}
+
+void CmService::request_over_gsi(CmId* id) {
+  go_over_gsi(id, transport::Endpoint{id->dst_ip, wire::kRoceV2Port});
+  if (id->state == CmState::kSidrReqSent) {
+    send_sidr_req(id);
+    arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
+  } else {
+    send_req(id);  // arms the REP timer
+  }
+}
+
+int CmService::send_gsi(CmId* id, const CmMessage& m, uint64_t tid) {
+  if (!id->port.device) return ENODEV;
+  Mad mad = encode_mad(tid, m);
+  if (awaits_answer(m) || std::holds_alternative<SidrRepMessage>(m)) id->last_request = mad;
+  if (awaits_answer(m)) arm_resend(id, kFirstResendMs);
+  return engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, mad);
+}
+
+void CmService::send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
+                              uint64_t tid) {
+  auto dp = device_for_ip(local_ip);
+  if (!dp.ok()) return;
+  (void)engine::gsi_send(dp->device->verbs, to, local_ip, encode_mad(tid, m));
+}
+
+void CmService::arm_resend(CmId* id, int ms) {
+  cancel_resend(id);
+  id->resend_ms = ms;
+  id->resend_timer = timers_.emplace(Clock::now() + std::chrono::milliseconds(ms), TimerEntry{id, TimerKind::kResend});
+  ensure_thread();
+  wake();
+}
+
+void CmService::cancel_resend(CmId* id) {
+  if (!id->resend_timer) return;
+  timers_.erase(*id->resend_timer);
+  id->resend_timer.reset();
+}
+
+void CmService::on_resend(CmId* id) {
+  const uint16_t attr = uint16_t(id->last_request[16] << 8 | id->last_request[17]);
+  const bool waiting = (id->state == CmState::kReqSent && attr == uint16_t(CmAttr::kReq)) ||
+                       (id->state == CmState::kRepSent && attr == uint16_t(CmAttr::kRep)) ||
+                       (id->state == CmState::kDreqSent && attr == uint16_t(CmAttr::kDreq)) ||
+                       (id->state == CmState::kSidrReqSent && attr == uint16_t(CmAttr::kSidrReq));
+  if (!id->over_gsi || !waiting || !id->port.device) return;
+  (void)engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, id->last_request);
+  arm_resend(id, std::min(2 * id->resend_ms, kMaxResendMs));
+}
+
+}  // namespace uroce::rdmacm
