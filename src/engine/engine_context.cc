@@ -45,9 +45,12 @@ std::vector<EngineContext*>& live_contexts() {
   static std::vector<EngineContext*> v;
   return v;
 }
+// The ACKs that application turns left waiting (a process that exits right after
+// polling a receive): sent, waiting for the receive turn if a thread has it, so
+// that the peer does not retry a message that was delivered.
 void send_acks_at_exit() {
   std::lock_guard lock(live_mu());
-  for (EngineContext* e : live_contexts()) e->send_deferred_acks_now();
+  for (EngineContext* e : live_contexts()) e->send_deferred_acks_now(true);
 }
 }  // namespace
 

@@ -10,9 +10,23 @@ namespace uroce::engine {
 
 TxBatch::TxBatch() : arena_(new uint8_t[size_t(kMaxPackets) * kMaxPacketBytes]) {}
 
+namespace {
+// Constant-initialized and trivially destructible: readable after the
+// thread's other thread_local objects are gone.
+thread_local bool t_batch_destroyed = false;
+struct ThreadBatch {
+  TxBatch batch;
+  ~ThreadBatch() { t_batch_destroyed = true; }
+};
+}  // namespace
+
 TxBatch& TxBatch::local() {
-  thread_local TxBatch batch;
-  return batch;
+  if (t_batch_destroyed) {
+    static TxBatch* const after_exit = new TxBatch();  // never freed: exit handlers may outlive statics
+    return *after_exit;
+  }
+  thread_local ThreadBatch b;
+  return b.batch;
 }
 
 void TxBatch::use(transport::DatagramTransport* t) {

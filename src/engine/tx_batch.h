@@ -94,7 +94,10 @@ class TxBatch {
 
   TxBatch();
 
-  // The calling thread's batch.
+  // The calling thread's batch. Once the thread's own is destroyed (a thread
+  // that calls exit() destroys its thread_local objects before the exit
+  // handlers run, and those may still send: send_acks_at_exit), a batch kept
+  // for the rest of the process's life, for the exiting thread.
   static TxBatch& local();
 
   // Flushes pending packets first if they belong to another transport.

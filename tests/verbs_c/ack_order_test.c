@@ -12,6 +12,9 @@
  *                 with IBV_WC_SUCCESS: the message was delivered, so it was ACKed before
  *                 B could react. ITERS fresh connections.
  *   recv_then_destroy  the same with ibv_destroy_qp instead of the move to ERR.
+ *   recv_then_exit  B exits (exit(), every verbs object still open) right after polling
+ *                 the receive completion: A's SEND must complete successfully and B end
+ *                 with status 0. ITERS processes.
  *
  * Usage: ack_order_test CASE [ITERS]. Exit 0 when every check passes; the summary line
  * says how many iterations violated the order. */
@@ -281,6 +284,63 @@ static void case_recv_then_disconnect(uint32_t iters, int destroy) {
          failed);
 }
 
+/* ---- recv_then_exit ---- */
+
+/* B, in a process of its own: one receive, and as soon as it completes, exit() with every
+ * verbs object still open, as short tools and error paths do. The ACK that B's polling
+ * turn left waiting for its next post goes at exit (engine_context.cc, send_acks_at_exit). */
+static void run_exiter(const struct vp_params* p, uint32_t i, int wfd, int rfd) {
+  struct side b;
+  memset(&b, 0, sizeof b);
+  if (side_open(&b, p, (0x500 + i * 13) & 0xFFFFFF) || post_recv(&b) || connect_over(&b, p, wfd, rfd)) _exit(1);
+  struct ibv_wc wc;
+  if (poll_one(b.vp.cq, &wc) != 1 || wc.status != IBV_WC_SUCCESS || received_seq(&b) != i) _exit(1);
+  exit(0);
+}
+
+/* A, once per iteration: a fresh B; one SEND, which must complete successfully, and B must
+ * end with exit status 0 (not a signal). */
+static void case_recv_then_exit(uint32_t iters) {
+  struct vp_params p;
+  params(&p);
+  uint32_t bad_exits = 0, failed = 0;
+  for (uint32_t i = 0; i < iters && !g_failures; i++) {
+    int ab[2], ba[2];
+    if (pipe(ab) || pipe(ba)) exit(1);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0) exit(1);
+    if (child == 0) {
+      alarm(60);
+      close_other_ends(ab[1], ba[0]);
+      run_exiter(&p, i, ba[1], ab[0]);
+    }
+    close_other_ends(ab[0], ba[1]);
+    struct side a;
+    memset(&a, 0, sizeof a);
+    if (side_open(&a, &p, (0xA00 + i * 31) & 0xFFFFFF) || connect_over(&a, &p, ab[1], ba[0])) {
+      CHECK(0, "iteration %u: connection failed", i);
+      kill(child, SIGKILL);
+    } else {
+      CHECK(post_send(&a, i) == 0, "post_send");
+      struct ibv_wc wc;
+      CHECK(poll_one(a.vp.cq, &wc) == 1, "iteration %u: the send did not complete within %d ms", i, POLL_MS);
+      failed += wc.status != IBV_WC_SUCCESS;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && bad_exits++ == 0)
+      printf("iteration %u: B ended with status 0x%x\n", i, status);
+    close(ab[1]);
+    close(ba[0]);
+    side_close(&a);
+  }
+  CHECK(bad_exits == 0, "%u of %u processes that exited with open verbs objects did not exit cleanly", bad_exits,
+        iters);
+  CHECK(failed == 0, "%u of %u sends to a process that exited after receiving them failed", failed, iters);
+  printf("recv_then_exit: %u processes, %u unclean exits, %u failed sends\n", iters, bad_exits, failed);
+}
+
 int main(int argc, char** argv) {
   const char* c = argc > 1 ? argv[1] : "";
   uint32_t iters = argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 0;
@@ -292,8 +352,10 @@ int main(int argc, char** argv) {
     case_recv_then_disconnect(iters ? iters : 300, 0);
   } else if (!strcmp(c, "recv_then_destroy")) {
     case_recv_then_disconnect(iters ? iters : 300, 1);
+  } else if (!strcmp(c, "recv_then_exit")) {
+    case_recv_then_exit(iters ? iters : 30);
   } else {
-    fprintf(stderr, "usage: ack_order_test reply_order|recv_then_err|recv_then_destroy [ITERS]\n");
+    fprintf(stderr, "usage: ack_order_test reply_order|recv_then_err|recv_then_destroy|recv_then_exit [ITERS]\n");
     return 2;
   }
   return g_failures ? 1 : 0;
