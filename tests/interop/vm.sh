@@ -42,8 +42,13 @@ prepare() {
   done
   if ((${#need[@]})); then
     echo "vm.sh: apt-get install ${need[*]}"
+    # A fresh machine's package lists may be missing or stale: update them once, then retry.
     DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y --no-install-recommends \
-      "${need[@]}" >>"$log" 2>&1 || { tail -5 "$log"; skip "apt-get install ${need[*]} failed (see $log)"; }
+      "${need[@]}" >>"$log" 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive timeout 600 apt-get update -q >>"$log" 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y --no-install-recommends \
+          "${need[@]}" >>"$log" 2>&1; } ||
+      { tail -5 "$log"; skip "apt-get install ${need[*]} failed (see $log)"; }
   fi
   command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
 
@@ -58,6 +63,7 @@ prepare() {
     echo "vm.sh: downloading and extracting $kpkg"
     rm -rf "$kdir" "$CACHE/kernel.tmp" "$CACHE"/linux-image-*.deb
     (cd "$CACHE" && timeout 600 apt-get download "$kpkg" >>"$log" 2>&1) ||
+      (timeout 600 apt-get update -q >>"$log" 2>&1 && cd "$CACHE" && timeout 600 apt-get download "$kpkg" >>"$log" 2>&1) ||
       skip "apt-get download $kpkg failed (see $log)"
     dpkg -x "$CACHE/$kpkg"_*.deb "$CACHE/kernel.tmp"
     depmod -b "$CACHE/kernel.tmp" "$kver"
