@@ -7,6 +7,9 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
 here=$(dirname "$(readlink -f "$0")")
 exec >/dev/console 2>&1
+# The agent, read now: the checkout may live under /tmp or /run, which the tmpfs mounts
+# below cover in the guest.
+agent=$(<"$here/agent.py")
 say() { echo "interop-guest: $*"; }
 poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30; }
 
@@ -35,6 +38,7 @@ for m in rdma_rxe ib_uverbs rdma_ucm; do modprobe "$m" || { say "FAILED: modprob
 rdma link add rxe0 type rxe netdev eth0 || { say "FAILED: rdma link add"; poweroff_now; }
 for _ in $(seq 50); do ibv_devices 2>/dev/null | grep -q rxe0 && break; sleep 0.1; done
 say "rxe0 ready; starting the agent"
-python3 "$here/agent.py" "${ip_cidr%/*}" 7070
+printf '%s\n' "$agent" >/run/uroce-interop-agent.py
+python3 /run/uroce-interop-agent.py "${ip_cidr%/*}" 7070
 say "agent exited; powering off"
 poweroff_now
