@@ -16,14 +16,17 @@ namespace uroce::engine {
 
 namespace {
 
+// Never destroyed: a process may exit while its engines' threads still run
+// (exit() destroys statics under them; ASan saw a progress thread push into
+// the destroyed vector of a process that exited with a live context).
 std::mutex& internal_mu() {
-  static std::mutex mu;
-  return mu;
+  static std::mutex* const mu = new std::mutex;
+  return *mu;
 }
 
 std::vector<pid_t>& internal_tids() {  // guarded by internal_mu()
-  static std::vector<pid_t> tids;
-  return tids;
+  static std::vector<pid_t>* const tids = new std::vector<pid_t>;
+  return *tids;
 }
 
 pid_t own_tid() { return pid_t(syscall(SYS_gettid)); }
