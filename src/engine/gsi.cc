@@ -24,7 +24,7 @@ std::atomic<GsiSink> g_sink{nullptr};
 // What routing needs of a CM MAD (roce-facts.md §7.2, §7.3): the common
 // header's class and attribute, and where each message names the receiver.
 constexpr uint8_t kMgmtClassCm = 0x07;
-constexpr size_t kMgmtClassAt = 1, kTransactionIdAt = 8, kAttributeAt = 16, kBody = 24;
+constexpr size_t kMgmtClassAt = 1, kAttributeAt = 16, kBody = 24;
 enum : uint16_t { kReq = 0x0010, kRej = 0x0012, kSidrReq = 0x0017, kSidrRep = 0x0018 };
 constexpr size_t kServiceIdAt = kBody + 8;     // REQ and SIDR_REQ
 constexpr size_t kReqLocalCommIdAt = kBody;    // REQ; SIDR_REQ's request ID is there too
@@ -53,7 +53,7 @@ std::array<uint8_t, kMadBytes> unserved_answer(const uint8_t* request) {
   uint32_t id = wire::load_be32(request + kReqLocalCommIdAt);
   if (wire::load_be16(request + kAttributeAt) == kReq) {
     wire::store_be16(a.data() + kAttributeAt, kRej);
-    wire::store_be32(a.data() + kBody + 4, id);  // remote communication ID; byte 8: REQ rejected
+    wire::store_be32(a.data() + kRemoteCommIdAt, id);  // body byte 8 (0): the REQ is what is rejected
     wire::store_be16(a.data() + kBody + 10, kRejInvalidServiceId);
   } else {
     wire::store_be16(a.data() + kAttributeAt, kSidrRep);

@@ -16,10 +16,11 @@
 //     (uroce's communication IDs carry their engine's host slot in the top
 //     8 bits): this engine's go to the process's sink, the connection
 //     manager; another slot's through the host relay (host_relay.h).
-// Order: the MADs of a received burst reach the sink after the burst's data
-// packets have completed, and a MAD leaves after the ACKs the engine still
-// owes its peers: a CM event never overtakes the data path (a DISCONNECTED
-// before the completion of the last SEND acknowledged before the DREQ).
+// Order: a MAD reaches the sink in its place among a burst's packets (those
+// before it have completed, those after it have not), and a MAD leaves after
+// the ACKs the engine still owes its peers: a CM event neither overtakes the
+// data before it (a DISCONNECTED before the completion of the last SEND
+// acknowledged before the DREQ) nor falls behind the data after it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -66,8 +67,8 @@ inline constexpr unsigned comm_id_slot(uint32_t comm_id) { return comm_id >> 24;
 
 // Receives a packet for QPN 1 (dispatch, after the ICRC check): anything but
 // a UD SEND_ONLY of one MAD with the GSI Q_Key is dropped and counted; a MAD
-// is routed as above. MADs for the sink wait in `inbox` until
-// deliver_gsi_inbox (after the burst).
+// is routed as above. MADs for the sink wait in the engine's gsi_inbox until
+// process_burst delivers them, right after the packet that brought them.
 void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire::PacketView& pkt);
 
 // Sends one MAD from QP1 to QP1 at `dst` (a peer's 4791, or a uroce engine's
@@ -77,7 +78,7 @@ void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire:
                            std::span<const uint8_t, kMadBytes> mad);
 
 // The MADs for the sink received in the current burst (under the engine's
-// receive turn), delivered after it: nothing is allocated per MAD.
+// receive turn), delivered in their place in it: nothing is allocated per MAD.
 class GsiInbox {
  public:
   static constexpr size_t kMax = 32;  // per burst; beyond, dropped and counted (the CM retries)

@@ -87,14 +87,12 @@ bool CmService::handle_in_place(const engine::GsiMad& g) {
 void CmService::drain_inbox() {
   eventfd_t v;
   eventfd_read(inbox_fd_, &v);
-  std::vector<engine::GsiMad> mads;
-  mads.reserve(kMaxInbox);
   {
     std::lock_guard lock(inbox_mu_);
-    mads.swap(inbox_);
-    inbox_.reserve(kMaxInbox);
+    draining_.swap(inbox_);  // both keep their capacity: nothing is allocated per MAD
   }
-  for (const engine::GsiMad& m : mads) on_gsi_mad(m);
+  for (const engine::GsiMad& m : draining_) on_gsi_mad(m);
+  draining_.clear();
 }
 
 CmId* CmService::gsi_id(uint32_t local_comm_id) {
@@ -208,7 +206,7 @@ bool CmService::answer_duplicate(const RequestOrigin& from, uint32_t remote_comm
     // A REQ resent before our REP arrived: the REP again (a SIDR_REP, or
     // nothing while the application has not answered).
     if (id->state == CmState::kRepSent || (id->abi.qp_type == IBV_QPT_UD && id->state == CmState::kClosed))
-      (void)engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, id->last_request);
+      resend_last(id);
     return true;
   }
   return false;
@@ -286,6 +284,10 @@ void CmService::send_gsi_from(const transport::IpAddress& local_ip, const transp
   (void)engine::gsi_send(dp->device->verbs, to, local_ip, encode_mad(tid, m));
 }
 
+void CmService::resend_last(CmId* id) {
+  (void)engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, id->last_request);
+}
+
 void CmService::arm_resend(CmId* id, int ms) {
   cancel_resend(id);
   id->resend_ms = ms;
@@ -307,7 +309,7 @@ void CmService::on_resend(CmId* id) {
                        (id->state == CmState::kDreqSent && attr == uint16_t(CmAttr::kDreq)) ||
                        (id->state == CmState::kSidrReqSent && attr == uint16_t(CmAttr::kSidrReq));
   if (!id->over_gsi || !waiting || !id->port.device) return;
-  (void)engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, id->last_request);
+  resend_last(id);
   arm_resend(id, std::min(2 * id->resend_ms, kMaxResendMs));
 }
 

@@ -137,11 +137,15 @@ void CmService::reject_request(const RequestOrigin& from, uint64_t tid, const Re
   rej.remote_comm_id = req.local_comm_id;
   rej.message_rejected = RejectedMessage::kReq;
   rej.reason = uint16_t(reason);
+  refuse_request(from, rej, tid);
+}
+
+void CmService::refuse_request(const RequestOrigin& from, const CmMessage& answer, uint64_t tid) {
   if (!from.link) {
-    send_gsi_from(from.local_ip, from.gsi_reply, rej, tid);
+    send_gsi_from(from.local_ip, from.gsi_reply, answer, tid);
     return;
   }
-  (void)from.link->send(encode_mad(tid, rej));  // best effort: the link closes either way
+  (void)from.link->send(encode_mad(tid, answer));  // best effort: the link closes either way
   close_link(from.link);
 }
 

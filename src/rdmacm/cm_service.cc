@@ -96,6 +96,7 @@ CmService::CmService() {
   ev.data.u64 = kInboxToken;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, inbox_fd_, &ev);
   inbox_.reserve(kMaxInbox);
+  draining_.reserve(kMaxInbox);
   engine::set_gsi_sink(&CmService::gsi_sink);
   uint64_t r = random_u64();
   next_tid_ = r << 16;

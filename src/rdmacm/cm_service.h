@@ -215,6 +215,8 @@ class CmService {
   // Sends a MAD from QP1 of the engine serving `local_ip` (no id: answers).
   void send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
                      uint64_t tid);
+  // Sends the id's last REQ / REP / DREQ / SIDR_REQ (or SIDR_REP) again.
+  void resend_last(CmId* id);
   void arm_resend(CmId* id, int ms);
   void cancel_resend(CmId* id);
   void on_resend(CmId* id);
@@ -262,6 +264,9 @@ class CmService {
   void on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
   void on_rtu(CmId* id);
   void reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason);
+  // The answer to a request no id takes (REJ, SIDR_REP), over the way it came:
+  // QP1, or its CM connection, which then closes.
+  void refuse_request(const RequestOrigin& from, const CmMessage& answer, uint64_t tid);
   // The new id of a request: its device, addresses and channel (null: no channel could be made).
   CmId* new_passive_id(const RequestOrigin& from, const CmaIpHeader& hdr, const DevicePort& dp);
 
@@ -303,6 +308,7 @@ class CmService {
   // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
   std::mutex inbox_mu_;
   std::vector<engine::GsiMad> inbox_;
+  std::vector<engine::GsiMad> draining_;  // the progress thread's: inbox_ swapped out, reused
   int inbox_fd_ = -1;
   // Tokens of the pending links: ascending token = accept order = deadline order.
   std::set<uint64_t> pending_links_;

@@ -25,12 +25,7 @@ void CmService::refuse_sidr(const RequestOrigin& from, uint64_t tid, const SidrR
   rep.request_id = req.request_id;
   rep.status = status;
   rep.service_id = req.service_id;
-  if (!from.link) {
-    send_gsi_from(from.local_ip, from.gsi_reply, rep, tid);
-    return;
-  }
-  (void)from.link->send(encode_mad(tid, rep));  // best effort: the link closes either way
-  close_link(from.link);
+  refuse_request(from, rep, tid);
 }
 
 void CmService::on_sidr_req(const RequestOrigin& from, uint64_t tid, const SidrReqMessage& req) {

@@ -186,10 +186,14 @@ uint32_t ip_field_delta(uint32_t field, uLong after) {
   return uint32_t(crc32_combine_op(lin4, 0, after));
 }
 
+// How many bytes of the ICRC's input follow the IPv4 header's bytes 4-7.
+size_t zeros_after_ip_field(size_t roce_len_with_icrc) {
+  return kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 4;
+}
+
 // The operator of the zero bytes after the IPv4 header's bytes 4-7.
 uLong after_ip_field(size_t roce_len_with_icrc) {
-  size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 4;
-  return crc32_combine_gen64(z_off64_t(zeros));
+  return crc32_combine_gen64(z_off64_t(zeros_after_ip_field(roce_len_with_icrc)));
 }
 
 // The inverse of a one-to-one GF(2)-linear map of 32 bits, given the images
@@ -237,8 +241,7 @@ uint32_t icrc_ip_field_xor(size_t roce_len_with_icrc, uint32_t icrc_xor) {
   thread_local std::array<Entry, 64> cache;
   Entry& e = cache[roce_len_with_icrc % cache.size()];
   if (e.len != roce_len_with_icrc) {
-    size_t zeros = kPseudoLen + roce_len_with_icrc - kIcrcSize - kIpIdOffset - 4;
-    e.undo_zeros = crc32_combine_gen64(z_off64_t(0xFFFFFFFFull - zeros));
+    e.undo_zeros = crc32_combine_gen64(z_off64_t(0xFFFFFFFFull - zeros_after_ip_field(roce_len_with_icrc)));
     e.len = roce_len_with_icrc;
   }
   uint32_t lin4 = uint32_t(crc32_combine_op(icrc_xor, 0, e.undo_zeros));

@@ -100,8 +100,8 @@ inline constexpr uint16_t kIpFlagDf = 0x4000;
 // packet of `roce_len_with_icrc` bytes by XOR `icrc_xor`. Exactly one exists:
 // the ICRC is affine in its input, and the 32 bits of a field followed by n
 // zero bits map onto the 32 bits of the CRC one to one (multiplication by
-// x^n modulo the CRC polynomial, which has an inverse). A per-thread cache
-// holds the inverse map for the last few lengths.
+// x^n modulo the CRC polynomial, which has an inverse). The inverse's
+// length-dependent part is one operator, cached per thread by length.
 uint32_t icrc_ip_field_xor(size_t roce_len_with_icrc, uint32_t icrc_xor);
 
 // A received packet's check when its sender may have used any IPv4
