@@ -1,5 +1,7 @@
 // Completer (IBA 9.7.5.1, rxe_comp.c): ACK/NAK/READ responses -> send
 // completions, plus the local ACK timeout and the RNR timer.
+#include <algorithm>
+
 #include "core/context.h"
 #include "core/cq.h"
 #include "engine/engine_context.h"
@@ -80,13 +82,50 @@ void restart_timer(EngineQp& qp, Clock::time_point now) {
 }
 
 // The acknowledgement of every PSN before `psn` ends the round-trip sample if
-// it covers the sampled packet (srtt = 7/8 srtt + 1/8 sample, as TCP's).
+// it covers the sampled packet: srtt and rttvar as TCP's (RFC 6298 2.2-2.3).
 void sample_rtt(EngineQp& qp, uint32_t psn, Clock::time_point now) {
   RttSample& s = qp.timers.rtt;
   if (!s.active || wire::psn_diff(psn, s.psn) <= 0) return;
   s.active = false;
   Clock::duration rtt = now - s.sent;
-  qp.timers.srtt = qp.timers.srtt.count() == 0 ? rtt : (7 * qp.timers.srtt + rtt) / 8;
+  QpTimers& t = qp.timers;
+  if (t.srtt.count() == 0) {
+    t.srtt = rtt;
+    t.rttvar = rtt / 2;
+    return;
+  }
+  Clock::duration err = rtt > t.srtt ? rtt - t.srtt : t.srtt - rtt;
+  t.rttvar = (3 * t.rttvar + err) / 4;
+  t.srtt = (7 * t.srtt + rtt) / 8;
+}
+
+// `acked` more PSNs acknowledged: the congestion window grows (slow start
+// below ssthresh, else +1 per window's worth), up to kMaxCwnd.
+void grow_window(CompleterState& c, uint32_t acked) {
+  if (c.recovering && wire::psn_diff(c.unacked_psn, c.recover_psn) >= 0) c.recovering = false;
+  if (c.cwnd < c.ssthresh) {
+    c.cwnd = std::min(c.cwnd + acked, c.ssthresh);
+  } else {
+    c.cwnd_credit += acked;
+    if (c.cwnd_credit >= c.cwnd) {
+      c.cwnd_credit -= c.cwnd;
+      ++c.cwnd;
+    }
+  }
+  c.cwnd = std::min(c.cwnd, kMaxCwnd);
+}
+
+// A loss (sequence NAK, local ACK timeout): the window halves, once for
+// all the losses of one window (those before recover_psn, the PSN the
+// requester had reached), as TCP's NewReno.
+void shrink_window(EngineQp& qp) {
+  CompleterState& c = qp.comp;
+  if (c.recovering) return;
+  c.ssthresh = std::max(c.cwnd / 2, kMinCwnd);
+  c.cwnd = c.ssthresh;
+  c.cwnd_credit = 0;
+  c.recovering = true;
+  c.recover_psn = qp.req.psn_end;
 }
 
 core::SendWqe* oldest_pending(EngineQp& qp) {
@@ -116,20 +155,29 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
   requester_run(qp, tx);
 }
 
-// Tail-loss probe (like TCP's TLP). The first probe after progress resends
-// only the newest packet, with AckReq: the responder answers a duplicate with
-// an ACK of all it has (C9-105: duplicates are acknowledged), a packet past a
-// hole with a sequence NAK, and a lost last packet with its ACK — so a peer
-// whose ACKs are merely late is not sent a window of duplicates. Later probes
-// go back N: after a hole whose NAK was lost, the responder stays silent
-// (one NAK per gap) and only the missing packet itself restarts it. READs and
-// atomics always go back N: their missing part is named by the responses.
+// Tail-loss probe (like TCP's TLP), for SENDs and WRITEs only. The first
+// probe after progress resends only the newest packet, with AckReq: the
+// responder answers a duplicate with an ACK of all it has (C9-105:
+// duplicates are acknowledged), a packet past a hole with a sequence NAK,
+// and a lost last packet with its ACK — so a peer whose ACKs are merely late
+// is not sent a window of duplicates. Later probes go back N: after a hole
+// whose NAK was lost, the responder stays silent (one NAK per gap) and only
+// the missing packet itself restarts it.
+// While a READ or atomic is outstanding there is no probe: the responder
+// executes a duplicate READ again (roce-facts §4.2: its responses are re-sent
+// from the duplicate's PSN) and replays an atomic's saved result, so a
+// probe sent while it is still working (a slow responder: the kernel's rxe
+// answers a 64 KiB READ after ~7 ms) adds work it must do before it can
+// answer, and re-sent windows of READs livelocked it. Their losses are found
+// by a sequence NAK (a later request arrived), by a response past a gap
+// (on_read_response), by an ACK past the READ (acknowledge_before), and
+// otherwise by the local ACK timeout (IBA 9.7.6.1.3), as on a NIC.
 void probe_tail(EngineQp& qp, TxBatch& tx) {
+  if (qp.req.reads_outstanding > 0) return;
   if (qp.timers.probes++ > 0) return go_back_n(qp, tx);
   uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
   uint32_t index;
-  const core::SendWqe* w = requester_wqe_at(qp, newest, &index);
-  if (!w || core::is_read_or_atomic(w->opcode)) return go_back_n(qp, tx);
+  if (!requester_wqe_at(qp, newest, &index)) return go_back_n(qp, tx);
   count_retransmit(qp);
   requester_rewind(qp, newest);
   requester_force_ack_req(qp);
@@ -174,8 +222,9 @@ void acknowledge_before(EngineQp& qp, uint32_t psn, Clock::time_point now) {
     complete_send_wqe(qp, w, IBV_WC_SUCCESS);
     advanced = true;
   }
-  if (wire::psn_diff(psn, qp.comp.unacked_psn) > 0) {
+  if (int32_t acked = wire::psn_diff(psn, qp.comp.unacked_psn); acked > 0) {
     qp.comp.unacked_psn = psn;
+    grow_window(qp.comp, uint32_t(acked));
     advanced = true;
   }
   retire_send_wqes(qp);
@@ -196,6 +245,7 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx, Clock::tim
       qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
       // The responder missed packets: go back to the PSN it expects.
       if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
+      shrink_window(qp);
       count_retransmit(qp);
       requester_rewind(qp, psn);
       requester_run(qp, tx);
@@ -295,6 +345,7 @@ void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Cl
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.read_offset += pkt.payload_len;
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
+  grow_window(qp.comp, 1);
   if (qp.comp.read_offset == w.length) {
     qp.comp.read_offset = 0;
     finish_response(qp, w, tx, now);
@@ -324,6 +375,7 @@ void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock
   if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
     return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
   qp.comp.unacked_psn = wire::psn_add(psn, 1);
+  grow_window(qp.comp, 1);
   finish_response(qp, w, tx, now);
 }
 
@@ -424,6 +476,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   qp.count(&QpCounters::local_ack_timeout_err);
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
+  shrink_window(qp);
   go_back_n(qp, tx);
   restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }

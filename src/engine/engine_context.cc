@@ -179,10 +179,11 @@ void EngineContext::close() {
     const auto& c = f->counters();
     std::fprintf(stderr,
                  "uroce fault injection (port %u, seed %llu): %llu sent, %llu lost, %llu duplicated, "
-                 "%llu reordered, %llu corrupted\n",
+                 "%llu reordered, %llu corrupted, %llu overflowed\n",
                  lid(), (unsigned long long)f->spec().seed, (unsigned long long)c.sent.load(),
                  (unsigned long long)c.lost.load(), (unsigned long long)c.duplicated.load(),
-                 (unsigned long long)c.reordered.load(), (unsigned long long)c.corrupted.load());
+                 (unsigned long long)c.reordered.load(), (unsigned long long)c.corrupted.load(),
+                 (unsigned long long)c.overflowed.load());
   }
   delete this;
 }

@@ -6,6 +6,7 @@
 // Lock contract: everything here is guarded by core::Qp::mu.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -84,12 +85,27 @@ struct RequesterState {
   uint32_t through_memory_posts = 0;  // posts until it is asked again
 };
 
+// The congestion window of a path through a socket, in PSNs (completer.cc,
+// grow_window / shrink_window): it starts at rxe's window (128), grows by
+// the PSNs acknowledged up to kMaxCwnd while nothing is lost (slow start
+// below ssthresh, then about one PSN per window), and halves — once per
+// window of loss — on a sequence NAK or a local ACK timeout, to kMinCwnd at
+// least. The requester sends at most min(its share of the window, cwnd).
+inline constexpr uint32_t kInitialCwnd = 128;
+inline constexpr uint32_t kMinCwnd = 32;
+inline constexpr uint32_t kMaxCwnd = 1024;
+
 struct CompleterState {
   uint32_t unacked_psn = 0;  // oldest PSN not yet acknowledged
   uint32_t read_offset = 0;  // bytes of the oldest READ already scattered
   uint8_t retry_left = 0;
   uint8_t rnr_retry_left = 0;
   bool rewound = false;  // go-back-N already requested for unacked_psn
+  uint32_t cwnd = kInitialCwnd;
+  uint32_t ssthresh = kMaxCwnd;
+  uint32_t cwnd_credit = 0;  // PSNs acknowledged towards the next +1 above ssthresh
+  uint32_t recover_psn = 0;  // a loss before this PSN does not shrink the window again
+  bool recovering = false;
 };
 
 // A saved READ (or, later, ATOMIC) context for duplicate replay (C9-110; the
@@ -182,15 +198,19 @@ struct QpTimers {
   Clock::time_point probe_deadline{};
   Clock::duration probe_interval{};
   unsigned probes = 0;  // probes since the last progress
-  // Smoothed round trip from request to acknowledgement (0: no sample yet).
-  // The first probe waits max(kFirstProbeInterval, 3 x srtt): when a peer's
-  // ACKs queue behind a deep socket buffer (many QPs streaming at once), a
-  // fixed 2 ms would resend data that is only late.
+  // Smoothed round trip from request to acknowledgement and its mean
+  // deviation (0: no sample yet). The first probe waits
+  // max(kFirstProbeInterval, 3 x srtt, srtt + 4 x rttvar): when a peer's ACKs
+  // queue behind a deep socket buffer (many QPs streaming at once) or a peer
+  // answers at a varying pace, a fixed 2 ms would resend data that is only late.
   Clock::duration srtt{};
+  Clock::duration rttvar{};
   RttSample rtt;
 };
 
-inline Clock::duration first_probe_interval(const QpTimers& t) { return std::max(kFirstProbeInterval, 3 * t.srtt); }
+inline Clock::duration first_probe_interval(const QpTimers& t) {
+  return std::max({kFirstProbeInterval, 3 * t.srtt, t.srtt + 4 * t.rttvar});
+}
 
 // Progress (or a first outstanding request): the next probe is the first one again.
 inline void restart_probes(QpTimers& t, Clock::time_point now) {

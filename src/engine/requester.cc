@@ -504,6 +504,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
   TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
   PeerJumbo peer(qp);
   uint32_t window_psns = 0;  // looked up at the first packet (a placed WRITE needs none)
+  bool through_socket = false;
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
     uint32_t index = qp.req.index;
     core::SendWqe& w = qp.sq.at(index);
@@ -530,9 +531,14 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
     uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
-    if (window_psns == 0)
-      window_psns = qp.engine()->transport().through_memory(qp.path.dst) ? kWindowPsns : kSocketWindowPsns;
+    if (window_psns == 0) {
+      through_socket = !qp.engine()->transport().through_memory(qp.path.dst);
+      window_psns = through_socket ? kSocketWindowPsns : kWindowPsns;
+    }
     uint32_t window = std::max(kMinWindowPsns, window_psns / senders);
+    // Through a socket the peer may be slower than this process: the
+    // congestion window bounds what is in flight (CompleterState::cwnd).
+    if (through_socket) window = std::min(window, qp.comp.cwnd);
     qp.req.ack_req_every = std::min(kMaxPacketsPerAckReq, window / 2);
     // A READ asks for at most the window's worth of responses at a time
     // (send_read_request): 64 QPs reading 1 MiB each asked for 64 MiB at

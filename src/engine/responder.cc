@@ -604,7 +604,11 @@ RespState duplicate(Request& r) {
     }
     return RespState::kDrop;
   }
-  // ACK everything received so far (PSN ePSN-1).
+  // ACKs are cumulative, so the answers to a resent message coalesce: a
+  // duplicate is acknowledged when it asks (AckReq) or ends its message, not
+  // once per packet (a requester resending a message of N packets gets one
+  // ACK, where rxe sends N). Acknowledge everything received so far (ePSN-1).
+  if (!r.pkt.bth().ack_req() && !(r.flags & wire::kOpEnd)) return RespState::kDone;
   uint32_t psn = wire::psn_add(s.epsn, wire::kPsnMask);
   if (!s.ack_pending || wire::psn_diff(psn, s.ack_psn) > 0) s.ack_psn = psn;
   s.ack_pending = true;

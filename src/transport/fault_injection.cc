@@ -55,12 +55,16 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
         *error = key + " must be a probability between 0 and 1, got '" + value + "'";
         return std::nullopt;
       }
-    } else if (key == "delay_us") {
+    } else if (uint32_t* number = key == "delay_us"     ? &s.delay_us
+                                  : key == "rate_mbit"  ? &s.rate_mbit
+                                  : key == "latency_us" ? &s.latency_us
+                                  : key == "queue_kb"   ? &s.queue_kb
+                                                        : nullptr) {
       if (!parse_whole(value, UINT32_MAX, &whole)) {
-        *error = "delay_us must be a whole number of microseconds up to 4294967295, got '" + value + "'";
+        *error = key + " must be a whole number up to 4294967295, got '" + value + "'";
         return std::nullopt;
       }
-      s.delay_us = uint32_t(whole);
+      *number = uint32_t(whole);
     } else if (key == "seed") {
       if (!parse_whole(value, UINT64_MAX, &whole)) {
         *error = "seed must be a whole number up to 18446744073709551615, got '" + value + "'";
@@ -99,6 +103,13 @@ FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
   return c;
 }
 
+void FaultyTransport::flip_bit(Copy& c) {
+  if (c.bytes.empty()) return;
+  size_t at = size_t(next_uniform() * double(c.bytes.size()));
+  c.bytes[at] ^= uint8_t(1u << unsigned(next_uniform() * 8));
+  counters_.corrupted.fetch_add(1, std::memory_order_relaxed);
+}
+
 TxDatagram FaultyTransport::datagram_of(Copy& c, iovec* iov) {
   *iov = iovec{c.bytes.data(), c.bytes.size()};
   TxDatagram d{};
@@ -120,10 +131,22 @@ void FaultyTransport::send_copies(std::vector<Copy>& copies) {
 void FaultyTransport::release_due(Clock::time_point now) {
   std::vector<Copy> due;
   while (!held_.empty() && held_.front().due <= now) {
+    held_bytes_ -= held_.front().bytes.size();
     due.push_back(std::move(held_.front()));
     held_.pop_front();
   }
   send_copies(due);
+}
+
+bool FaultyTransport::enter_link(Copy&& c, Clock::time_point now) {
+  if (held_bytes_ + c.bytes.size() > size_t(spec_.queue_kb) * 1024) return false;
+  // bytes * 8 / (rate_mbit * 10^6) seconds, in nanoseconds
+  auto carry = std::chrono::nanoseconds(spec_.rate_mbit ? uint64_t(c.bytes.size()) * 8000 / spec_.rate_mbit : 0);
+  link_free_ = std::max(link_free_, now) + carry;
+  c.due = std::max(c.due, link_free_ + std::chrono::microseconds(spec_.latency_us));
+  held_bytes_ += c.bytes.size();
+  held_.push_back(std::move(c));
+  return true;
 }
 
 size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
@@ -152,13 +175,25 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
       bool corrupt = next_uniform() < spec_.corrupt;
       bool dup = next_uniform() < spec_.dup;
       bool reorder = next_uniform() < spec_.reorder;
+      if (spec_.slow_link()) {
+        // Through the slow link, in order (a reordered datagram holds back the
+        // ones behind it too).
+        Copy c = copy_of(d);
+        if (corrupt) flip_bit(c);
+        if (reorder) {
+          c.due = now + std::chrono::microseconds(spec_.delay_us);
+          counters_.reordered.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (!enter_link(std::move(c), now)) counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+        if (dup) {
+          counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
+          if (!enter_link(copy_of(d), now)) counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
+      }
       if (corrupt || reorder) {
         Copy c = copy_of(d);
-        if (corrupt && !c.bytes.empty()) {
-          size_t at = size_t(next_uniform() * double(c.bytes.size()));
-          c.bytes[at] ^= uint8_t(1u << unsigned(next_uniform() * 8));
-          counters_.corrupted.fetch_add(1, std::memory_order_relaxed);
-        }
+        if (corrupt) flip_bit(c);
         if (reorder) {
           c.due = now + std::chrono::microseconds(spec_.delay_us);
           held_.push_back(std::move(c));

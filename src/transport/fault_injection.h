@@ -1,6 +1,7 @@
 // Fault injection for every datagram a process sends (design §5): loss,
-// duplication, reordering (with extra delay), corruption — seeded and
-// reproducible, configured by UROCE_FAULT, so any program, prebuilt ones
+// duplication, reordering (with extra delay), corruption, and a slow link
+// (a rate with a bounded queue: a slower peer or a congested port) — seeded
+// and reproducible, configured by UROCE_FAULT, so any program, prebuilt ones
 // included, can be run over a bad network.
 //
 // FaultyTransport decorates another DatagramTransport. Datagrams it must
@@ -28,12 +29,21 @@ struct FaultSpec {
   double reorder = 0;
   double corrupt = 0;
   uint32_t delay_us = 200;  // how long a reordered datagram is held back
+  // A slow link: rate_mbit Mbit/s (0: unlimited) and latency_us of one-way
+  // delay (0: none). Datagrams leave in order, each when the link has carried
+  // the ones before it, latency_us later; one that finds queue_kb KiB waiting
+  // is dropped (counted as overflowed), as at a switch port.
+  uint32_t rate_mbit = 0;
+  uint32_t latency_us = 0;
+  uint32_t queue_kb = 1024;
   uint64_t seed = 1;
 
-  bool any() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0; }
-  // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,seed=7"
-  // (probabilities in [0, 1]; delay_us and seed whole decimal numbers, taken
-  // exactly); nullopt (with a message in *error) on a malformed spec.
+  bool slow_link() const { return rate_mbit > 0 || latency_us > 0; }
+  bool any() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0 || slow_link(); }
+  // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,
+  // rate_mbit=400,latency_us=5000,queue_kb=512,seed=7" (probabilities in [0, 1]; the others
+  // whole decimal numbers, taken exactly); nullopt (with a message in *error)
+  // on a malformed spec.
   static std::optional<FaultSpec> parse(const std::string& text, std::string* error);
 };
 
@@ -43,6 +53,7 @@ struct FaultCounters {
   std::atomic<uint64_t> duplicated{0};
   std::atomic<uint64_t> reordered{0};
   std::atomic<uint64_t> corrupted{0};
+  std::atomic<uint64_t> overflowed{0};  // dropped at the slow link's full queue
 };
 
 class FaultyTransport final : public DatagramTransport {
@@ -74,9 +85,12 @@ class FaultyTransport final : public DatagramTransport {
   static uint64_t mix64(uint64_t z);
   double next_uniform();  // caller holds mu_
   Copy copy_of(const TxDatagram& d) const;
+  void flip_bit(Copy& c);  // caller holds mu_
   // The datagram that sends `c` through `*iov` (both must outlive the send).
   static TxDatagram datagram_of(Copy& c, iovec* iov);
-  void release_due(Clock::time_point now);     // caller holds mu_
+  void release_due(Clock::time_point now);  // caller holds mu_
+  // Queues `c` behind the slow link; false if its queue is full. Caller holds mu_.
+  bool enter_link(Copy&& c, Clock::time_point now);
   int timeout_for_held(int timeout_ms) const;  // caller holds mu_
   void send_copies(std::vector<Copy>& copies);
 
@@ -86,6 +100,8 @@ class FaultyTransport final : public DatagramTransport {
   std::mutex mu_;
   uint64_t rng_;
   std::deque<Copy> held_;
+  size_t held_bytes_ = 0;
+  Clock::time_point link_free_{};  // when the slow link has carried what it holds
 };
 
 }  // namespace uroce::transport

@@ -477,6 +477,36 @@ TEST_F(RequesterSlowAcks, FirstProbeWaitsForThreeRoundTrips) {
   EXPECT_EQ(re[0].psn, sq(1));
 }
 
+// A SEND, then a READ, neither answered, local ACK timeout 1.07 s / Expect no
+// probe in the first 500 ms (a responder executes a re-sent READ again: a
+// slow one was livelocked by probes), then at the local ACK timeout one
+// go-back-N resend of both, the READ request unchanged.
+TEST_F(RequesterSlowAcks, NoProbeWhileAReadIsOutstanding) {
+  std::vector<uint8_t> dst(3000, 0);
+  core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  auto t0 = Clock::now();
+  send(1, 10);
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.wr.rdma.remote_addr = 0x9000000;
+  wr.wr.rdma.rkey = 0x5151;
+  post_send(wr, {sge(dst.data(), 3000, m)});
+  auto orig = take();
+  ASSERT_EQ(orig.size(), 2u);
+  for (int ms = 2; ms <= 500; ms *= 2) {
+    run_timers(t0 + std::chrono::milliseconds(ms));
+    EXPECT_TRUE(take().empty()) << "probed at " << ms << " ms";
+  }
+  run_timers(Clock::now() + std::chrono::milliseconds(1100));
+  auto re = take();
+  ASSERT_EQ(re.size(), 2u);
+  EXPECT_EQ(re[0].psn, sq(0));
+  EXPECT_EQ(re[1].opcode, kReadRequest);
+  EXPECT_EQ(re[1].psn, sq(1));
+  EXPECT_EQ(re[1].reth_len, 3000u);
+}
+
 // No ACK arrives / Expect nothing resent before the timer, a go-back-N resend
 // of the outstanding packets after the local ACK timeout, retry_cnt such
 // resends, then IBV_WC_RETRY_EXC_ERR for the WR, FLUSH_ERR for the next and the
@@ -868,9 +898,14 @@ TEST_F(Requester, InlineSendCopiesAtPost) {
 // Post a 2 MiB SEND (2048 packets) on one QP / Expect `window` packets, no
 // more until an ACK. Then a second QP of the context streams too / Expect the
 // two to share the window: the first, acknowledged, sends up to half of it.
+// (The QPs' congestion windows are opened fully, as after slow start: the
+// share is what is tested here; CongestionWindow below tests cwnd.)
 class RequesterWindow : public Requester {
  protected:
+  static void open_cwnd(EngineQp* q) { q->comp.cwnd = q->comp.ssthresh = kMaxCwnd; }
+
   void expect_shared_window(uint32_t window) {
+    open_cwnd(qp);
     std::vector<uint8_t> big(2 << 20, 3);
     core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
     ibv_send_wr wr{};
@@ -888,6 +923,7 @@ class RequesterWindow : public Requester {
                       nullptr);
     engine->register_qp(qp);
     bring_up();
+    open_cwnd(qp);
     post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
     EXPECT_EQ(take().size(), window / 2);  // shared by two senders
     EXPECT_EQ(engine->senders(), 2u);
@@ -925,6 +961,7 @@ TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
+  open_cwnd(qp);
   post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
   EXPECT_EQ(take().size(), 1024u);
   core::QpCaps caps{64, 64, 4, 4, 64};
@@ -934,6 +971,7 @@ TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
   qp = b.get();
   engine->register_qp(qp);
   bring_up();
+  open_cwnd(qp);
   post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
   EXPECT_EQ(take().size(), 512u);
   qp = a;
@@ -949,6 +987,45 @@ TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
   for (size_t i = 0; i < tx.size(); ++i)
     EXPECT_EQ(tx[i].psn, wire::psn_add(sq_psn, i < 8 ? 1024 + i : 512 + i - 8)) << i;
   engine->unregister_qp(b.get());
+}
+
+// Post a 2 MiB SEND on a new QP through a socket / Expect rxe's window, 128
+// packets. ACK the first 100 / Expect the window grown by them (slow start:
+// 228), so 200 more. NAK (sequence error) at 150 / Expect the window halved
+// (the 278 it had grown to, after the 50 the NAK acknowledged: 139) and 139
+// packets resent from 150. A second NAK in the same window (at 160) / Expect
+// no second halving: 139 packets from 160.
+TEST_F(Requester, CongestionWindowStartsAtRxesGrowsAndHalvesOncePerWindow) {
+  std::vector<uint8_t> big(2 << 20, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), kInitialCwnd);
+  ack(sq(99));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 200u);
+  EXPECT_EQ(tx.front().psn, sq(128));
+  ack(sq(150), nak(0));
+  tx = take();
+  ASSERT_EQ(tx.size(), 139u);
+  EXPECT_EQ(tx.front().psn, sq(150));
+  EXPECT_EQ(qp->comp.cwnd, 139u);
+  ack(sq(160), nak(0));
+  tx = take();
+  ASSERT_EQ(tx.size(), 139u);
+  EXPECT_EQ(tx.front().psn, sq(160));
+}
+
+// Through shared memory / Expect no congestion window: the whole 512.
+TEST_F(Requester, NoCongestionWindowThroughMemory) {
+  transport->memory_path = true;
+  std::vector<uint8_t> big(2 << 20, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  EXPECT_EQ(take().size(), 512u);
 }
 
 // Thirty-one other QPs of the context are sending; post a 1 MiB SEND / Expect

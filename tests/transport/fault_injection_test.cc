@@ -262,6 +262,19 @@ TEST(FaultSpecParse, LargeSeedIsExact) {
 
 // any() of the default spec, of each probability alone, of delay and seed
 // alone / Expect true only when some probability is above 0.
+// Parse a slow link / Expect its rate and queue; the queue defaults to 1 MiB.
+TEST(FaultSpecParse, SlowLinkRateAndQueue) {
+  std::string error;
+  auto s = FaultSpec::parse("rate_mbit=400,latency_us=5000,queue_kb=256", &error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_EQ(s->rate_mbit, 400u);
+  EXPECT_EQ(s->latency_us, 5000u);
+  EXPECT_EQ(s->queue_kb, 256u);
+  EXPECT_EQ(FaultSpec{}.queue_kb, 1024u);
+  EXPECT_FALSE(FaultSpec::parse("rate_mbit=1.5", &error).has_value());
+  EXPECT_NE(error.find("rate_mbit"), std::string::npos) << error;
+}
+
 TEST(FaultSpec, AnyMeansSomeProbabilityAboveZero) {
   EXPECT_FALSE(FaultSpec{}.any());
   FaultSpec s;
@@ -273,6 +286,12 @@ TEST(FaultSpec, AnyMeansSomeProbabilityAboveZero) {
     one.*p = 0.001;
     EXPECT_TRUE(one.any());
   }
+  FaultSpec slow;
+  slow.rate_mbit = 100;
+  EXPECT_TRUE(slow.any());
+  FaultSpec far;
+  far.latency_us = 100;
+  EXPECT_TRUE(far.any());
 }
 
 // --- FaultyTransport ---
@@ -587,6 +606,47 @@ TEST(FaultyTransport, AnswersForTheInnerTransportButOffersNoGsoOrJumbo) {
   t->wake();
   EXPECT_EQ(log.wakes, 1u);
   EXPECT_DOUBLE_EQ(t->spec().loss, 0.5);
+}
+
+// Send 10 datagrams of 1,000 bytes at once through an 8 Mbit/s link (1 ms a
+// datagram) with a 6 KiB queue / Expect the first 6 queued and the rest
+// dropped as overflowed; the 6 released in order, the k-th not before
+// (k + 1) ms after the send.
+TEST(FaultyTransport, SlowLinkPacesInOrderAndDropsWhenItsQueueIsFull) {
+  Log log;
+  auto t = faulty(&log, parsed("rate_mbit=8,queue_kb=6"));
+  Datagrams dg(10, 1000);
+  auto start = Clock::now();
+  ASSERT_EQ(t->send_burst(std::span(dg.d)), 10u);
+  EXPECT_EQ(t->counters().overflowed.load(), 4u);
+  std::vector<RxDatagram> rx(8);
+  auto deadline = start + std::chrono::seconds(2);
+  while (log.sent.size() < 6 && Clock::now() < deadline) EXPECT_EQ(t->recv_burst(rx, 1), 0u);
+  ASSERT_EQ(log.sent.size(), 6u);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(log.sent[k], dg.expected(k)) << "datagram " << k;
+    EXPECT_GE(log.sent[k].at - start, std::chrono::milliseconds(k + 1)) << "datagram " << k;
+  }
+}
+
+// Send 5 datagrams through a link with 2 ms of latency and no rate limit /
+// Expect none before 2 ms, then all 5 unchanged and in order.
+TEST(FaultyTransport, LatencyDelaysEveryDatagramInOrder) {
+  Log log;
+  auto t = faulty(&log, parsed("latency_us=2000"));
+  Datagrams dg(5);
+  auto start = Clock::now();
+  send_all(*t, dg, 2);
+  EXPECT_TRUE(log.sent.empty());
+  std::vector<RxDatagram> rx(8);
+  auto deadline = start + std::chrono::seconds(2);
+  while (log.sent.size() < 5 && Clock::now() < deadline) EXPECT_EQ(t->recv_burst(rx, 1), 0u);
+  ASSERT_EQ(log.sent.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(log.sent[k], dg.expected(k)) << "datagram " << k;
+    EXPECT_GE(log.sent[k].at - start, std::chrono::microseconds(2000)) << "datagram " << k;
+  }
+  EXPECT_EQ(t->counters().overflowed.load(), 0u);
 }
 
 }  // namespace
