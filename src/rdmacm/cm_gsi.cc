@@ -267,6 +267,8 @@ void CmService::request_over_gsi(CmId* id) {
   } else {
     send_req(id);  // arms the REP timer
   }
+  if (core::config().cm_tcp && Clock::now() < id->refused_grace_end)
+    arm_timer(id, TimerKind::kConnectRetry, kGsiAnswerWaitMs);  // then the CM connection again (on_timer)
 }
 
 int CmService::send_gsi(CmId* id, const CmMessage& m, uint64_t tid) {

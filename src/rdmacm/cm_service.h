@@ -53,6 +53,12 @@ constexpr int kTimewaitMs = 500;         // DISCONNECTED -> TIMEWAIT_EXIT (the k
 // rely on the slack that ARP/route resolution gives a listener to appear.
 constexpr int kRefusedGraceMs = 500;
 constexpr int kConnectRetryMs = 10;
+// A refused CM connection sends the request over QP1 (a kernel's CM listens
+// there, cm_gsi.cc); within the grace period, with no answer after this
+// long, the CM connection is tried again: on a host whose uroce listener is
+// still coming up there may be no engine on the RoCE port yet to answer the
+// QP1 request (qperf sends its port before it listens: seen in CI).
+constexpr int kGsiAnswerWaitMs = 50;
 
 // A listener under abuse (junk, floods of connections, descriptor
 // exhaustion). An accepted CM connection that has not named an id with a REQ

@@ -185,7 +185,12 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
     case TimerKind::kConnectRetry:
       if ((id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) && !core::config().cm_tcp) {
         request_over_gsi(id);
+      } else if (id->over_gsi && Clock::now() >= id->refused_grace_end) {
+        // No answer over QP1 yet, and the grace period is over: QP1 it is.
+        if (id->state == CmState::kReqSent) arm_timer(id, TimerKind::kRep, kRepTimeoutMs);
+        if (id->state == CmState::kSidrReqSent) arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
       } else if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) {
+        leave_gsi(id);  // no answer over QP1 (yet): the CM connection once more
         if (int err = start_connect(id)) {
           connect_failed(id, err);
         } else {
