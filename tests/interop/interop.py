@@ -240,7 +240,7 @@ def status_text(rc, timeout):
 def parse_pair(argv):
     opts = dict(name="pair", logdir=".", uroce=None, direction=None, timeout=60, port=0,
                 ready_delay=None, expect=[], server_expect=[], client_expect=[], reject=[],
-                skip=None, capture=None)
+                skip=None, capture=None, max_waste=None)
     multi = {"--expect": "expect", "--server-expect": "server_expect",
              "--client-expect": "client_expect", "--reject": "reject"}
     i = 0
@@ -253,8 +253,8 @@ def parse_pair(argv):
             opts[multi[key]].append(val)
         elif key in ("--timeout", "--port"):
             opts[key[2:]] = int(val)
-        elif key == "--ready-delay":
-            opts["ready_delay"] = float(val)
+        elif key in ("--ready-delay", "--max-waste"):
+            opts[key[2:].replace("-", "_")] = float(val)
         elif key.startswith("--") and key[2:].replace("-", "_") in opts:
             opts[key[2:].replace("-", "_")] = val
         else:
@@ -291,6 +291,7 @@ def pair(o, state):
                         "%s.%s.host.log" % (base, role), o["uroce"])
 
     agent("run", cmd="dmesg -c >/dev/null", timeout=30)
+    rxe_before = rxe_counters() if o["max_waste"] is not None else {}
     problems = []
     capture = None
     if o["capture"]:
@@ -359,8 +360,13 @@ def pair(o, state):
             if m:
                 problems.append("%s output matches /%s/: %r" % (role, rx, m.group(0)))
     for line in dmesg.splitlines():
-        if re.search(r"WARNING:|BUG:|Oops", line):  # rxe's own; reported, not judged
+        if re.search(r"WARNING:|BUG:|Oops", line):  # rxe's own; judged only with --max-waste
             say("guest kernel: " + line.strip())
+            if o["max_waste"] is not None:
+                problems.append("the guest kernel warned: " + line.strip())
+    if o["max_waste"] is not None:
+        host_out = outs.get("server" if srv_side == "host" else "client", "")
+        problems += waste_problems(o["max_waste"], host_out, rxe_before, rxe_counters())
     if capture and not problems:
         problems += capture.compare(o["capture"], base)
 
@@ -373,6 +379,41 @@ def pair(o, state):
         return 1
     say("%s passed in %.1f s" % (o["name"], secs))
     return 0
+
+
+RXE_COUNTERS = "/sys/class/infiniband/rxe0/ports/1/hw_counters"
+
+
+def rxe_counters():
+    """rxe's port counters in the guest (name -> value)."""
+    out = agent("run", cmd="grep -H . %s/*" % RXE_COUNTERS, timeout=30)["out"]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"/(\w+):(\d+)$", out, re.M)}
+
+
+def waste_problems(limit, host_out, before, after):
+    """Work wasted on the wire, each at most `limit` % (issue: RC timing against real
+    peers): uroce's ghost responses (answers to requests it had re-sent too early) and
+    duplicate requests, of the packets it received (its `uroce stats` line), and rxe's
+    duplicate requests, of the packets rxe received in the run (its hw_counters)."""
+    problems = []
+    m = re.search(r"uroce stats .*", host_out)
+    if not m:
+        return ["no `uroce stats` line in uroce's output"]
+    line = m.group(0)
+    field = lambda name: int(re.search(r"[:,] %s (\d+)," % name, line).group(1))
+    rx = field("rx")
+    shares = [("uroce ghost responses", field("ghost"), rx),
+              ("uroce duplicate requests", field("duplicates"), rx)]
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    if "duplicate_request" in delta and "rcvd_pkts" in delta:
+        shares.append(("rxe duplicate requests", delta["duplicate_request"], delta["rcvd_pkts"]))
+    else:
+        problems.append("rxe's hw_counters have no duplicate_request / rcvd_pkts")
+    for what, n, total in shares:
+        say("%s: %d of %d packets received" % (what, n, total))
+        if n * 100 > limit * max(total, 1):
+            problems.append("%s: %d, over %g %% of %d" % (what, n, limit, total))
+    return problems
 
 
 class Capture:
