@@ -10,6 +10,7 @@
 
 #include "core/address_space.h"
 #include "core/dm.h"
+#include "core/guarded_access.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/mr_access.h"
@@ -88,6 +89,7 @@ Result<Mr*> MrTable::add(Pd* pd, void* addr, uint64_t length, uint64_t iova, uns
   }
   auto* mr = new (std::nothrow) Mr;
   if (!mr) return Result<Mr*>::error(ENOMEM);
+  arm_fault_guard();  // before the first access a peer may make (core/mr_access.h)
   std::unique_lock lock(mu_);
   uint32_t key;
   if (int e = take_slot_locked(false, &key)) {

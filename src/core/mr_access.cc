@@ -3,7 +3,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <mutex>
+
+#include "core/guarded_access.h"
+#include "core/proc_mem.h"
 
 namespace uroce::core {
 
@@ -29,6 +32,36 @@ bool vm_copy(void* dst, const void* src, size_t n, bool to_mr) noexcept {
   return true;
 }
 
+// The bytes of a plain region's copy past a fault (`left` of `n`), through
+// /proc/self/mem: as on the pages a NIC pinned, unless the kernel refuses.
+[[gnu::cold, gnu::noinline]] bool finish_copy(void* dst, const void* src, size_t n, size_t left, bool to_mr) noexcept {
+  auto* d = static_cast<uint8_t*>(dst) + (n - left);
+  auto* s = static_cast<const uint8_t*>(src) + (n - left);
+  return to_mr ? proc_mem_write(d, s, left) : proc_mem_read(d, s, left);
+}
+
+bool plain_copy(void* dst, const void* src, size_t n, bool to_mr) noexcept {
+  size_t left = guarded_copy(dst, src, n);
+  return left == 0 || finish_copy(dst, src, n, left, to_mr);
+}
+
+// An atomic by plain reads and writes under one lock: at an address that is
+// not 8-byte aligned (an MR registered with an unaligned iova), or where the
+// locked instruction faulted (memory this process may no longer write). Such
+// atomics are atomic against each other; against the locked instruction only
+// while both see the same protection.
+[[gnu::noinline]] bool locked_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare,
+                                     uint64_t* orig) noexcept {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  uint64_t old;
+  if (!plain_copy(&old, dst, sizeof old, false)) return false;
+  uint64_t now = cas ? (old == compare ? swap_add : old) : old + swap_add;
+  if (now != old && !plain_copy(dst, &now, sizeof now, true)) return false;  // (a failed compare writes nothing)
+  *orig = old;
+  return true;
+}
+
 }  // namespace
 
 bool is_on_demand(const Mr& mr) noexcept {
@@ -39,15 +72,26 @@ bool is_on_demand(const Mr& mr) noexcept {
 bool copy_from_mr(const Mr& mr, void* dst, const void* src, size_t n) noexcept {
   if (n == 0) return true;
   if (is_on_demand(mr)) return vm_copy(dst, src, n, false);
-  std::memcpy(dst, src, n);
-  return true;
+  return plain_copy(dst, src, n, false);
 }
 
 bool copy_to_mr(const Mr& mr, void* dst, const void* src, size_t n) noexcept {
   if (n == 0) return true;
   if (is_on_demand(mr)) return vm_copy(dst, src, n, true);
-  std::memcpy(dst, src, n);
-  return true;
+  return plain_copy(dst, src, n, true);
+}
+
+bool readable_in_place(const Mr& mr, const void* p, size_t n) noexcept {
+  return !is_on_demand(mr) && (n == 0 || guarded_readable(p, n));
+}
+
+bool atomic_on_mr(const Mr& mr, uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare, uint64_t* orig) noexcept {
+  if (is_on_demand(mr)) return false;
+  if ((reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+    auto* p = reinterpret_cast<uint64_t*>(dst);
+    if (cas ? guarded_compare_swap(p, compare, swap_add, orig) : guarded_fetch_add(p, swap_add, orig)) return true;
+  }
+  return locked_atomic(dst, cas, swap_add, compare, orig);
 }
 
 }  // namespace uroce::core

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "core/guarded_access.h"
 #include "engine/spin_advisor.h"
 
 namespace uroce::engine {
@@ -62,7 +63,7 @@ bool CopyHelper::start() noexcept {
     if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) return;
     // The helper takes no signal of the application's (it inherits the mask).
     sigset_t all, old;
-    sigfillset(&all);
+    core::blockable_signals(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     try {
       thread_ = std::thread([this] { run(); });

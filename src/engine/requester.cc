@@ -268,8 +268,9 @@ enum class Jumbo { kNotUsed, kSent, kLocalError };
 // ring, under the MR table's lock (the lifetime rule, core/mr.h). It takes
 // the PSNs of the MTU packets it stands for, so acknowledgements, rewinds and
 // retransmissions work as for those. kNotUsed: send MTU packets (the peer is
-// not reached through shared memory, or on-demand memory, which only the
-// fault-tolerant copy of add_payload_from may read).
+// not reached through shared memory, or on-demand memory or a page made
+// unreadable since registration, which only the fault-tolerant copy of
+// add_payload_from may read).
 Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, uint32_t psns) {
   constexpr unsigned kMaxPieces = 16;
   static const uint8_t kTrailer[8] = {};  // pad and the ICRC's place (not computed)
@@ -291,7 +292,7 @@ Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch&
     iov[n++] = iovec{qp.sq.inline_buf(index) + offset, len};
   } else {
     auto point = [&iov, &n](const core::Mr& mr, uint8_t* host, uint32_t take) {
-      if (core::is_on_demand(mr) || n == kMaxPieces - 1) return false;
+      if (n == kMaxPieces - 1 || !core::readable_in_place(mr, host, take)) return false;
       iov[n++] = iovec{host, take};
       return true;
     };

@@ -7,8 +7,6 @@
 #include <endian.h>
 
 #include <atomic>
-#include <cstring>
-#include <mutex>
 
 #include "core/ah.h"
 #include "core/context.h"
@@ -194,26 +192,6 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
   qp.count_sent(
       build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, wire::kAckNoCredit, qp.resp.msn, orig));
-}
-
-// Executes an atomic on 8 bytes of host memory; returns the original value.
-// std::atomic_ref makes it atomic against every other atomic of the process,
-// whatever QP it came through (IBV_ATOMIC_HCA). A host address that is not
-// 8-byte aligned (an MR registered with an unaligned iova) falls back to a lock.
-uint64_t execute_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare) {
-  if ((reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-    std::atomic_ref<uint64_t> v(*reinterpret_cast<uint64_t*>(dst));
-    if (!cas) return v.fetch_add(swap_add);
-    v.compare_exchange_strong(compare, swap_add);
-    return compare;  // the value found, equal or not
-  }
-  static std::mutex unaligned_mu;
-  std::lock_guard lock(unaligned_mu);
-  uint64_t old;
-  std::memcpy(&old, dst, 8);
-  uint64_t now = cas ? (old == compare ? swap_add : old) : old + swap_add;
-  std::memcpy(dst, &now, 8);
-  return old;
 }
 
 // --- the checks -------------------------------------------------------------
@@ -423,14 +401,12 @@ bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data
 
 // Runs an atomic through the R_Key under the MR table's lock. Regions
 // registered for on-demand paging do not take atomics (the device reports no
-// IBV_ODP_SUPPORT_ATOMIC): their memory may vanish under a plain access.
+// IBV_ODP_SUPPORT_ATOMIC): core::atomic_on_mr refuses them.
 bool atomic_payload(EngineQp& qp, const wire::AtomicEth& a, bool cas, uint64_t* orig) {
   bool done = false;
   auto c = qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, qp.qp_num(),
                                   [&](const core::Mr& mr, uint8_t* dst) {
-                                    if (core::is_on_demand(mr)) return;
-                                    *orig = execute_atomic(dst, cas, a.swap_add(), a.compare());
-                                    done = true;
+                                    done = core::atomic_on_mr(mr, dst, cas, a.swap_add(), a.compare(), orig);
                                   });
   return c == core::KeyCheck::kOk && done;
 }

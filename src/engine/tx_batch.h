@@ -13,8 +13,9 @@
 // arena and the region (the ring's copy is then the only one). The scope's
 // end flushes such packets, and it ends before the MR table's lock is
 // released, so a region deregistered after that is never read (the MR
-// lifetime rule, core/mr.h). On-demand-paging regions are always copied
-// (core/mr_access.h: only the fault-tolerant copy may read them). Through a
+// lifetime rule, core/mr.h). On-demand-paging regions, and pages made
+// unreadable after registration, are always copied (core/mr_access.h: only
+// the fault-tolerant copy may read them). Through a
 // socket payload is always copied: the kernel's copy from a gather list
 // costs per buffer, far more than copying here (measured with UDP GSO on
 // loopback, 15 segments of 4124 bytes a message: one buffer 12.1 GB/s, one
@@ -57,6 +58,7 @@ class TxBatch {
   // That pass comes in end_packet, which the caller reaches under the same
   // MR table lock as add_payload_from (the lifetime rule).
   static constexpr uint32_t kMinDeferredCopy = 256;
+  static_assert(kMinReference >= kMinDeferredCopy, "add_payload_from probes a piece read in place at this size on");
 
   // While one lives, add_payload_from may reference registered memory; its
   // end flushes the packets that do. Declare it after the guard of the MR

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "core/device.h"
+#include "core/guarded_access.h"
 #include "core/log.h"
 
 namespace uroce::rdmacm {
@@ -116,7 +117,7 @@ void CmService::wake() { eventfd_write(wake_fd_, 1); }
 void CmService::run() {
   // The application's signals are not ours to take.
   sigset_t all;
-  sigfillset(&all);
+  core::blockable_signals(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
   epoll_event evs[64];
   for (;;) {

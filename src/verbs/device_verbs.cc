@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/device.h"
+#include "core/guarded_access.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
 #include "verbs/import.h"
@@ -56,12 +57,13 @@ UROCE_API int ibv_get_device_index(ibv_device* device) {
 
 namespace {
 
-// Blocks every signal of the calling thread while it lives (errno kept).
+// Blocks the calling thread's signals while it lives (all but those of a
+// fault: core::blockable_signals), errno kept.
 class SignalsBlocked {
  public:
   SignalsBlocked() {
     sigset_t all;
-    sigfillset(&all);
+    uroce::core::blockable_signals(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old_);
   }
   ~SignalsBlocked() {
@@ -76,8 +78,8 @@ class SignalsBlocked {
   sigset_t old_;
 };
 
-// Opens the engine with every signal blocked, so that its progress thread
-// inherits a full mask: signals are the application's and must reach its
+// Opens the engine with the signals blocked, so that its progress thread
+// inherits the mask: signals are the application's and must reach its
 // threads, e.g. to interrupt a blocking ibv_get_cq_event with EINTR (a
 // process-directed signal goes to any thread that does not block it).
 EngineContext* open_context(Device* device) {
