@@ -64,9 +64,25 @@ bool has_outstanding(EngineQp& qp) {
 // The local ACK timer (IBA 9.7.6.1.3) with its tail-loss probes: armed from
 // `now` for a reliable QP with a timeout (attr.timeout 0: none). The timers
 // (QpTimers) are written in this file only.
+// The local ACK timer's length. The QP's timeout T (IBA 9.7.6.1.3) is the
+// least wait ("the minimum timeout that a QP waits for ACK/NACK", as
+// RDMAmojo's ibv_modify_qp puts it): uroce waits longer when the peer
+// answers slower than T allows — the measured round trip, srtt + 4 rttvar
+// as TCP's RTO, doubled on each timeout without progress — and at most 4 T,
+// so a dead peer is still found within (retry_cnt + 1) x 4 T. The kernel's
+// rxe under qemu, starved of CPU, acknowledged 64 KiB later than perftest's
+// 67 ms: each timeout resent a window it already held (11,092 duplicates in
+// one ib_write_bw run).
+Clock::duration ack_timer_length(const EngineQp& qp) {
+  const Clock::duration t = qp.local_ack_timeout();
+  const QpTimers& timers = qp.timers;
+  Clock::duration wait = std::max(t, timers.srtt + 4 * timers.rttvar) * (1u << std::min(timers.backoff, 2u));
+  return std::min(wait, 4 * t);
+}
+
 void arm_timer(EngineQp& qp, Clock::time_point now) {
   qp.timers.retransmit_armed = true;
-  qp.timers.retransmit_deadline = now + qp.local_ack_timeout();
+  qp.timers.retransmit_deadline = now + ack_timer_length(qp);
   restart_probes(qp.timers, now);
   qp.engine()->timer_armed();
 }
@@ -155,14 +171,16 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
   requester_run(qp, tx);
 }
 
-// Tail-loss probe (like TCP's TLP), for SENDs and WRITEs only. The first
-// probe after progress resends only the newest packet, with AckReq: the
+// Tail-loss probe (like TCP's TLP), for SENDs and WRITEs only, one packet
+// with AckReq each. The first after progress resends the newest packet: the
 // responder answers a duplicate with an ACK of all it has (C9-105:
 // duplicates are acknowledged), a packet past a hole with a sequence NAK,
-// and a lost last packet with its ACK — so a peer whose ACKs are merely late
-// is not sent a window of duplicates. Later probes go back N: after a hole
-// whose NAK was lost, the responder stays silent (one NAK per gap) and only
-// the missing packet itself restarts it.
+// and a lost last packet with its ACK. Later ones resend the oldest
+// unacknowledged packet: after a hole whose NAK was lost the responder stays
+// silent (one NAK per gap, roce-facts §4.2) until the missing packet itself
+// arrives. Never a window of duplicates: a peer whose ACKs are merely late
+// (the kernel's rxe under qemu takes milliseconds) was sent 17,920 of them
+// in one ib_write_bw run when later probes went back N.
 // While a READ or atomic is outstanding there is no probe: the responder
 // executes a duplicate READ again (roce-facts §4.2: its responses are re-sent
 // from the duplicate's PSN) and replays an atomic's saved result, so a
@@ -174,18 +192,15 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
 // otherwise by the local ACK timeout (IBA 9.7.6.1.3), as on a NIC.
 void probe_tail(EngineQp& qp, TxBatch& tx) {
   if (qp.req.reads_outstanding > 0) return;
-  if (qp.timers.probes++ > 0) return go_back_n(qp, tx);
-  uint32_t newest = wire::psn_add(qp.req.psn, wire::kPsnMask);  // req.psn - 1
-  uint32_t index;
-  if (!requester_wqe_at(qp, newest, &index)) return go_back_n(qp, tx);
+  const bool first = qp.timers.probes++ == 0;
+  const uint32_t psn = first ? wire::psn_add(qp.req.psn, wire::kPsnMask) : qp.comp.unacked_psn;  // newest: req.psn - 1
   count_retransmit(qp);
-  requester_rewind(qp, newest);
-  requester_force_ack_req(qp);
-  requester_run(qp, tx);
+  requester_resend_one(qp, psn, tx);
 }
 
 // Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
 void progress(EngineQp& qp, Clock::time_point now) {
+  qp.timers.backoff = 0;
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_retry_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
@@ -477,6 +492,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   shrink_window(qp);
+  ++qp.timers.backoff;
   go_back_n(qp, tx);
   restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }

@@ -78,6 +78,7 @@ struct RequesterState {
   // max_rd_atomic bounds: each part of a READ is one (send_read_request).
   uint32_t read_requests = 0;
   bool counted_sending = false;  // counted in EngineContext::senders()
+  bool single_packet = false;    // requester_resend_one: the run sends one packet
   bool jumbo_sent = false;       // by the current post (requester_after_post)
   // Whether the path goes through shared memory (requester_post), asked of
   // the transport every kThroughMemoryRecheck posts.
@@ -206,6 +207,7 @@ struct QpTimers {
   Clock::duration srtt{};
   Clock::duration rttvar{};
   RttSample rtt;
+  unsigned backoff = 0;  // local ACK timeouts since the last progress (completer.cc, ack_timer_length)
 };
 
 inline Clock::duration first_probe_interval(const QpTimers& t) {

@@ -485,6 +485,22 @@ void requester_read_part_done(EngineQp& qp) {
 
 void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
 
+void requester_resend_one(EngineQp& qp, uint32_t psn, TxBatch& tx) {
+  const RequesterState before = qp.req;
+  requester_rewind(qp, psn);
+  if (qp.req.psn != psn) return;  // not outstanding
+  requester_force_ack_req(qp);
+  qp.req.single_packet = true;
+  requester_run(qp, tx);
+  qp.req.single_packet = false;
+  if (wire::psn_diff(before.psn, qp.req.psn) <= 0) return;
+  // The packets after it are still in flight: back to where the requester was.
+  qp.req.index = before.index;
+  qp.req.offset = before.offset;
+  qp.req.psn = before.psn;
+  qp.req.pkts_since_ack_req = before.pkts_since_ack_req;
+}
+
 void requester_catch_up(EngineQp& qp) {
   // An ACK may acknowledge packets the requester was about to resend after a
   // rewind; never resend what is already acknowledged.
@@ -599,6 +615,7 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
       }
     }
     *sent = true;
+    if (qp.req.single_packet) break;
   }
   return false;
 }

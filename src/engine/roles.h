@@ -23,6 +23,9 @@ core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index);
 void requester_rewind(EngineQp& qp, uint32_t psn);
 // The next request packet sent carries AckReq (a tail-loss probe).
 void requester_force_ack_req(EngineQp& qp);
+// A tail-loss probe: the packet `psn` (outstanding) sent again, alone and
+// with AckReq; the requester then goes on from where it was.
+void requester_resend_one(EngineQp& qp, uint32_t psn, TxBatch& tx);
 // After an ACK: moves the requester past PSNs that are already acknowledged.
 void requester_catch_up(EngineQp& qp);
 // The last response of a READ or atomic arrived: its credit (max_rd_atomic)

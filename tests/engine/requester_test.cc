@@ -477,6 +477,31 @@ TEST_F(RequesterSlowAcks, FirstProbeWaitsForThreeRoundTrips) {
   EXPECT_EQ(re[0].psn, sq(1));
 }
 
+// A 10-packet SEND, not answered / Expect the first probe to resend only its
+// newest packet (PSN 9), the second only the oldest (PSN 0), each with
+// AckReq, and a SEND posted after them to go on at PSN 10: a probe never
+// resends a window (a peer whose ACKs are late would get it all twice).
+TEST_F(RequesterSlowAcks, ProbesResendOnePacketNewestThenOldest) {
+  auto t0 = Clock::now();
+  send(1, 10 * kMtu);
+  ASSERT_EQ(take().size(), 10u);
+  run_timers(t0 + std::chrono::milliseconds(3));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(9));
+  EXPECT_TRUE(re[0].ack_req);
+  run_timers(Clock::now() + std::chrono::milliseconds(10));
+  re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(0));
+  EXPECT_EQ(re[0].opcode, kSendFirst);
+  EXPECT_TRUE(re[0].ack_req);
+  send(2, 10);
+  re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(10));
+}
+
 // A SEND, then a READ, neither answered, local ACK timeout 1.07 s / Expect no
 // probe in the first 500 ms (a responder executes a re-sent READ again: a
 // slow one was livelocked by probes), then at the local ACK timeout one
@@ -505,6 +530,28 @@ TEST_F(RequesterSlowAcks, NoProbeWhileAReadIsOutstanding) {
   EXPECT_EQ(re[1].opcode, kReadRequest);
   EXPECT_EQ(re[1].psn, sq(1));
   EXPECT_EQ(re[1].reth_len, 3000u);
+}
+
+// A SEND acknowledged at least 40 ms after it left (srtt 40 ms, rttvar 20:
+// a round-trip timeout of 120 ms at least), then a SEND with no ACK, local
+// ACK timeout 67 ms / Expect nothing resent at 100 ms (past the QP's
+// timeout, which is a minimum: the peer is slower than it), the resend by
+// 4 x 67 ms (the most the timer waits).
+TEST_F(Requester, LocalAckTimerWaitsForASlowPeerUpToFourTimes) {
+  send(1, 10);
+  take();
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  ack(sq(0));
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  send(2, 10);
+  auto t_after = Clock::now();
+  ASSERT_EQ(take().size(), 1u);
+  run_timers(t_after + std::chrono::milliseconds(100));
+  EXPECT_TRUE(take().empty()) << "resent before the measured round trip's timeout";
+  run_timers(t_after + 4 * std::chrono::microseconds(67109) + std::chrono::milliseconds(1));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(1));
 }
 
 // No ACK arrives / Expect nothing resent before the timer, a go-back-N resend
