@@ -255,20 +255,9 @@ static void case_write_truncated(void) {
 }
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  static const struct {
-    const char* name;
-    void (*run)(void);
-  } cases[] = {{"write_readonly", case_write_readonly},   {"read_prot_none", case_read_prot_none},
-               {"atomic_readonly", case_atomic_readonly}, {"local_prot_none", case_local_prot_none},
-               {"write_shared_ro", case_write_shared_ro}, {"write_truncated", case_write_truncated}};
-  const char* c = argc == 2 ? argv[1] : "";
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (strcmp(c, cases[i].name)) continue;
-    cases[i].run();
-    printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
-    return g_failures ? 1 : 0;
-  }
-  fprintf(stderr, "usage: %s CASE (see the comment at the top of mprotect_test.c)\n", argv[0]);
-  return 2;
+  static const struct vp_case cases[] = {
+      {"write_readonly", case_write_readonly},   {"read_prot_none", case_read_prot_none},
+      {"atomic_readonly", case_atomic_readonly}, {"local_prot_none", case_local_prot_none},
+      {"write_shared_ro", case_write_shared_ro}, {"write_truncated", case_write_truncated}};
+  return vp_run_case(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -315,21 +315,8 @@ static void case_reset_cq(void) {
 }
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  static const struct {
-    const char* name;
-    void (*run)(void);
-  } cases[] = {{"rereg_access", case_rereg_access},   {"rereg_pd", case_rereg_pd},
-               {"rereg_addr", case_rereg_addr},       {"rereg_errors", case_rereg_errors},
-               {"parent_domain", case_parent_domain}, {"reset_cq", case_reset_cq}};
-  const char* c = argc == 2 ? argv[1] : "";
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (strcmp(c, cases[i].name)) continue;
-    cases[i].run();
-    printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
-    return g_failures ? 1 : 0;
-  }
-  fprintf(stderr, "usage: %s rereg_access | rereg_pd | rereg_addr | rereg_errors | parent_domain | reset_cq\n",
-          argv[0]);
-  return 2;
+  static const struct vp_case cases[] = {{"rereg_access", case_rereg_access},   {"rereg_pd", case_rereg_pd},
+                                         {"rereg_addr", case_rereg_addr},       {"rereg_errors", case_rereg_errors},
+                                         {"parent_domain", case_parent_domain}, {"reset_cq", case_reset_cq}};
+  return vp_run_case(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

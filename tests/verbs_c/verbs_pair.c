@@ -12,6 +12,21 @@
 
 int g_failures;
 
+int vp_run_case(int argc, char** argv, const struct vp_case* cases, size_t count) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* c = argc == 2 ? argv[1] : "";
+  for (size_t i = 0; i < count; i++) {
+    if (strcmp(c, cases[i].name)) continue;
+    cases[i].run();
+    printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
+    return g_failures ? 1 : 0;
+  }
+  fprintf(stderr, "usage: %s CASE, one of:", argv[0]);
+  for (size_t i = 0; i < count; i++) fprintf(stderr, " %s", cases[i].name);
+  fprintf(stderr, "\n");
+  return 2;
+}
+
 void vp_default_params(struct vp_params* p) {
   memset(p, 0, sizeof *p);
   p->mtu = IBV_MTU_1024;

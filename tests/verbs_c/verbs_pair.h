@@ -70,6 +70,15 @@ extern int g_failures;
     }                                             \
   } while (0)
 
+/* A program of named cases (one ctest each): runs the case argv[1] names, prints
+ * "NAME: passed" or "NAME: FAILED" and returns 0 / 1 by g_failures; a missing or unknown
+ * name prints the usage with every case's name and returns 2. */
+struct vp_case {
+  const char* name;
+  void (*run)(void);
+};
+int vp_run_case(int argc, char** argv, const struct vp_case* cases, size_t count);
+
 /* splitmix64: reproducible pseudo-random numbers for sizes, layouts and contents. */
 uint64_t vp_rand(uint64_t* state);
 

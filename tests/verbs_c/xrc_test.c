@@ -1055,11 +1055,7 @@ static void case_bad(void) {
 }
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  static const struct {
-    const char* name;
-    void (*run)(void);
-  } cases[] = {
+  static const struct vp_case cases[] = {
       {"domain", case_domain},
       {"srq", case_srq},
       {"send", case_send},
@@ -1072,15 +1068,5 @@ int main(int argc, char** argv) {
       {"domain_crash", case_domain_crash},
       {"bad", case_bad},
   };
-  const char* c = argc == 2 ? argv[1] : "";
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (strcmp(c, cases[i].name)) continue;
-    cases[i].run();
-    printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
-    return g_failures ? 1 : 0;
-  }
-  fprintf(stderr, "usage: %s CASE, one of:", argv[0]);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fprintf(stderr, " %s", cases[i].name);
-  fprintf(stderr, "\n");
-  return 2;
+  return vp_run_case(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }
