@@ -138,15 +138,26 @@ void FaultyTransport::release_due(Clock::time_point now) {
   send_copies(due);
 }
 
-bool FaultyTransport::enter_link(Copy&& c, Clock::time_point now) {
-  if (held_bytes_ + c.bytes.size() > size_t(spec_.queue_kb) * 1024) return false;
+void FaultyTransport::hold_back(Copy& c, Clock::time_point now) {
+  c.due = now + std::chrono::microseconds(spec_.delay_us);
+  counters_.reordered.fetch_add(1, std::memory_order_relaxed);
+}
+
+void FaultyTransport::hold(Copy&& c) {
+  held_bytes_ += c.bytes.size();
+  held_.push_back(std::move(c));
+}
+
+void FaultyTransport::enter_link(Copy&& c, Clock::time_point now) {
+  if (held_bytes_ + c.bytes.size() > size_t(spec_.queue_kb) * 1024) {
+    counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   // bytes * 8 / (rate_mbit * 10^6) seconds, in nanoseconds
   auto carry = std::chrono::nanoseconds(spec_.rate_mbit ? uint64_t(c.bytes.size()) * 8000 / spec_.rate_mbit : 0);
   link_free_ = std::max(link_free_, now) + carry;
   c.due = std::max(c.due, link_free_ + std::chrono::microseconds(spec_.latency_us));
-  held_bytes_ += c.bytes.size();
-  held_.push_back(std::move(c));
-  return true;
+  hold(std::move(c));
 }
 
 size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
@@ -180,14 +191,11 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
         // ones behind it too).
         Copy c = copy_of(d);
         if (corrupt) flip_bit(c);
-        if (reorder) {
-          c.due = now + std::chrono::microseconds(spec_.delay_us);
-          counters_.reordered.fetch_add(1, std::memory_order_relaxed);
-        }
-        if (!enter_link(std::move(c), now)) counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+        if (reorder) hold_back(c, now);
+        enter_link(std::move(c), now);
         if (dup) {
           counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
-          if (!enter_link(copy_of(d), now)) counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+          enter_link(copy_of(d), now);
         }
         continue;
       }
@@ -195,9 +203,8 @@ size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
         Copy c = copy_of(d);
         if (corrupt) flip_bit(c);
         if (reorder) {
-          c.due = now + std::chrono::microseconds(spec_.delay_us);
-          held_.push_back(std::move(c));
-          counters_.reordered.fetch_add(1, std::memory_order_relaxed);
+          hold_back(c, now);
+          hold(std::move(c));
         } else {
           send_copy(std::move(c));
         }

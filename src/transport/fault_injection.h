@@ -89,8 +89,13 @@ class FaultyTransport final : public DatagramTransport {
   // The datagram that sends `c` through `*iov` (both must outlive the send).
   static TxDatagram datagram_of(Copy& c, iovec* iov);
   void release_due(Clock::time_point now);  // caller holds mu_
-  // Queues `c` behind the slow link; false if its queue is full. Caller holds mu_.
-  bool enter_link(Copy&& c, Clock::time_point now);
+  // A reordered datagram: due delay_us from now, counted. Caller holds mu_.
+  void hold_back(Copy& c, Clock::time_point now);
+  // Keeps `c` in held_ until it is due (held_bytes_ counts it). Caller holds mu_.
+  void hold(Copy&& c);
+  // Queues `c` behind the slow link, or drops it (counted as overflowed) when
+  // the link's queue is full. Caller holds mu_.
+  void enter_link(Copy&& c, Clock::time_point now);
   int timeout_for_held(int timeout_ms) const;  // caller holds mu_
   void send_copies(std::vector<Copy>& copies);
 
@@ -100,7 +105,7 @@ class FaultyTransport final : public DatagramTransport {
   std::mutex mu_;
   uint64_t rng_;
   std::deque<Copy> held_;
-  size_t held_bytes_ = 0;
+  size_t held_bytes_ = 0;          // of held_'s copies (the slow link's queue)
   Clock::time_point link_free_{};  // when the slow link has carried what it holds
 };
 
