@@ -61,9 +61,6 @@ bool has_outstanding(EngineQp& qp) {
   return false;
 }
 
-// The local ACK timer (IBA 9.7.6.1.3) with its tail-loss probes: armed from
-// `now` for a reliable QP with a timeout (attr.timeout 0: none). The timers
-// (QpTimers) are written in this file only.
 // The local ACK timer's length. The QP's timeout T (IBA 9.7.6.1.3) is the
 // least wait ("the minimum timeout that a QP waits for ACK/NACK", as
 // RDMAmojo's ibv_modify_qp puts it): uroce waits longer when the peer
@@ -80,6 +77,9 @@ Clock::duration ack_timer_length(const EngineQp& qp) {
   return std::min(wait, 4 * t);
 }
 
+// The local ACK timer (IBA 9.7.6.1.3) with its tail-loss probes: armed from
+// `now` for a reliable QP with a timeout (attr.timeout 0: none). The timers
+// (QpTimers) are written in this file only.
 void arm_timer(EngineQp& qp, Clock::time_point now) {
   qp.timers.retransmit_armed = true;
   qp.timers.retransmit_deadline = now + ack_timer_length(qp);

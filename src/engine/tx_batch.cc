@@ -95,14 +95,17 @@ bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t
   // later copy, the pad and the ICRC then extend: a packet never has more
   // than kMaxPacketPieces pieces.
   bool room = piece_count_ - first_piece_ + 2 <= transport::kMaxPacketPieces;
+  bool may_refer = references_ok_ && room && len >= kMinReference && may_reference(dst_);
+  bool may_defer = copy_.src == nullptr && len >= kMinDeferredCopy;
   // Read later in place only what can be read now (not on-demand memory, nor
   // a page made unreadable since registration): the rest is copied now, by
-  // the copy that survives a fault (core/mr_access.h).
-  bool in_place = len >= kMinDeferredCopy && core::readable_in_place(mr, data, len);
-  if (references_ok_ && room && len >= kMinReference && in_place && may_reference(dst_)) {
+  // the copy that survives a fault (core/mr_access.h). Probed only where a
+  // later read would follow.
+  bool in_place = (may_refer || may_defer) && core::readable_in_place(mr, data, len);
+  if (may_refer && in_place) {
     pieces_[piece_count_++] = iovec{const_cast<uint8_t*>(data), len};
     referenced_ = true;
-  } else if (copy_.src == nullptr && in_place) {
+  } else if (may_defer && in_place) {
     // Stored by the ICRC's pass (end_packet), which prefetches what follows
     // in the region.
     const uint8_t* region_end = mr.host + mr.length;
