@@ -64,25 +64,47 @@ run_phase() {
   esac
 }
 
-summary=() status=0
+# What a failed phase's ctest reported: the names of its failed tests, and the last lines of
+# each one's output (CI keeps only the head and tail of a long log, so the summary repeats
+# them at the end).
+failure_digest() {
+  sed -n '/The following tests FAILED:/,/^Errors while running/p' "$1"
+  awk '/^ *Start +[0-9]+:|tests passed, [0-9]+ tests failed/ { if (failed) flush(); failed = 0; n = 0; next }
+       /Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)/ { failed = 1; name = $0; n = 0; next }
+       failed { tail[n++ % 15] = $0 }
+       function flush(  i, from) {
+         print "--- " name; from = n > 15 ? n - 15 : 0
+         for (i = from; i < n; i++) print "  " tail[i % 15]
+       }
+       END { if (failed) flush() }' "$1" | head -200
+}
+
+logs=$(mktemp -d)
+summary=() digests=() status=0
 for phase in $phases; do
   echo "test.sh: ===== phase $phase ====="
   start=$SECONDS
   rc=0
-  run_phase "$phase" "$@" || rc=$?
+  set +e
+  run_phase "$phase" "$@" 2>&1 | tee "$logs/$phase.log"
+  rc=${PIPESTATUS[0]}
+  set -e
   took=$((SECONDS - start))
   took_text=$(printf '%dm%02ds' $((took / 60)) $((took % 60)))
   case $rc in
     0) result=passed ;;
     77) result="skipped" ;;
-    *) result="FAILED (exit status $rc)"; status=1 ;;
+    *) result="FAILED (exit status $rc)"; status=1
+       digests+=("test.sh: ----- phase $phase failed -----" "$(failure_digest "$logs/$phase.log")") ;;
   esac
   summary+=("$(printf 'test.sh: phase %-6s %s in %s' "$phase" "$result" "$took_text")")
   echo "${summary[-1]}"
 done
 
 echo "test.sh: ===== summary ====="
+((${#digests[@]})) && printf '%s\n' "${digests[@]}"
 printf '%s\n' "${summary[@]}"
+rm -rf "$logs"
 if ((status)); then
   echo "test.sh: FAILED"
 else

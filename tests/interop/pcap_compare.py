@@ -14,6 +14,11 @@ each header field below, the set of values each side sent is compared:
   bits beside AckReq), and for each opcode both sent: bth.se, bth.ackreq, bth.padcnt,
   payload length; aeth.syndrome of ACKs.
 
+A request packet whose destination QP and PSN its side already sent is a retransmission:
+it is counted and checked like the others, but its AckReq is not compared (uroce's
+tail-loss probe resends one packet, whichever it is, with AckReq: docs/architecture.md
+"Reliability"; the first transmissions of both sides are compared as they are).
+
 A field whose sets differ fails the comparison unless the allow-list has a line
 `FIELD RXE_VALUES UROCE_VALUES REASON...` with exactly those sets (values comma-separated,
 '#' starts a comment). An allowed difference that is no longer seen is reported (the line
@@ -90,7 +95,8 @@ def fields_of(ip, udp, roce):
 def analyse(path, addrs):
     """-> ({side: {field: Counter}}, {side: packets}, [problems])"""
     seen = {side: collections.defaultdict(collections.Counter) for side in addrs.values()}
-    count = collections.Counter()
+    count, resent = collections.Counter(), collections.Counter()
+    sent = set()  # (side, destination QPN, PSN) of the request packets seen
     problems = []
     for number, (linktype, frame, orig_len) in enumerate(icrc_check.read_capture(path), 1):
         ip = icrc_check.ip_packet(linktype, frame)
@@ -114,8 +120,13 @@ def analyse(path, addrs):
             continue
         if icrc_check.icrc(iph, udp, roce) != icrc_check.carried_icrc(roce):
             problems.append("frame %d (%s): bad ICRC" % (number, side))
+        again = is_request(roce) and (side, roce[5:8], roce[9:12]) in sent
+        if is_request(roce):
+            sent.add((side, roce[5:8], roce[9:12]))
+        resent[side] += again
         for k, v in fields_of(iph, udp, roce).items():
-            seen[side][k][v] += 1
+            if not (again and k.startswith("bth.ackreq[")):
+                seen[side][k][v] += 1
     for side in addrs.values():
         if not count[side]:
             problems.append("no RoCEv2 packet from %s" % side)
@@ -123,7 +134,12 @@ def analyse(path, addrs):
             for bad in ("INVALID",):
                 if c.get(bad):
                     problems.append("%s: %d packets with an %s %s" % (side, c[bad], bad.lower(), k))
-    return seen, count, problems
+    return seen, count, resent, problems
+
+
+def is_request(roce):
+    """An RC SEND, RDMA WRITE or RDMA READ request packet (what a requester resends)."""
+    return roce[0] <= 0x0C
 
 
 def read_allow(path):
@@ -148,10 +164,10 @@ def main():
     ap.add_argument("--rxe", required=True)
     ap.add_argument("--allow", required=True)
     a = ap.parse_args()
-    seen, count, problems = analyse(a.capture, {a.uroce: "uroce", a.rxe: "rxe"})
+    seen, count, resent, problems = analyse(a.capture, {a.uroce: "uroce", a.rxe: "rxe"})
     allow = read_allow(a.allow)
-    print("%s: %d packets from rxe (%s), %d from uroce (%s)" %
-          (a.capture, count["rxe"], a.rxe, count["uroce"], a.uroce))
+    print("%s: %d packets from rxe (%s), %d from uroce (%s); retransmissions: rxe %d, uroce %d"
+          % (a.capture, count["rxe"], a.rxe, count["uroce"], a.uroce, resent["rxe"], resent["uroce"]))
     print("%-34s %-28s %-28s %s" % ("field", "rxe", "uroce", "verdict"))
     unexpected = 0
     for k in sorted(set(seen["rxe"]) | set(seen["uroce"])):
