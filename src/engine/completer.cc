@@ -162,6 +162,7 @@ void count_retransmit(EngineQp& qp) {
 // response).
 void go_back_n(EngineQp& qp, TxBatch& tx) {
   count_retransmit(qp);
+  qp.timers.probe_open = false;  // duplicates answered from here on are the window's
   qp.comp.rewound = false;
   core::SendWqe* w = oldest_pending(qp);
   uint32_t from = qp.comp.unacked_psn;
@@ -169,6 +170,16 @@ void go_back_n(EngineQp& qp, TxBatch& tx) {
     from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
   requester_rewind(qp, from);
   requester_run(qp, tx);
+}
+
+// The previous probe was acknowledged and drew no second ACK: it was needed
+// (a loss), so the floor a spurious one raised comes down again, halving to
+// kFirstProbeInterval. Without this, duplicated packets (a network that
+// duplicates ACKs) would raise it for good: one needed probe in ten judged
+// spurious then leaves it near kFirstProbeInterval.
+void note_needed_probe(QpTimers& t, uint32_t unacked_psn) {
+  if (!t.probe_open || wire::psn_diff(unacked_psn, t.probe_psn) <= 0) return;
+  t.probe_floor = std::max(t.probe_floor / 2, kFirstProbeInterval);
 }
 
 // Tail-loss probe (like TCP's TLP), for SENDs and WRITEs only, one packet
@@ -195,7 +206,25 @@ void probe_tail(EngineQp& qp, TxBatch& tx) {
   const bool first = qp.timers.probes++ == 0;
   const uint32_t psn = first ? wire::psn_add(qp.req.psn, wire::kPsnMask) : qp.comp.unacked_psn;  // newest: req.psn - 1
   count_retransmit(qp);
+  note_needed_probe(qp.timers, qp.comp.unacked_psn);
+  qp.timers.probe_psn = psn;
+  qp.timers.probe_open = true;
   requester_resend_one(qp, psn, tx);
+}
+
+// A plain ACK that acknowledges nothing new but covers the last probe's PSN
+// is the answer to a duplicate (C9-105): the original had arrived too and the
+// probe was spurious (TCP's D-SACK in RFC 2883 tells the same). The QP then
+// waits twice as long before its next first probe, up to kMaxProbeFloor.
+void note_spurious_probe(EngineQp& qp, const wire::PacketView& pkt) {
+  QpTimers& t = qp.timers;
+  if (!t.probe_open || wire::operation_of(pkt.bth().opcode()) != Operation::kAcknowledge ||
+      pkt.aeth().type() != wire::AckType::kAck)
+    return;
+  uint32_t psn = pkt.bth().psn();
+  if (wire::psn_diff(psn, t.probe_psn) < 0 || wire::psn_diff(psn, qp.comp.unacked_psn) >= 0) return;
+  t.probe_open = false;
+  t.probe_floor = std::min(2 * t.probe_floor, kMaxProbeFloor);
 }
 
 // Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
@@ -439,6 +468,7 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
     qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  note_spurious_probe(qp, pkt);
   if (is_ghost(qp, pkt)) {
     qp.engine()->stats.rx_ghost.fetch_add(1, std::memory_order_relaxed);
     return;

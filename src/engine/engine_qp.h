@@ -173,7 +173,10 @@ struct ResponderState {
 };
 static_assert(std::is_trivially_copyable_v<ResponderState>);
 
+// The shortest wait before a tail-loss probe, and how far a QP raises it
+// when its probes turn out spurious (completer.cc, note_spurious_probe).
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
+inline constexpr Clock::duration kMaxProbeFloor = std::chrono::milliseconds(64);
 
 // The round-trip sample in flight: a new (never resent) packet with AckReq,
 // timed until its acknowledgement. The requester starts and stamps it
@@ -199,9 +202,19 @@ struct QpTimers {
   Clock::time_point probe_deadline{};
   Clock::duration probe_interval{};
   unsigned probes = 0;  // probes since the last progress
+  // The first probe's floor: kFirstProbeInterval, doubled (up to
+  // kMaxProbeFloor) each time a probe proves spurious: a second ACK covers
+  // the probed PSN, so both the original and the probe had arrived. A peer
+  // that answers in bursts milliseconds apart (the kernel's rxe in a paused
+  // guest) is then waited for; on a lossy link probes find real losses and
+  // the floor stays low. `probe_psn` is the last probe's PSN while no
+  // duplicate answer to it has been seen (`probe_open`).
+  Clock::duration probe_floor = kFirstProbeInterval;
+  uint32_t probe_psn = 0;
+  bool probe_open = false;
   // Smoothed round trip from request to acknowledgement and its mean
   // deviation (0: no sample yet). The first probe waits
-  // max(kFirstProbeInterval, 3 x srtt, srtt + 4 x rttvar): when a peer's ACKs
+  // max(probe_floor, 3 x srtt, srtt + 4 x rttvar): when a peer's ACKs
   // queue behind a deep socket buffer (many QPs streaming at once) or a peer
   // answers at a varying pace, a fixed 2 ms would resend data that is only late.
   Clock::duration srtt{};
@@ -211,7 +224,7 @@ struct QpTimers {
 };
 
 inline Clock::duration first_probe_interval(const QpTimers& t) {
-  return std::max({kFirstProbeInterval, 3 * t.srtt, t.srtt + 4 * t.rttvar});
+  return std::max({t.probe_floor, 3 * t.srtt, t.srtt + 4 * t.rttvar});
 }
 
 // Progress (or a first outstanding request): the next probe is the first one again.

@@ -442,6 +442,71 @@ TEST_F(Requester, TailLossProbeDoesNotUseRetryBudget) {
   EXPECT_TRUE(poll(*scq).empty());
 }
 
+// A tail-loss probe, then an ACK of the SEND and a second ACK of the same
+// PSN (the responder's answer to the probe's duplicate) / Expect the next
+// SEND's first probe to wait twice kFirstProbeInterval: the probe was
+// spurious, the peer's ACKs are late rather than lost.
+TEST_F(Requester, SpuriousProbeDoublesTheProbeFloor) {
+  send(1, 10);
+  take();
+  run_timers(Clock::now() + kFirstProbeInterval + std::chrono::microseconds(500));
+  ASSERT_EQ(take().size(), 1u);
+  ack(sq(0));
+  ack(sq(0));  // the duplicate's answer
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  auto t_before = Clock::now();
+  send(2, 10);
+  auto t_after = Clock::now();
+  take();
+  run_timers(t_before + 2 * kFirstProbeInterval - std::chrono::microseconds(500));
+  EXPECT_TRUE(take().empty()) << "probed before the raised floor";
+  run_timers(t_after + 2 * kFirstProbeInterval + std::chrono::microseconds(500));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(1));
+}
+
+// A spurious probe (floor 2 x kFirstProbeInterval), then two SENDs whose
+// probes are each answered by one ACK (needed: losses) / Expect the fourth
+// SEND probed after kFirstProbeInterval again: the second needed probe's
+// resend judged the first one needed and halved the floor (a network that
+// duplicates an ACK now and then must not raise it for good).
+TEST_F(Requester, NeededProbeLowersARaisedFloor) {
+  auto probe_after = [&](uint64_t wr_id, Clock::duration wait, int acks) {
+    send(wr_id, 10);
+    auto t_after = Clock::now();
+    take();
+    run_timers(t_after + wait + std::chrono::microseconds(500));
+    auto re = take();
+    for (int i = 0; i < acks; ++i) ack(sq(uint32_t(wr_id - 1)));
+    poll(*scq);
+    return re.size();
+  };
+  EXPECT_EQ(probe_after(1, kFirstProbeInterval, 2), 1u);  // spurious: floor x2
+  EXPECT_EQ(probe_after(2, 2 * kFirstProbeInterval, 1), 1u);
+  EXPECT_EQ(probe_after(3, 2 * kFirstProbeInterval, 1), 1u);  // judges probe 2 needed: floor / 2
+  EXPECT_EQ(probe_after(4, kFirstProbeInterval, 1), 1u);
+}
+
+// A tail-loss probe answered by one ACK (the SEND's last packet, or its ACK,
+// was lost: the probe was needed) / Expect the next SEND probed after
+// kFirstProbeInterval again.
+TEST_F(Requester, NeededProbeKeepsTheProbeFloor) {
+  send(1, 10);
+  take();
+  run_timers(Clock::now() + kFirstProbeInterval + std::chrono::microseconds(500));
+  ASSERT_EQ(take().size(), 1u);
+  ack(sq(0));
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  send(2, 10);
+  auto t_after = Clock::now();
+  take();
+  run_timers(t_after + kFirstProbeInterval + std::chrono::microseconds(500));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(1));
+}
+
 // Local ACK timeout 18 (1.07 s): room for probes after long round trips.
 class RequesterSlowAcks : public Requester {
  protected:
