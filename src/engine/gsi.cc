@@ -198,6 +198,14 @@ unsigned gsi_slot(ibv_context* verbs) {
   return registry ? registry->slot() : 0;
 }
 
+bool gsi_engine_alive(ibv_context* verbs, unsigned slot, uint16_t port) {
+  EngineContext* ctx = verbs ? EngineContext::from(verbs) : nullptr;
+  HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
+  if (!registry || slot < kFirstHostSlot || slot > kLastHostSlot) return true;
+  if (slot == registry->slot()) return true;  // this engine's own: the peer is in this process
+  return registry->port_of(slot) == port;
+}
+
 void encode_gsi_envelope(const GsiMad& m, std::span<uint8_t, kGsiEnvelopeBytes> out) {
   uint8_t* p = out.data();
   std::memcpy(p, kEnvelopeMagic, 8);

@@ -100,6 +100,13 @@ class GsiInbox {
 // byte of the communication IDs chosen for connections on that device.
 unsigned gsi_slot(ibv_context* verbs);
 
+// Whether the uroce engine whose private UDP port is `port` still owns host
+// slot `slot` (host_registry.h: the slot's lock dies with its process, and a
+// new owner has another port). What the kernel learns when a process's
+// files close, the CM learns here for a peer on this host: its process is
+// gone. True when it cannot be told (no registry, slot 0): a peer elsewhere.
+bool gsi_engine_alive(ibv_context* verbs, unsigned slot, uint16_t port);
+
 // Where a CM MAD from `src` is answered: a uroce engine's private port (below
 // the RoCE source ports) is the peer's own, which reaches it along the path
 // of its data; any other sender is a host's QP1 at 4791.

@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "core/device.h"
 #include "core/log.h"
@@ -284,6 +285,37 @@ void CmService::send_gsi_from(const transport::IpAddress& local_ip, const transp
   auto dp = device_for_ip(local_ip);
   if (!dp.ok()) return;
   (void)engine::gsi_send(dp->device->verbs, to, local_ip, encode_mad(tid, m));
+}
+
+bool CmService::peer_process_gone(const CmId* id) const {
+  const transport::Endpoint& peer = id->gsi_peer;
+  const unsigned slot = engine::comm_id_slot(id->conn.remote_comm_id);
+  if (!id->port.device || slot == 0 || peer.port == 0 || peer.port >= wire::kRoceSourcePortMin) return false;
+  if (!is_host_address(peer.ip)) return false;  // another host's engine: its registry is not ours
+  return !engine::gsi_engine_alive(id->port.device->verbs, slot, peer.port);
+}
+
+void CmService::check_peers(Clock::time_point now) {
+  if (now < next_peer_check_) return;
+  next_peer_check_ = now + std::chrono::milliseconds(kPeerCheckMs);
+  std::vector<CmId*> gone;
+  for (const auto& [comm_id, id] : gsi_ids_) {
+    switch (id->state) {
+      case CmState::kReqRcvd:
+      case CmState::kRepSent:
+      case CmState::kRepRcvd:
+      case CmState::kEstablished:
+      case CmState::kDreqSent:
+        if (peer_process_gone(id)) gone.push_back(id);
+        break;
+      default:
+        break;
+    }
+  }
+  for (CmId* id : gone) {
+    LOG_INFO("rdma_cm: id %llu: the peer's process on this host is gone", (unsigned long long)id->serial);
+    peer_gone(id, ECONNRESET);
+  }
 }
 
 void CmService::resend_last(CmId* id) {

@@ -155,6 +155,7 @@ void CmService::run() {
     }
     const auto now = Clock::now();
     run_timers(now);
+    check_peers(now);
     expire_pending_links(now);
   }
 }
@@ -275,6 +276,7 @@ int CmService::next_timeout_ms() {
     const auto deadline = links_.at(*pending_links_.begin())->request_deadline;
     if (!next || deadline < *next) next = deadline;
   }
+  if (!gsi_ids_.empty() && (!next || next_peer_check_ < *next)) next = next_peer_check_;
   if (!next) return -1;
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
   return left < 0 ? 0 : int(std::min<int64_t>(left, 60 * 1000));

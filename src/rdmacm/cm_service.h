@@ -86,6 +86,11 @@ constexpr int kAcceptBurst = 64;
 // the maximum, until the answer comes or the state's own timer ends the wait.
 constexpr int kFirstResendMs = 500;
 constexpr int kMaxResendMs = 4000;
+// How often the CM looks whether the peers of its QP1 connections on this
+// host are still alive (engine::gsi_engine_alive). A process's end is what
+// tells the kernel's CM to send its DREQs (or REJs); a uroce process that
+// dies sends nothing, so its peer's CM notices the slot it held go free.
+constexpr int kPeerCheckMs = 200;
 // Datagrams a QP1 listener socket is read for per wake-up (level-triggered).
 constexpr int kRequestBurst = 64;
 // MADs the engines may queue for the progress thread; beyond, they are
@@ -228,6 +233,10 @@ class CmService {
   void on_resend(CmId* id);
   CmId* gsi_id(uint32_t local_comm_id);
   void leave_gsi(CmId* id);
+  // Every kPeerCheckMs while ids are over QP1: a peer on this host whose
+  // process is gone is lost (peer_gone), as a closed CM connection was.
+  void check_peers(Clock::time_point now);
+  bool peer_process_gone(const CmId* id) const;
   // The REQ or SIDR_REQ of `id` to the host's QP1: no uroce CM listens there.
   void request_over_gsi(CmId* id);
   void on_gsi_rej(CmId* id, const RejMessage& rej);
@@ -324,6 +333,7 @@ class CmService {
   std::vector<DecodedMad> received_;
 
   TimerMap timers_;
+  Clock::time_point next_peer_check_{};
 };
 
 }  // namespace uroce::rdmacm

@@ -12,7 +12,7 @@
 #                          applies to each copy's output
 #   --outdir DIR           where the logs go (default: current directory)
 #   --port PORT            TCP port the server listens on; the client starts only once the
-#                          port is listening (checked in /proc/net/tcp*, never by
+#                          port is listening (checked in /proc/net/{tcp,udp}*, never by
 #                          connecting: servers like ibv_rc_pingpong accept one connection)
 #   --expect REGEX         both outputs must contain a line matching REGEX (grep -E);
 #                          repeatable
@@ -114,11 +114,15 @@ trap 'exit 143' TERM
 # program and sends KILL 5 s later if it lingers.
 
 # Is TCP port $1 in LISTEN state (state 0A) in this network namespace?
+# A TCP socket listening on the port, or a UDP socket bound to it: an rdma_cm
+# listener's QP1 socket (src/rdmacm/cm_gsi.cc), all it has with UROCE_CM_TCP=0.
 port_listening() {
   local hex
   hex=$(printf ':%04X' "$1")
   awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 }
-                   END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+                   END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+  awk -v p="$hex" '$4 == "07" && substr($2, length($2) - 4) == p { found = 1 }
+                   END { exit !found }' /proc/net/udp /proc/net/udp6 2>/dev/null
 }
 
 show_logs() {
@@ -153,7 +157,7 @@ if [[ -n $port ]]; then
       server_pid=; ((show)) && show_logs
       fail "server exited with status $rc before listening on TCP port $port"; }
     ((SECONDS < deadline)) || { ((show)) && show_logs
-      fail "server not listening on TCP port $port after ${timeout_s}s"; }
+      fail "server not listening on port $port after ${timeout_s}s"; }
     sleep 0.05
   done
 else
