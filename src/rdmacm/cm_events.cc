@@ -57,6 +57,7 @@ void CmService::queue_connect_request(CmId* listener, CmId* child, const EventPa
   CmEvent* e = make_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, p);
   e->ev.listen_id = &listener->abi;
   e->owner = listener;
+  ++listener->requests_queued;
   listener->channel()->push(e);
 }
 
@@ -65,6 +66,7 @@ int CmService::get_event(EventChannel* channel, CmEvent** out) {
   for (;;) {
     if (CmEvent* e = channel->pop()) {
       e->owner->events_delivered++;
+      if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->owner != CmId::from(e->ev.id)) --e->owner->requests_queued;
       LOG_DEBUG("rdma_cm: delivering %s of id %llu", rdma_event_str(e->ev.event),
                 (unsigned long long)CmId::from(e->ev.id)->serial);
       *out = e;

@@ -108,6 +108,10 @@ struct CmId {
   bool destroying = false;
   int events_delivered = 0;
   int events_acked = 0;
+  // A listener's backlog (rdma_listen's, as the kernel's ucma bounds it) and
+  // its CONNECT_REQUESTs queued and not yet delivered (cm_passive.cc).
+  int backlog = 0;
+  int requests_queued = 0;
 
   // Addressing (ports in host byte order); the ABI copies are in abi.route.
   DevicePort port;  // device is null until the id is bound to an address or resolved

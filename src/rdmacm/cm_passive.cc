@@ -22,8 +22,8 @@ bool resource_valid(uint8_t v, uint8_t max) { return v == RDMA_MAX_RESP_RES || v
 }  // namespace
 
 int CmService::listen(CmId* id, int backlog) {
-  (void)backlog;  // the progress thread accepts at once; pending REQs queue as events
   if (id->state != CmState::kIdle) return EINVAL;
+  id->backlog = backlog > 0 && backlog < kMaxBacklog ? backlog : kMaxBacklog;
   if (!id->bound) {
     // As the kernel: listening on an unbound id binds it to any address.
     if (int err = open_bound_socket(id, 0, 0)) return err;
@@ -188,6 +188,17 @@ CmId* CmService::new_passive_id(const RequestOrigin& from, const CmaIpHeader& hd
   return child;
 }
 
+bool CmService::backlog_full(const RequestOrigin& from, uint64_t tid, const ReqMessage& req) {
+  CmId* l = from.listener;
+  if (l->requests_queued < l->backlog) return false;
+  ++requests_over_backlog_;
+  log_limited(core::LogLevel::kInfo, "rdma_cm: listener %llu: backlog of %d requests full, request %s (%llu so far)",
+              (unsigned long long)l->serial, l->backlog, from.link ? "rejected" : "dropped",
+              (unsigned long long)requests_over_backlog_);
+  if (from.link) reject_request(from, tid, req, RejReason::kConsumerDefined);
+  return true;
+}
+
 void CmService::on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req) {
   CmId* l = from.listener;
   if (l->state != CmState::kListen || l->destroying) {
@@ -209,6 +220,7 @@ void CmService::on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage
     reject_request(from, tid, req, hdr ? RejReason::kInvalidGid : RejReason::kConsumerDefined);
     return;
   }
+  if (backlog_full(from, tid, req)) return;
   CmId* child = new_passive_id(from, *hdr, *dp);
   if (!child) {
     reject_request(from, tid, req, RejReason::kNoQp);

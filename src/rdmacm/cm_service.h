@@ -81,6 +81,14 @@ constexpr int kAcceptBackoffMs = 100;
 // of the loop, after the other links have been served.
 constexpr int kAcceptBurst = 64;
 
+// A listener takes at most `backlog` connection requests that the application
+// has not yet retrieved (rdma_listen's backlog if in 1..kMaxBacklog, else
+// kMaxBacklog: the kernel's ucma and its net.rdma_ucm.max_backlog default).
+// Beyond, a REQ over QP1 is dropped and counted, and the peer's CM sends it
+// again (the kernel's CM drops it too: "do not reject to allow future
+// retries"); one over a CM connection, which nothing resends, is rejected
+// (consumer defined). A flood of requests cannot grow the process's ids.
+constexpr int kMaxBacklog = 1024;
 // Resending over QP1 (a kernel CM's peer; engine/gsi.h): the REQ, REP, DREQ
 // or SIDR_REQ waiting for its answer goes again after this, doubling up to
 // the maximum, until the answer comes or the state's own timer ends the wait.
@@ -277,6 +285,8 @@ class CmService {
 
   // Passive side (cm_passive.cc).
   void on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
+  // The listener's backlog is full (kMaxBacklog): the REQ was dropped or rejected.
+  bool backlog_full(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
   void on_rtu(CmId* id);
   void reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason);
   // The answer to a request no id takes (REJ, SIDR_REP), over the way it came:
@@ -334,6 +344,7 @@ class CmService {
 
   TimerMap timers_;
   Clock::time_point next_peer_check_{};
+  uint64_t requests_over_backlog_ = 0;  // REQs dropped or rejected: the listener's backlog was full
 };
 
 }  // namespace uroce::rdmacm

@@ -186,6 +186,114 @@ static void case_endpoint_pingpong(void) {
   expect_child_ok(pid);
 }
 
+// A listener's backlog (rdma_listen(id, 4)) bounds the connection requests the
+// application has not retrieved, as the kernel's ucma does. Eight clients connect
+// while the server retrieves nothing; then it finds exactly four CONNECT_REQUESTs.
+// Over QP1 (UROCE_CM_TCP=0) the other four REQs were dropped and their CMs send them
+// again: all eight connect once the server accepts. Over a CM connection (nothing
+// resends) they are rejected at once: four REJECTED (consumer defined), four connect.
+enum { kBacklog = 4, kBacklogClients = 8 };
+
+// Waits until `want` of the clients have an outcome (ESTABLISHED, or REJECTED with
+// status 28: consumer defined), at most timeout_ms; returns how many have one.
+static int backlog_outcomes(struct async_client* c, int* outcome, int want, int timeout_ms) {
+  double deadline = now_ms() + timeout_ms;
+  int done = 0;
+  for (int i = 0; i < kBacklogClients; i++) done += outcome[i] != 0;
+  while (done < want && now_ms() < deadline) {
+    struct pollfd p[kBacklogClients];
+    for (int i = 0; i < kBacklogClients; i++)
+      p[i] = (struct pollfd){.fd = outcome[i] ? -1 : c[i].ch->fd, .events = POLLIN};
+    if (poll(p, kBacklogClients, (int)(deadline - now_ms()) + 1) <= 0) continue;
+    for (int i = 0; i < kBacklogClients; i++) {
+      if (!(p[i].revents & POLLIN)) continue;
+      struct rdma_cm_event* e = next_event(c[i].ch, 0);
+      REQUIRE(e->event == RDMA_CM_EVENT_ESTABLISHED || (e->event == RDMA_CM_EVENT_REJECTED && e->status == 28),
+              "client %d: %s, status %d", i, rdma_event_str(e->event), e->status);
+      outcome[i] = e->event;
+      rdma_ack_cm_event(e);
+      done++;
+    }
+  }
+  return done;
+}
+
+static void case_backlog(void) {
+  const char* tcp = getenv("UROCE_CM_TCP");
+  const int over_qp1 = tcp && !strcmp(tcp, "0");
+  const int expect_connected = over_qp1 ? kBacklogClients : kBacklog;
+  int to_child[2], to_parent[2];
+  REQUIRE(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
+  pid_t pid = fork();  // before any rdma_cm use
+  REQUIRE(pid >= 0, "fork");
+  if (pid == 0) {
+    struct server s;
+    server_listen_backlog(&s, kBacklog);
+    signal_peer(to_parent[1]);
+    wait_peer(to_child[0], 20000);  // every REQ has arrived (and the surplus was refused)
+    struct rdma_cm_id* ids[kBacklogClients];
+    int queued = 0;
+    for (struct pollfd p = {.fd = s.ch->fd, .events = POLLIN}; poll(&p, 1, 0) == 1;) {
+      struct rdma_cm_event* e = expect_event(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+      REQUIRE(queued < kBacklogClients, "more requests than clients");
+      ids[queued++] = e->id;
+      rdma_ack_cm_event(e);
+    }
+    printf("server: %d connection requests queued for backlog %d\n", queued, kBacklog);
+    REQUIRE(queued == kBacklog, "%d requests queued, backlog %d", queued, kBacklog);
+    for (int i = 0; i < queued; i++) {
+      struct rdma_conn_param p = basic_param(NULL, 0);
+      REQUIRE(rdma_accept(ids[i], &p) == 0, "rdma_accept: %s", strerror(errno));
+    }
+    int accepted = queued;
+    while (accepted < expect_connected) {  // over QP1: the dropped REQs come again
+      struct rdma_cm_event* e = next_event(s.ch, 10000);
+      if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        ids[accepted++] = e->id;
+        struct rdma_conn_param p = basic_param(NULL, 0);
+        REQUIRE(rdma_accept(e->id, &p) == 0, "rdma_accept: %s", strerror(errno));
+      }
+      rdma_ack_cm_event(e);
+    }
+    wait_peer(to_child[0], 20000);  // the clients are done
+    for (int i = 0; i < accepted; i++) rdma_destroy_id(ids[i]);
+    server_close(&s);
+    exit(0);
+  }
+  wait_peer(to_parent[0], 10000);
+  struct async_client c[kBacklogClients];
+  for (int i = 0; i < kBacklogClients; i++) {
+    async_client_setup(&c[i], atoi(g_port));
+    struct rdma_conn_param p = basic_param(NULL, 0);
+    REQUIRE(rdma_connect(c[i].id, &p) == 0, "rdma_connect %d: %s", i, strerror(errno));
+  }
+  int outcome[kBacklogClients] = {0};  // 0 waiting, else the event that ended the wait
+  if (over_qp1) {
+    usleep(200 * 1000);  // the REQs have arrived; their first resend is due at 500 ms
+  } else {
+    REQUIRE(backlog_outcomes(c, outcome, kBacklogClients - kBacklog, 5000) == kBacklogClients - kBacklog,
+            "fewer than %d requests rejected", kBacklogClients - kBacklog);
+  }
+  signal_peer(to_child[1]);
+  double t0 = now_ms();
+  int done = backlog_outcomes(c, outcome, kBacklogClients, 10000);
+  int connected = 0, rejected = 0;
+  for (int i = 0; i < kBacklogClients; i++) {
+    connected += outcome[i] == RDMA_CM_EVENT_ESTABLISHED;
+    rejected += outcome[i] == RDMA_CM_EVENT_REJECTED;
+  }
+  printf("client: %d connected, %d rejected, %d outcomes in %.0f ms after the server drained its backlog\n", connected,
+         rejected, done, now_ms() - t0);
+  REQUIRE(connected == expect_connected, "%d connected, want %d", connected, expect_connected);
+  REQUIRE(rejected == kBacklogClients - expect_connected, "%d rejected", rejected);
+  signal_peer(to_child[1]);
+  for (int i = 0; i < kBacklogClients; i++) {
+    rdma_disconnect(c[i].id);
+    async_client_teardown(&c[i]);
+  }
+  expect_child_ok(pid);
+}
+
 // Connecting to a port nobody listens on: REJECTED or UNREACHABLE within a second.
 static void case_no_listener(void) {
   struct async_client c;
@@ -654,9 +762,9 @@ static void case_get_event_cancel(void) {
 }
 
 int main(int argc, char** argv) {
-  static const char* cases[] = {"endpoint_pingpong",   "endpoint_pingpong_uc", "no_listener",     "addr_timeout",
-                                "private_data_limits", "peer_killed",          "cycles_1000",     "channel_basics",
-                                "external_qp",         "get_event_eintr",      "get_event_cancel"};
+  static const char* cases[] = {"endpoint_pingpong",   "endpoint_pingpong_uc", "no_listener",      "addr_timeout",
+                                "private_data_limits", "peer_killed",          "cycles_1000",      "channel_basics",
+                                "external_qp",         "get_event_eintr",      "get_event_cancel", "backlog"};
   if (argc == 2 && strcmp(argv[1], "--list") == 0) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) printf("%s\n", cases[i]);
     return 0;
@@ -688,6 +796,8 @@ int main(int argc, char** argv) {
     case_external_qp();
   } else if (!strcmp(g_case, "get_event_eintr")) {
     case_get_event_eintr();
+  } else if (!strcmp(g_case, "backlog")) {
+    case_backlog();
   } else if (!strcmp(g_case, "get_event_cancel")) {
     case_get_event_cancel();
   } else if (!strcmp(g_case, "channel_basics")) {

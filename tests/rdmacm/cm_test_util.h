@@ -208,12 +208,12 @@ struct server {
   struct ibv_cq* cq;
 };
 
-static inline void server_listen(struct server* s) {
+static inline void server_listen_backlog(struct server* s, int backlog) {
   s->ch = rdma_create_event_channel();
   REQUIRE(rdma_create_id(s->ch, &s->listen_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
   struct sockaddr_in a = loopback(atoi(g_port));
   REQUIRE(rdma_bind_addr(s->listen_id, (struct sockaddr*)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
-  REQUIRE(rdma_listen(s->listen_id, 16) == 0, "rdma_listen");
+  REQUIRE(rdma_listen(s->listen_id, backlog) == 0, "rdma_listen");
   // A listener bound to 127.0.0.1 has no device yet (as in the kernel, a loopback
   // address is "any address"); its new ids get rdma_cm's device context, the
   // first (and only) one rdma_get_devices lists.
@@ -224,6 +224,8 @@ static inline void server_listen(struct server* s) {
   rdma_free_devices(devs);
   REQUIRE(s->pd && s->cq, "server pd/cq");
 }
+
+static inline void server_listen(struct server* s) { server_listen_backlog(s, 16); }
 
 // Releases what server_listen made (its PD and CQ too: LeakSanitizer checks the tests).
 static inline void server_close(struct server* s) {
