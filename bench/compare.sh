@@ -147,7 +147,9 @@ ensure_built() {
       cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
     fi
   fi
-XX
+  say "building uroce, its launcher, udp_ceiling and copy_ceiling in $build"
+  cmake --build "$build" -j"${JOBS:-2}" --target uroce_launcher uroce udp_ceiling copy_ceiling >&2
+  [[ -x $launcher && -x $ceiling && -x $copy_ceiling ]] || die "$launcher, $ceiling or $copy_ceiling missing after the build"
 }
 
 ensure_packages() {
