@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "core/device.h"
@@ -252,6 +254,21 @@ void CmService::go_over_gsi(CmId* id, const transport::Endpoint& peer) {
   id->over_gsi = true;
   id->gsi_peer = peer;
   gsi_ids_[id->conn.local_comm_id] = id;
+  static std::once_flag hook;
+  std::call_once(hook, [] { std::atexit([] { get().abandon_at_exit(); }); });
+}
+
+void CmService::abandon_at_exit() {
+  // The exiting thread may race the progress thread (or an application
+  // thread) for the mutex; nothing is sent if it stays taken (as a kill).
+  std::unique_lock lock(mu, std::defer_lock);
+  for (int i = 0; i < kExitLockWaitMs && !lock.try_lock(); ++i) usleep(1000);
+  if (!lock.owns_lock()) return;
+  for (const auto& [comm_id, id] : gsi_ids_) {
+    if (id->destroying || id->state == CmState::kListen) continue;
+    abandon(id);  // DREQ, DREP or REJ, by its state
+    id->state = CmState::kClosed;
+  }
 }
 
 void CmService::leave_gsi(CmId* id) {

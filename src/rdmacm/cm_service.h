@@ -99,6 +99,8 @@ constexpr int kMaxResendMs = 4000;
 // tells the kernel's CM to send its DREQs (or REJs); a uroce process that
 // dies sends nothing, so its peer's CM notices the slot it held go free.
 constexpr int kPeerCheckMs = 200;
+// How long the exit handler waits for the CM's mutex before it gives up.
+constexpr int kExitLockWaitMs = 200;
 // Datagrams a QP1 listener socket is read for per wake-up (level-triggered).
 constexpr int kRequestBurst = 64;
 // MADs the engines may queue for the progress thread; beyond, they are
@@ -244,6 +246,11 @@ class CmService {
   // Every kPeerCheckMs while ids are over QP1: a peer on this host whose
   // process is gone is lost (peer_gone), as a closed CM connection was.
   void check_peers(Clock::time_point now);
+  // At process exit (an atexit handler, registered with the first id over
+  // QP1): every connection still open is ended with what the IB CM sends
+  // when an id is destroyed (DREQ, DREP, REJ), as the kernel does when a
+  // process's rdma_cm file closes. Over TCP the connection's end said it.
+  void abandon_at_exit();
   bool peer_process_gone(const CmId* id) const;
   // The REQ or SIDR_REQ of `id` to the host's QP1: no uroce CM listens there.
   void request_over_gsi(CmId* id);

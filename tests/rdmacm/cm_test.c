@@ -294,6 +294,41 @@ static void case_backlog(void) {
   expect_child_ok(pid);
 }
 
+// A server that takes a connection request and returns from main without answering
+// it: as the kernel's CM when a process's rdma_cm file closes, the CM's exit handler
+// rejects it (consumer defined), and the client has REJECTED at once instead of waiting
+// 60 s for a REP. (Over a CM connection its end says as much: UNREACHABLE.)
+static void case_peer_exits(void) {
+  int to_child[2];
+  REQUIRE(pipe(to_child) == 0, "pipe");
+  pid_t pid = fork();  // before any rdma_cm use
+  REQUIRE(pid >= 0, "fork");
+  if (pid == 0) {
+    struct server s;
+    server_listen(&s);
+    signal_peer(to_child[1]);
+    rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000));
+    exit(0);  // the request unanswered, the ids alive
+  }
+  wait_peer(to_child[0], 10000);
+  struct async_client c;
+  async_client_setup(&c, atoi(g_port));
+  struct rdma_conn_param p = basic_param(NULL, 0);
+  double t0 = now_ms();
+  REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  struct rdma_cm_event* e = next_event(c.ch, 10000);
+  printf("server exited: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
+  const char* tcp = getenv("UROCE_CM_TCP");
+  if (tcp && !strcmp(tcp, "0")) {
+    REQUIRE(e->event == RDMA_CM_EVENT_REJECTED && e->status == 28, "want REJECTED, status 28");
+  } else {
+    REQUIRE(e->event == RDMA_CM_EVENT_UNREACHABLE || e->event == RDMA_CM_EVENT_REJECTED, "want UNREACHABLE");
+  }
+  rdma_ack_cm_event(e);
+  async_client_teardown(&c);
+  expect_child_ok(pid);
+}
+
 // Connecting to a port nobody listens on: REJECTED or UNREACHABLE within a second.
 static void case_no_listener(void) {
   struct async_client c;
@@ -796,6 +831,8 @@ int main(int argc, char** argv) {
     case_external_qp();
   } else if (!strcmp(g_case, "get_event_eintr")) {
     case_get_event_eintr();
+  } else if (!strcmp(g_case, "peer_exits")) {
+    case_peer_exits();
   } else if (!strcmp(g_case, "backlog")) {
     case_backlog();
   } else if (!strcmp(g_case, "get_event_cancel")) {
