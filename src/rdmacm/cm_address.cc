@@ -10,17 +10,25 @@
 // with -ETIMEDOUT, an unreachable network the connect error. A destination
 // with no route at all fails rdma_resolve_addr itself (ENETUNREACH), as the
 // kernel's route lookup (rdma_resolve_ip) does.
+//
+// Over QP1 alone (UROCE_CM_TCP=0) there is no CM connection to probe with, and
+// RoCE needs none: as the kernel's rdma_resolve_addr for RoCE, resolution
+// waits for the route's next hop to have a valid neighbour entry (ARP/NDP,
+// neighbour.h); the peer's port comes with its REP.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/config.h"
 #include "core/context.h"
 #include "core/device.h"
+#include "core/log.h"
 #include "rdmacm/cm_service.h"
 #include "rdmacm/sockaddr_util.h"
 #include "wire/headers.h"
@@ -240,6 +248,11 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     // No route: rdma_resolve_addr fails at once (the kernel's rdma_resolve_ip).
     if (int err = route_source(d.ip, &src_ip)) return err;
   }
+  const bool by_neighbour = !core::config().cm_tcp && !d.ip.multicast();
+  neighbour::NextHop hop;
+  if (by_neighbour) {
+    if (int err = netlink_.route(d.ip, id->src_ip, &hop)) return err;
+  }
   id->dst_ip = d.ip;
   id->dst_port = d.port;
   id->resolve_timeout_ms = timeout_ms > 0 ? timeout_ms : kDefaultResolveTimeoutMs;
@@ -256,10 +269,12 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     set_route_addresses(id);
     // A multicast group has no CM to ask (joining it is not implemented; see
     // unsupported.cc): it resolves at once.
-    // Over QP1 alone (UROCE_CM_TCP=0) there is nothing to ask either: RoCE
-    // needs no SA, and the peer's port comes with its REP.
-    if (d.ip.multicast() || !core::config().cm_tcp) {
+    if (d.ip.multicast()) {
       finish_resolve(id, 0);
+      return 0;
+    }
+    if (by_neighbour) {
+      wait_for_neighbour(id, hop);
       return 0;
     }
     err = start_connect(id);
@@ -287,6 +302,51 @@ int CmService::resolve_route(CmId* id, int timeout_ms) {
     arm_timer(id, TimerKind::kResolve, id->resolve_timeout_ms);
   }
   return 0;
+}
+
+void CmService::wait_for_neighbour(CmId* id, const neighbour::NextHop& hop) {
+  unsigned if_flags = 0;
+  // An error here only costs the shortcut: the neighbour table still answers.
+  if (hop.local || (netlink_.link_flags(hop.ifindex, &if_flags) == 0 && neighbour::needs_no_neighbour(if_flags))) {
+    finish_resolve(id, 0);
+    return;
+  }
+  id->resolve_hop = hop.hop;
+  id->resolve_ifindex = hop.ifindex;
+  id->resolve_deadline = Clock::now() + std::chrono::milliseconds(id->resolve_timeout_ms);
+  id->resolve_poll_ms = kNeighbourFirstPollMs;
+  poll_neighbour(id);
+}
+
+void CmService::poll_neighbour(CmId* id) {
+  if (id->state != CmState::kAddrQuery) return;
+  neighbour::NeighState state = neighbour::NeighState::kNone;
+  int err = netlink_.neigh_state(id->resolve_hop, id->resolve_ifindex, &state);
+  if (err && err != EAGAIN) {
+    // The kernel would not answer (before Linux 4.20 RTM_GETNEIGH cannot get
+    // one entry): resolve as before there was a neighbour to wait for.
+    LOG_WARN("rdma_cm: id %llu: neighbour lookup failed (%s); resolving without it", (unsigned long long)id->serial,
+             strerror(err));
+    finish_resolve(id, 0);
+    return;
+  }
+  if (state == neighbour::NeighState::kValid) {
+    finish_resolve(id, 0);
+    return;
+  }
+  const auto now = Clock::now();
+  if (now >= id->resolve_deadline) {
+    finish_resolve(id, ETIMEDOUT);
+    return;
+  }
+  // As the kernel's neigh_event_send at each retry: start the solicitations
+  // if they have not started, or again after they failed (while INCOMPLETE,
+  // they are under way).
+  if (state == neighbour::NeighState::kNone || state == neighbour::NeighState::kFailed)
+    (void)neighbour::trigger_resolution(id->dst_ip, id->src_ip);
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(id->resolve_deadline - now).count();
+  arm_timer(id, TimerKind::kNeighbour, int(std::min<int64_t>(id->resolve_poll_ms, left)));
+  id->resolve_poll_ms = std::min(id->resolve_poll_ms * 2, kNeighbourMaxPollMs);
 }
 
 void CmService::finish_resolve(CmId* id, int err) {

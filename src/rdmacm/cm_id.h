@@ -37,6 +37,7 @@ enum class TimerKind : uint8_t {
   kSidr,
   kAcceptRetry,  // a listener that ran out of descriptors tries accept() again
   kResend,       // over QP1: the last REQ / REP / DREQ / SIDR_REQ again (its own slot: CmId::resend_timer)
+  kNeighbour,    // rdma_resolve_addr over QP1: look at the next hop's neighbour state again
 };
 
 // Pending timers, earliest first; an id holds the position of its one timer so
@@ -133,6 +134,13 @@ struct CmId {
   int gsi_sock = -1;  // listener: the UDP socket at its port that engines pass REQs to
   uint64_t gsi_token = 0;
   int resolve_timeout_ms = 0;
+  // rdma_resolve_addr over QP1 (neighbour.h): the next hop whose neighbour
+  // entry must become valid on interface `resolve_ifindex` before the deadline,
+  // and the current interval between looks at it.
+  transport::IpAddress resolve_hop;
+  int resolve_ifindex = 0;
+  Clock::time_point resolve_deadline{};
+  int resolve_poll_ms = 0;
   // Until when rdma_connect retries a refused CM connection (see kRefusedGraceMs).
   Clock::time_point refused_grace_end{};
 

@@ -43,6 +43,18 @@ int CmService::listen(CmId* id, int backlog) {
   }
   // Where engines pass the REQs that come over QP1 (cm_gsi.cc).
   if (int err = open_gsi_listener(id); err && !core::config().cm_tcp) return err;
+  // A listener on the wildcard (or loopback) attaches no device, but a REQ
+  // over QP1 from another host reaches it only through an engine of this host
+  // at the RoCE port: with none open (the first uroce process on the host
+  // listening on ::), nobody would receive it. As the kernel's rdma_listen on
+  // any address listens on every device (cma_listen_on_all), every device is
+  // opened, and id->verbs stays NULL. Without one, only this host's peers
+  // (whose own engine holds the port) can connect.
+  if (!id->port.device) {
+    if (auto devs = cm_devices(); !devs.ok())
+      LOG_INFO("rdma_cm: listener on port %u: no device open (%s): only peers on this host reach it over QP1",
+               id->src_port, strerror(devs.err()));
+  }
   id->state = CmState::kListen;
   ensure_thread();
   return 0;

@@ -26,6 +26,7 @@
 #include "rdmacm/cm_messages.h"
 #include "rdmacm/event_channel.h"
 #include "rdmacm/log_limiter.h"
+#include "rdmacm/neighbour.h"
 #include "rdmacm/tcp_link.h"
 
 namespace uroce::rdmacm {
@@ -101,6 +102,12 @@ constexpr int kMaxResendMs = 4000;
 constexpr int kPeerCheckMs = 200;
 // How long the exit handler waits for the CM's mutex before it gives up.
 constexpr int kExitLockWaitMs = 200;
+// rdma_resolve_addr over QP1 looks at the next hop's neighbour entry after
+// this, the interval doubling up to the maximum until the entry is valid or
+// the timeout has passed: on a LAN an ARP/NDP answer takes well under a
+// millisecond, and a long wait costs a few netlink queries per second.
+constexpr int kNeighbourFirstPollMs = 1;
+constexpr int kNeighbourMaxPollMs = 16;
 // Datagrams a QP1 listener socket is read for per wake-up (level-triggered).
 constexpr int kRequestBurst = 64;
 // MADs the engines may queue for the progress thread; beyond, they are
@@ -281,6 +288,12 @@ class CmService {
   [[nodiscard]] int open_bound_socket(CmId* id, const transport::IpAddress& ip, uint16_t port);
 
   void finish_resolve(CmId* id, int err);
+  // Over QP1 (no CM connection to probe with): ADDR_RESOLVED once the route's
+  // next hop has a valid neighbour entry, at once for a local destination or
+  // an interface without neighbours; ADDR_ERROR -ETIMEDOUT if it has none by
+  // the id's timeout (the kernel's rdma_resolve_addr for RoCE).
+  void wait_for_neighbour(CmId* id, const neighbour::NextHop& hop);
+  void poll_neighbour(CmId* id);
 
   // Active side (cm_active.cc).
   // The REQ's (or SIDR_REQ's) CM connection failed: retry within the grace
@@ -350,6 +363,7 @@ class CmService {
   std::vector<DecodedMad> received_;
 
   TimerMap timers_;
+  neighbour::RouteNetlink netlink_;  // route and neighbour lookups of rdma_resolve_addr over QP1
   Clock::time_point next_peer_check_{};
   uint64_t requests_over_backlog_ = 0;  // REQs dropped or rejected: the listener's backlog was full
 };

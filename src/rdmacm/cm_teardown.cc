@@ -229,6 +229,9 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
     case TimerKind::kResend:
       on_resend(id);
       return;
+    case TimerKind::kNeighbour:
+      poll_neighbour(id);
+      return;
     case TimerKind::kNone:
       return;
   }

@@ -344,24 +344,42 @@ static void case_no_listener(void) {
   async_client_teardown(&c);
 }
 
-// An address nobody answers: ADDR_ERROR (or UNREACHABLE later) once the timeout has passed.
-static void case_addr_timeout(void) {
+// An address nobody answers: ADDR_ERROR with a negative status once the
+// timeout has passed (with no route at all, rdma_resolve_addr fails at once).
+// `addr` (cm_test addr_timeout PORT ADDR: IPv4, or IPv6 with %interface when
+// link-local) names one whose route exists and whose next hop is silent
+// (run_addr_timeout.sh makes them in a namespace): then the event is required.
+// Without it, TEST-NET-2 198.51.100.77 (RFC 5737), never assigned. Over QP1
+// (UROCE_CM_TCP=0) resolution waits only for the route's next hop, as the
+// kernel's rdma_resolve_addr for RoCE: behind a default gateway that answers
+// ARP, the kernel too reports ADDR_RESOLVED; that is noted, not failed.
+static void case_addr_timeout(const char* addr) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
   REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
-  // TEST-NET-2 (RFC 5737): never assigned, so nothing answers (or no route).
-  struct sockaddr_in dst = loopback(atoi(g_port));
-  dst.sin_addr.s_addr = inet_addr("198.51.100.77");
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM}, *res;
+  int gai = getaddrinfo(addr ? addr : "198.51.100.77", g_port, &hints, &res);
+  REQUIRE(gai == 0, "getaddrinfo %s: %s", addr, gai_strerror(gai));
   double t0 = now_ms();
-  int r = rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 500);
+  int r = rdma_resolve_addr(id, NULL, res->ai_addr, 500);
+  freeaddrinfo(res);
+  const char* cm_tcp = getenv("UROCE_CM_TCP");
+  const int over_qp1 = cm_tcp && !strcmp(cm_tcp, "0");
   if (r == 0) {
     struct rdma_cm_event* e = next_event(ch, 5000);
     double dt = now_ms() - t0;
     printf("unanswered address: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, dt);
-    REQUIRE(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
-    REQUIRE(e->status < 0, "ADDR_ERROR status %d", e->status);
+    if (e->event == RDMA_CM_EVENT_ADDR_RESOLVED && over_qp1 && !addr) {
+      printf("unanswered address: over QP1 only the next hop must answer, and it did (as for the kernel's)\n");
+    } else {
+      REQUIRE(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
+      REQUIRE(e->status < 0, "ADDR_ERROR status %d", e->status);
+      // A silent next hop (elsewhere an ICMP error may come sooner):
+      if (addr) REQUIRE(e->status == -ETIMEDOUT && dt >= 450, "ADDR_ERROR status %d after %.1f ms", e->status, dt);
+    }
     rdma_ack_cm_event(e);
   } else {
+    REQUIRE(!addr, "rdma_resolve_addr %s failed at once: %s", addr, strerror(errno));
     printf("unanswered address: rdma_resolve_addr failed at once: %s\n", strerror(errno));
   }
   rdma_destroy_id(id);
@@ -804,8 +822,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) printf("%s\n", cases[i]);
     return 0;
   }
-  if (argc != 3) {
-    fprintf(stderr, "usage: cm_test CASE PORT | --list\n");
+  // addr_timeout takes an address nobody answers (see case_addr_timeout).
+  if (argc != 3 && !(argc == 4 && !strcmp(argv[1], "addr_timeout"))) {
+    fprintf(stderr, "usage: cm_test CASE PORT | cm_test addr_timeout PORT [ADDR] | --list\n");
     return 2;
   }
   g_case = argv[1];
@@ -820,7 +839,7 @@ int main(int argc, char** argv) {
   } else if (!strcmp(g_case, "no_listener")) {
     case_no_listener();
   } else if (!strcmp(g_case, "addr_timeout")) {
-    case_addr_timeout();
+    case_addr_timeout(argc == 4 ? argv[3] : NULL);
   } else if (!strcmp(g_case, "private_data_limits")) {
     case_private_data_limits();
   } else if (!strcmp(g_case, "peer_killed")) {
