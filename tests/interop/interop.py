@@ -396,7 +396,7 @@ def waste_problems(limit, host_out, before, after):
     duplicate requests, of the packets it received (its `uroce stats` line), and rxe's
     duplicate requests, of the packets rxe received in the run (its hw_counters)."""
     problems = []
-    m = re.search(r"uroce stats .*", host_out)
+    m = re.search(r"uroce stats .*: rx \d+,.*", host_out)  # the packet counters' line
     if not m:
         return ["no `uroce stats` line in uroce's output"]
     line = m.group(0)
