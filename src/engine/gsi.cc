@@ -203,6 +203,10 @@ bool gsi_engine_alive(ibv_context* verbs, unsigned slot, uint16_t port) {
   HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
   if (!registry || slot < kFirstHostSlot || slot > kLastHostSlot) return true;
   if (slot == registry->slot()) return true;  // this engine's own: the peer is in this process
+  if (registry->port_of(slot) == port) return true;
+  // The cached liveness may be a previous owner's (a slot claimed again within
+  // kRecheckMs): ask the kernel before calling the peer gone.
+  registry->invalidate(slot);
   return registry->port_of(slot) == port;
 }
 
