@@ -294,6 +294,16 @@ static void case_backlog(void) {
   expect_child_ok(pid);
 }
 
+// Sets up a client on g_port, connects it (start time in *t0) and returns its
+// first event, which the caller acknowledges.
+static struct rdma_cm_event* connect_first_event(struct async_client* c, int timeout_ms, double* t0) {
+  async_client_setup(c, atoi(g_port));
+  struct rdma_conn_param p = basic_param(NULL, 0);
+  *t0 = now_ms();
+  REQUIRE(rdma_connect(c->id, &p) == 0, "rdma_connect: %s", strerror(errno));
+  return next_event(c->ch, timeout_ms);
+}
+
 // A server that takes a connection request and returns from main without answering
 // it: as the kernel's CM when a process's rdma_cm file closes, the CM's exit handler
 // rejects it (consumer defined), and the client has REJECTED at once instead of waiting
@@ -312,11 +322,8 @@ static void case_peer_exits(void) {
   }
   wait_peer(to_child[0], 10000);
   struct async_client c;
-  async_client_setup(&c, atoi(g_port));
-  struct rdma_conn_param p = basic_param(NULL, 0);
-  double t0 = now_ms();
-  REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
-  struct rdma_cm_event* e = next_event(c.ch, 10000);
+  double t0;
+  struct rdma_cm_event* e = connect_first_event(&c, 10000, &t0);
   printf("server exited: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
   const char* tcp = getenv("UROCE_CM_TCP");
   if (tcp && !strcmp(tcp, "0")) {
@@ -332,11 +339,8 @@ static void case_peer_exits(void) {
 // Connecting to a port nobody listens on: REJECTED or UNREACHABLE within a second.
 static void case_no_listener(void) {
   struct async_client c;
-  async_client_setup(&c, atoi(g_port));
-  struct rdma_conn_param p = basic_param(NULL, 0);
-  double t0 = now_ms();
-  REQUIRE(rdma_connect(c.id, &p) == 0, "rdma_connect: %s", strerror(errno));
-  struct rdma_cm_event* e = next_event(c.ch, 1000);
+  double t0;
+  struct rdma_cm_event* e = connect_first_event(&c, 1000, &t0);
   REQUIRE(e->event == RDMA_CM_EVENT_REJECTED || e->event == RDMA_CM_EVENT_UNREACHABLE,
           "expected REJECTED or UNREACHABLE, got %s", rdma_event_str(e->event));
   printf("no listener: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
