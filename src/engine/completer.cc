@@ -133,15 +133,31 @@ void grow_window(CompleterState& c, uint32_t acked) {
 
 // A loss (sequence NAK, local ACK timeout): the window halves, once for
 // all the losses of one window (those before recover_psn, the PSN the
-// requester had reached), as TCP's NewReno.
+// requester had reached), as TCP's NewReno. Half of what was in flight
+// rather than of cwnd (RFC 5681's FlightSize), since slow start may have
+// grown cwnd far past what the path holds by the time the loss is known
+// (but not below half of kInitialCwnd for a QP with less in flight).
 void shrink_window(EngineQp& qp) {
   CompleterState& c = qp.comp;
   if (c.recovering) return;
-  c.ssthresh = std::max(c.cwnd / 2, kMinCwnd);
+  uint32_t in_flight = uint32_t(std::max(wire::psn_diff(qp.req.psn_end, c.unacked_psn), 0));
+  c.ssthresh = std::max(std::min(c.cwnd, std::max(in_flight, kInitialCwnd)) / 2, kMinCwnd);
   c.cwnd = c.ssthresh;
   c.cwnd_credit = 0;
   c.recovering = true;
   c.recover_psn = qp.req.psn_end;
+}
+
+// A sequence NAK. Within a recovery, a NAK for a later PSN than the last one
+// means a resent packet was lost in turn (the responder took the resends up to
+// it: the originals behind the first loss had reached it, and been discarded,
+// before them): the queue that dropped the first is still full, and the window
+// halves again, as TCP's does when a retransmission is lost.
+void shrink_window_on_nak(EngineQp& qp, uint32_t psn) {
+  CompleterState& c = qp.comp;
+  if (c.recovering && wire::psn_diff(psn, c.nak_psn) > 0) c.recovering = false;
+  c.nak_psn = psn;
+  shrink_window(qp);
 }
 
 core::SendWqe* oldest_pending(EngineQp& qp) {
@@ -289,7 +305,7 @@ void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx, Clock::tim
       qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
       // The responder missed packets: go back to the PSN it expects.
       if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-      shrink_window(qp);
+      shrink_window_on_nak(qp, psn);
       count_retransmit(qp);
       requester_rewind(qp, psn);
       requester_run(qp, tx);

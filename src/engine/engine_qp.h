@@ -90,8 +90,9 @@ struct RequesterState {
 // grow_window / shrink_window): it starts at rxe's window (128), grows by
 // the PSNs acknowledged up to kMaxCwnd while nothing is lost (slow start
 // below ssthresh, then about one PSN per window), and halves — once per
-// window of loss — on a sequence NAK or a local ACK timeout, to kMinCwnd at
-// least. The requester sends at most min(its share of the window, cwnd).
+// window of loss, and again when a resent packet is lost — on a sequence NAK
+// or a local ACK timeout, to kMinCwnd at least. The requester sends at most
+// min(its share of the window, cwnd).
 inline constexpr uint32_t kInitialCwnd = 128;
 inline constexpr uint32_t kMinCwnd = 32;
 inline constexpr uint32_t kMaxCwnd = 1024;
@@ -106,6 +107,7 @@ struct CompleterState {
   uint32_t ssthresh = kMaxCwnd;
   uint32_t cwnd_credit = 0;  // PSNs acknowledged towards the next +1 above ssthresh
   uint32_t recover_psn = 0;  // a loss before this PSN does not shrink the window again
+  uint32_t nak_psn = 0;      // the last sequence NAK's (completer.cc, shrink_window_on_nak)
   bool recovering = false;
 };
 

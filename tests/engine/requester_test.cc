@@ -1103,11 +1103,12 @@ TEST_F(RequesterWindow, AcksOfOneBurstReleaseOneSend) {
 
 // Post a 2 MiB SEND on a new QP through a socket / Expect rxe's window, 128
 // packets. ACK the first 100 / Expect the window grown by them (slow start:
-// 228), so 200 more. NAK (sequence error) at 150 / Expect the window halved
-// (the 278 it had grown to, after the 50 the NAK acknowledged: 139) and 139
-// packets resent from 150. A second NAK in the same window (at 160) / Expect
-// no second halving: 139 packets from 160.
-TEST_F(Requester, CongestionWindowStartsAtRxesGrowsAndHalvesOncePerWindow) {
+// 228), so 200 more. NAK (sequence error) at 150 / Expect the window at half
+// of what was in flight (328 - 150 = 178: 89; not half the 278 the window
+// had grown to, which slow start overshot by the time the NAK came), and 89
+// packets resent from 150. The same NAK again / Expect no second halving.
+// A NAK at 160 (a resent packet lost in turn) / Expect half again: 44 from 160.
+TEST_F(Requester, CongestionWindowStartsAtRxesGrowsAndHalvesOnLoss) {
   std::vector<uint8_t> big(2 << 20, 3);
   core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};
@@ -1120,13 +1121,18 @@ TEST_F(Requester, CongestionWindowStartsAtRxesGrowsAndHalvesOncePerWindow) {
   EXPECT_EQ(tx.front().psn, sq(128));
   ack(sq(150), nak(0));
   tx = take();
-  ASSERT_EQ(tx.size(), 139u);
+  ASSERT_EQ(tx.size(), 89u);
   EXPECT_EQ(tx.front().psn, sq(150));
-  EXPECT_EQ(qp->comp.cwnd, 139u);
+  EXPECT_EQ(qp->comp.cwnd, 89u);
+  ack(sq(150), nak(0));
+  tx = take();
+  ASSERT_EQ(tx.size(), 89u);
+  EXPECT_EQ(qp->comp.cwnd, 89u);
   ack(sq(160), nak(0));
   tx = take();
-  ASSERT_EQ(tx.size(), 139u);
+  ASSERT_EQ(tx.size(), 44u);
   EXPECT_EQ(tx.front().psn, sq(160));
+  EXPECT_EQ(qp->comp.cwnd, 44u);
 }
 
 // Through shared memory / Expect no congestion window: the whole 512.
