@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 
+#include "core/config.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
 
@@ -109,10 +110,11 @@ bool gsi_engine_alive(ibv_context* verbs, unsigned slot, uint16_t port);
 
 // Where a CM MAD from `src` is answered: a uroce engine's private port (below
 // the RoCE source ports) is the peer's own, which reaches it along the path
-// of its data; any other sender is a host's QP1 at 4791.
+// of its data; any other sender is a host's QP1 at the RoCE port (4791, or
+// UROCE_PORT where the hosts agree on another).
 inline transport::Endpoint gsi_reply_endpoint(const transport::Endpoint& src) {
   return transport::Endpoint{src.ip,
-                             src.port != 0 && src.port < wire::kRoceSourcePortMin ? src.port : wire::kRoceV2Port};
+                             src.port != 0 && src.port < wire::kRoceSourcePortMin ? src.port : core::config().udp_port};
 }
 
 // A REQ or SIDR_REQ passed by an engine to the listener's socket: a magic,

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/config.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "rdmacm/cm_service.h"
@@ -278,7 +279,7 @@ void CmService::leave_gsi(CmId* id) {
 }
 
 void CmService::request_over_gsi(CmId* id) {
-  go_over_gsi(id, transport::Endpoint{id->dst_ip, wire::kRoceV2Port});
+  go_over_gsi(id, transport::Endpoint{id->dst_ip, core::config().udp_port});
   if (id->state == CmState::kSidrReqSent) {
     send_sidr_req(id);
     arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
