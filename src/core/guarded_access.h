@@ -1,5 +1,5 @@
-// Accesses to registered memory that may fault without ending the process
-// (issue 37). A NIC pins a region's pages at registration and reaches them
+// Accesses to registered memory that may fault without ending the process.
+// A NIC pins a region's pages at registration and reaches them
 // whatever the process later does to its own mappings; uroce reaches them
 // with the CPU, so a region made read-only or PROT_NONE after registration,
 // or a file mapping whose file was truncated, raised SIGSEGV or SIGBUS in the

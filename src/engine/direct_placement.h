@@ -1,4 +1,4 @@
-// Same-host direct placement (issue 12, "the same-host path"): an RDMA WRITE
+// Same-host direct placement: an RDMA WRITE
 // or READ between two RC/UC QPs of one host is carried out by the
 // requester's thread with one process_vm_writev/readv between the two
 // processes' registered memory — no packets, no target thread, one copy.

@@ -1,6 +1,8 @@
-// One engine instance per device context (design §3, §5): one UDP socket, a
-// progress thread that receives packets and runs timers, and the table that
-// routes packets to QPs. Posting threads transmit directly.
+// One engine instance per device context (design §3, §5): its datagram
+// transport (the private UDP port, the share of the host's RoCE port, and
+// shared memory to engines on this host), a progress thread that receives
+// packets and runs timers, and the table that routes packets to QPs. Posting
+// threads transmit directly.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// Live counters (issue 15): an engine's port counters and per-QP counters,
+// Live counters: an engine's port counters and per-QP counters,
 // readable by another process while the program runs (`uroce stats [PID]`).
 //
 // Each engine keeps its counters in one file mapped shared,

@@ -1,4 +1,4 @@
-// Address resolution without a CM connection to probe with (issue 36): the
+// Address resolution without a CM connection to probe with (over QP1): the
 // route's next hop and its neighbour (ARP/NDP) state, through rtnetlink, as the
 // kernel's rdma_resolve_addr finds them for RoCE (drivers/infiniband/core/addr.c:
 // route lookup; a local destination resolves at once; else the next hop's

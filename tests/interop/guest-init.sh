@@ -1,7 +1,7 @@
 #!/bin/bash
 # PID 1 of the interop guest, after the initramfs switch_roots into the host's root
-# (read-only, under a tmpfs overlay). Brings eth0 up with uroce.ip= (kernel command line),
-# loads Soft-RoCE, creates rxe0 on eth0 and serves agent.py until the host asks it to shut
+# (read-only, under a tmpfs overlay). Brings eth0 up with uroce.ip= and uroce.mtu= (kernel
+# command line), loads Soft-RoCE, creates rxe0 on eth0 and serves agent.py until the host asks it to shut
 # down; then powers off. Everything it prints goes to the serial console (LOGDIR/vm/console.log).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
@@ -13,9 +13,12 @@ agent=$(<"$here/agent.py")
 say() { echo "interop-guest: $*"; }
 poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30; }
 
-ip_cidr=198.51.100.2/24
+ip_cidr=198.51.100.2/24 mtu=1500
 for arg in $(cat /proc/cmdline); do
-  case $arg in uroce.ip=*) ip_cidr=${arg#uroce.ip=} ;; esac
+  case $arg in
+    uroce.ip=*) ip_cidr=${arg#uroce.ip=} ;;
+    uroce.mtu=*) mtu=${arg#uroce.mtu=} ;;
+  esac
 done
 
 mount -t tmpfs -o mode=1777 tmpfs /tmp
@@ -32,7 +35,7 @@ for _ in $(seq 50); do [[ -e /sys/class/net/eth0 ]] && break; sleep 0.1; done
 # IPv4 only: rxe's GID table then holds the one RoCEv2 GID of the guest's address.
 echo 1 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6
 ip link set lo up
-ip link set eth0 up
+ip link set eth0 mtu "$mtu" up
 ip addr add "$ip_cidr" dev eth0
 for m in rdma_rxe ib_uverbs rdma_ucm; do modprobe "$m" || { say "FAILED: modprobe $m"; poweroff_now; }; done
 rdma link add rxe0 type rxe netdev eth0 || { say "FAILED: rdma link add"; poweroff_now; }

@@ -23,7 +23,7 @@
 # Exit status: 0 up / stopped, 77 when this machine cannot run the guest (not root, no
 # network namespaces, qemu not installable or not able to run), 1 when the guest failed.
 # Environment: CACHE, VCPUS (2), MEM_MB (2048), ACCEL (auto|kvm|tcg), NICE (10),
-# BOOT_TIMEOUT (300 s).
+# BOOT_TIMEOUT (300 s), MTU (1500: the link's, on the tap and the guest's eth0).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${CACHE:-/var/tmp/uroce-interop}
@@ -156,7 +156,7 @@ start() {
   ip -n "$NS" tuntap add dev "$TAP" mode tap || { stop; skip "cannot create a tap device"; }
   ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"  # IPv4 only on the link
   ip -n "$NS" addr add "$HOST_CIDR" dev "$TAP"
-  ip -n "$NS" link set "$TAP" up
+  ip -n "$NS" link set "$TAP" mtu "${MTU:-1500}" up
   # No checksum offload on the tap (vnet_hdr off here and in qemu): checksums are complete
   # before the capture sees a packet, so the capture test can check them.
 
@@ -167,7 +167,7 @@ start() {
   ip netns exec "$NS" nice -n "${NICE:-10}" qemu-system-x86_64 "${accel_args[@]}" \
     -smp "${VCPUS:-2}" -m "${MEM_MB:-2048}" -nodefaults -display none -no-reboot \
     -kernel "$CACHE/kernel/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 panic=-1 loglevel=4 uroce.modules=$CACHE/kernel/lib/modules uroce.init=$here/guest-init.sh uroce.ip=$GUEST_CIDR" \
+    -append "console=ttyS0 panic=-1 loglevel=4 uroce.modules=$CACHE/kernel/lib/modules uroce.init=$here/guest-init.sh uroce.ip=$GUEST_CIDR uroce.mtu=${MTU:-1500}" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no,vnet_hdr=off" \
     -device virtio-net-pci,netdev=n0,mac=52:54:00:51:00:02 \
