@@ -54,18 +54,10 @@ void CmService::gsi_sink(const engine::GsiMad& mad) {
   CmService& s = get();
   // What only reports an event is handled here, in its place among the data
   // (an RTU's ESTABLISHED before the completion of the SEND behind it), when
-  // the CM is free; the rest (it sends, or programs QPs) and everything when
-  // the CM is busy go to the progress thread.
-  if (s.mu.try_lock()) {
-    std::lock_guard lock(s.mu, std::adopt_lock);
-    if (s.handle_in_place(mad)) return;
-  }
-  {
-    std::lock_guard lock(s.inbox_mu_);
-    if (s.inbox_.size() >= kMaxInbox) return;  // the peer's CM resends
-    s.inbox_.push_back(mad);
-  }
-  eventfd_write(s.inbox_fd_, 1);
+  // the CM is free and no MAD received before it still waits (mad_inbox.h);
+  // the rest (it sends, or programs QPs) goes to the progress thread.
+  auto in_place = [&s](const engine::GsiMad& m) { return s.handle_in_place(m); };
+  if (s.inbox_.offer(s.mu, mad, in_place) == MadInbox::Offer::kQueued) eventfd_write(s.inbox_fd_, 1);
 }
 
 bool CmService::handle_in_place(const engine::GsiMad& g) {
@@ -91,10 +83,7 @@ bool CmService::handle_in_place(const engine::GsiMad& g) {
 void CmService::drain_inbox() {
   eventfd_t v;
   eventfd_read(inbox_fd_, &v);
-  {
-    std::lock_guard lock(inbox_mu_);
-    draining_.swap(inbox_);  // both keep their capacity: nothing is allocated per MAD
-  }
+  inbox_.take(draining_);
   for (const engine::GsiMad& m : draining_) on_gsi_mad(m);
   draining_.clear();
 }

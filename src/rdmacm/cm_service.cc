@@ -96,7 +96,6 @@ CmService::CmService() {
   inbox_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   ev.data.u64 = kInboxToken;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, inbox_fd_, &ev);
-  inbox_.reserve(kMaxInbox);
   draining_.reserve(kMaxInbox);
   engine::set_gsi_sink(&CmService::gsi_sink);
   uint64_t r = random_u64();

@@ -26,6 +26,7 @@
 #include "rdmacm/cm_messages.h"
 #include "rdmacm/event_channel.h"
 #include "rdmacm/log_limiter.h"
+#include "rdmacm/mad_inbox.h"
 #include "rdmacm/neighbour.h"
 #include "rdmacm/tcp_link.h"
 
@@ -351,8 +352,7 @@ class CmService {
   std::unordered_map<uint64_t, CmId*> gsi_listeners_;  // by epoll token of their QP1 socket
   std::unordered_map<uint32_t, CmId*> gsi_ids_;        // ids over QP1, by local communication ID
   // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
-  std::mutex inbox_mu_;
-  std::vector<engine::GsiMad> inbox_;
+  MadInbox inbox_{kMaxInbox};
   std::vector<engine::GsiMad> draining_;  // the progress thread's: inbox_ swapped out, reused
   int inbox_fd_ = -1;
   // Tokens of the pending links: ascending token = accept order = deadline order.
