@@ -196,13 +196,48 @@ void CmService::on_gsi_listener_ready(CmId* listener) {
 bool CmService::answer_duplicate(const RequestOrigin& from, uint32_t remote_comm_id) {
   for (auto& [comm_id, id] : gsi_ids_) {
     if (id->conn.remote_comm_id != remote_comm_id || id->dst_ip.bytes != from.peer_ip.bytes) continue;
-    // A REQ resent before our REP arrived: the REP again (a SIDR_REP, or
-    // nothing while the application has not answered).
-    if (id->state == CmState::kRepSent || (id->abi.qp_type == IBV_QPT_UD && id->state == CmState::kClosed))
-      resend_last(id);
+    // A REQ resent before our REP arrived: the REP again (a SIDR_REP, a REJ,
+    // or nothing while the application has not answered).
+    if (auto answer = duplicate_answer(id)) send_mad_from(from, *answer);
+    return true;
+  }
+  // The id is gone (request_memory.h): what it last answered, not a new request.
+  if (auto answer = request_memory_.find(remote_comm_id, from.peer_ip, Clock::now())) {
+    send_mad_from(from, *answer);
     return true;
   }
   return false;
+}
+
+namespace {
+uint16_t attribute_of(const Mad& mad) { return uint16_t(mad[16] << 8 | mad[17]); }
+}  // namespace
+
+std::optional<Mad> CmService::duplicate_answer(const CmId* id) const {
+  if (!id->from_request) return std::nullopt;
+  if (id->state == CmState::kRepSent) return id->last_request;
+  if (id->state == CmState::kClosed || id->state == CmState::kTimewait) return gone_answer(id);
+  return std::nullopt;  // not answered yet (as the kernel's CM in REQ_RCVD), or connected
+}
+
+std::optional<Mad> CmService::gone_answer(const CmId* id) const {
+  const uint16_t last = attribute_of(id->last_request);
+  if (id->abi.qp_type == IBV_QPT_UD)
+    return last == uint16_t(CmAttr::kSidrRep) ? std::optional<Mad>(id->last_request) : std::nullopt;
+  if (last == uint16_t(CmAttr::kRej)) return id->last_request;
+  return stale_connection_rej(id->conn.transaction_id, id->conn.local_comm_id, id->conn.remote_comm_id);
+}
+
+void CmService::remember_answer(const CmId* id) {
+  // Destroyed: whatever state it was left in, its connection is over.
+  if (!id->from_request || !id->conn.remote_comm_id) return;
+  if (auto answer = gone_answer(id))
+    request_memory_.remember(id->conn.remote_comm_id, id->dst_ip, *answer, Clock::now());
+}
+
+void CmService::send_mad_from(const RequestOrigin& from, const Mad& mad) {
+  auto dp = device_for_ip(from.local_ip);
+  if (dp.ok()) (void)engine::gsi_send(dp->device->verbs, from.gsi_reply, from.local_ip, mad);
 }
 
 int CmService::open_gsi_listener(CmId* listener) {
@@ -282,7 +317,9 @@ void CmService::request_over_gsi(CmId* id) {
 int CmService::send_gsi(CmId* id, const CmMessage& m, uint64_t tid) {
   if (!id->port.device) return ENODEV;
   Mad mad = encode_mad(tid, m);
-  if (awaits_answer(m) || std::holds_alternative<SidrRepMessage>(m)) id->last_request = mad;
+  // A REJ or SIDR_REP is kept too: a copy of the peer's request gets it again.
+  if (awaits_answer(m) || std::holds_alternative<SidrRepMessage>(m) || std::holds_alternative<RejMessage>(m))
+    id->last_request = mad;
   if (awaits_answer(m)) arm_resend(id, kFirstResendMs);
   return engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, mad);
 }

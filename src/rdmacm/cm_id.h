@@ -129,7 +129,10 @@ struct CmId {
   // SIDR_REQ that waits for an answer is sent again until it comes.
   bool over_gsi = false;
   transport::Endpoint gsi_peer;
+  // The last REQ / REP / DREQ / SIDR_REQ sent (resent until answered), or the
+  // last REJ or SIDR_REP (sent again to a copy of the peer's request).
   std::array<uint8_t, 256> last_request{};
+  bool from_request = false;  // a listener's new id: its peer's request copies are answered (request_memory.h)
   int resend_ms = 0;
   int gsi_sock = -1;  // listener: the UDP socket at its port that engines pass REQs to
   uint64_t gsi_token = 0;

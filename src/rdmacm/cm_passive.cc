@@ -190,6 +190,7 @@ CmId* CmService::new_passive_id(const RequestOrigin& from, const CmaIpHeader& hd
   child->tos = l->tos;
   child->ack_timeout = l->ack_timeout;
   child->conn.local_comm_id = new_comm_id(child);
+  child->from_request = true;
   if (from.link) {
     from.link->owner = child;
     from.link->listener = nullptr;

@@ -209,7 +209,10 @@ void CmService::release_id(CmId* id) {
   cancel_timer(id);
   cancel_resend(id);
   close_gsi_listener(id);
-  if (auto it = gsi_ids_.find(id->conn.local_comm_id); it != gsi_ids_.end() && it->second == id) gsi_ids_.erase(it);
+  if (auto it = gsi_ids_.find(id->conn.local_comm_id); it != gsi_ids_.end() && it->second == id) {
+    remember_answer(id);
+    gsi_ids_.erase(it);
+  }
   if (id->sock >= 0) close(id->sock);
   free(id->abi.route.path_rec);
   EventChannel* channel = id->channel();

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -28,6 +29,7 @@
 #include "rdmacm/log_limiter.h"
 #include "rdmacm/mad_inbox.h"
 #include "rdmacm/neighbour.h"
+#include "rdmacm/request_memory.h"
 #include "rdmacm/tcp_link.h"
 
 namespace uroce::rdmacm {
@@ -265,8 +267,19 @@ class CmService {
   void on_gsi_rej(CmId* id, const RejMessage& rej);
   // A refused request within rdma_connect's grace period: retried (true).
   bool retry_refused(CmId* id);
-  // A request resent by its peer's CM: answered again if it was; true if it is one.
+  // A request resent by its peer's CM, for a live id or one destroyed since
+  // (request_memory_): answered again if it was; true if it is one.
   bool answer_duplicate(const RequestOrigin& from, uint32_t remote_comm_id);
+  // What a copy of the request that made `id` gets while `id` lives (nothing:
+  // the application has not answered, or the connection is up).
+  std::optional<Mad> duplicate_answer(const CmId* id) const;
+  // A passive id over QP1 that is destroyed: its answer is kept for copies.
+  void remember_answer(const CmId* id);
+  // The answer to a copy of the request of `id`, whose connection is over:
+  // its REJ or SIDR_REP again, else REJ "stale connection".
+  std::optional<Mad> gone_answer(const CmId* id) const;
+  // Sends `mad` to where a request came from over QP1.
+  void send_mad_from(const RequestOrigin& from, const Mad& mad);
 
   // Listeners (cm_passive.cc).
   void on_listen_ready(CmId* listener);
@@ -351,6 +364,7 @@ class CmService {
   std::unordered_map<uint64_t, TcpLink*> links_;       // by epoll token
   std::unordered_map<uint64_t, CmId*> gsi_listeners_;  // by epoll token of their QP1 socket
   std::unordered_map<uint32_t, CmId*> gsi_ids_;        // ids over QP1, by local communication ID
+  RequestMemory request_memory_;                       // answers of passive ids over QP1 since destroyed
   // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
   MadInbox inbox_{kMaxInbox};
   std::vector<engine::GsiMad> draining_;  // the progress thread's: inbox_ swapped out, reused
