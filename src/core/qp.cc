@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/mr.h"
 #include "core/qp_attr_rules.h"
+#include "core/wr_opcode.h"
 #include "wire/psn.h"
 
 namespace uroce::core {
@@ -138,54 +139,22 @@ void Qp::query(ibv_qp_attr* a, ibv_qp_init_attr* init) const {
   }
 }
 
+// From the opcode table (core/wr_opcode.h). An opcode the QP type does not
+// allow is EINVAL (IBA 9.4: UD sends only; UC no READ, atomics or SEND with
+// Invalidate); one uroce does not implement (TSO, driver opcodes) is
+// EOPNOTSUPP, as is any opcode on a QP type without sends here, except on UD,
+// where anything but a SEND is EINVAL.
 int Qp::check_send_opcode(const ibv_send_wr& wr) const {
-  switch (type) {
-    case IBV_QPT_RC:
-    case IBV_QPT_XRC_SEND:  // XRC initiators: every RC operation
-      switch (wr.opcode) {
-        case IBV_WR_SEND:
-        case IBV_WR_SEND_WITH_IMM:
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-        case IBV_WR_RDMA_READ:
-        case IBV_WR_ATOMIC_CMP_AND_SWP:
-        case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        case IBV_WR_SEND_WITH_INV:
-        case IBV_WR_LOCAL_INV:
-        case IBV_WR_BIND_MW:
-          return 0;
-        default:
-          return EOPNOTSUPP;  // TSO, driver-specific opcodes
-      }
-    case IBV_QPT_UD:  // IBA 9.4: SEND only
-      return wr.opcode == IBV_WR_SEND || wr.opcode == IBV_WR_SEND_WITH_IMM ? 0 : EINVAL;
-    case IBV_QPT_UC:  // IBA 9.4: no READ, no atomics, no SEND with Invalidate (RC/XRC opcodes only)
-      switch (wr.opcode) {
-        case IBV_WR_SEND:
-        case IBV_WR_SEND_WITH_IMM:
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-        case IBV_WR_LOCAL_INV:
-        case IBV_WR_BIND_MW:
-          return 0;
-        case IBV_WR_SEND_WITH_INV:
-        case IBV_WR_RDMA_READ:
-        case IBV_WR_ATOMIC_CMP_AND_SWP:
-        case IBV_WR_ATOMIC_FETCH_AND_ADD:
-          return EINVAL;
-        default:
-          return EOPNOTSUPP;
-      }
-    default:
-      return EOPNOTSUPP;
-  }
+  if (!wr_qp_type_bit(type)) return EOPNOTSUPP;
+  if (wr_allowed(type, wr.opcode)) return 0;
+  return type == IBV_QPT_UD || wr_opcode_info(wr.opcode).qp_types ? EINVAL : EOPNOTSUPP;
 }
 
 int Qp::enqueue_send(const ibv_send_wr& in, bool type1_bind) {
   // Local operations (bind, invalidate) move no data: their SGEs are ignored.
   ibv_send_wr local;
   const ibv_send_wr* p = &in;
-  if (in.opcode == IBV_WR_BIND_MW || in.opcode == IBV_WR_LOCAL_INV) {
+  if (wr_has(in.opcode, kWrLocal)) {
     local = in;
     local.num_sge = 0;
     local.sg_list = nullptr;

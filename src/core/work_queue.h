@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/mr.h"
+#include "core/wr_opcode.h"  // is_atomic, is_read_or_atomic
 
 namespace uroce::core {
 
@@ -28,11 +29,6 @@ struct UdDest {
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
 };
-
-inline bool is_atomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
-// READs and atomics are answered with responses and use the initiator's
-// max_rd_atomic credits (ibv_modify_qp(3): outstanding RDMA READs and atomics).
-inline bool is_read_or_atomic(ibv_wr_opcode op) { return op == IBV_WR_RDMA_READ || is_atomic(op); }
 
 struct SendWqe {
   uint64_t wr_id = 0;

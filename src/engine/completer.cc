@@ -4,6 +4,7 @@
 
 #include "core/context.h"
 #include "core/cq.h"
+#include "core/wr_opcode.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/psn.h"
@@ -18,26 +19,6 @@ using wire::Operation;
 constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
                                       480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
                                       20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
-
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    case IBV_WR_LOCAL_INV:
-      return IBV_WC_LOCAL_INV;
-    case IBV_WR_BIND_MW:
-      return IBV_WC_BIND_MW;
-    default:
-      return IBV_WC_SEND;
-  }
-}
 
 // Takes one retry from the budget `left` of a QP attribute `count` (retry_cnt,
 // rnr_retry; 7 means retry forever, as rxe reads it); false when the budget is
@@ -470,7 +451,7 @@ void retire_send_wqes(EngineQp& qp) {
       ibv_wc wc{};
       wc.wr_id = w.wr_id;
       wc.status = w.status;
-      wc.opcode = wc_opcode(w.opcode);
+      wc.opcode = core::wr_opcode_info(w.opcode).wc_opcode;
       wc.byte_len = core::is_read_or_atomic(w.opcode) ? w.length : 0;
       wc.qp_num = qp.qp_num();
       qp.send_cq->push(wc, true);

@@ -156,6 +156,12 @@ class EngineContext : public core::Context {
   void note_poller(Clock::time_point now = Clock::now()) {
     poll_stamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   }
+  // Whether an application thread is polling a CQ of this context now (it
+  // called poll_receive within kPollerFresh): it then receives for itself.
+  bool poller_active(Clock::time_point now) const {
+    return now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
+  }
+  static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   // The application is about to wait without polling (ibv_req_notify_cq):
   // the progress thread watches the sockets again at once.
   void poller_leaves() {
@@ -202,12 +208,6 @@ class EngineContext : public core::Context {
   // One receive turn (caller holds rx_mu_), begun at `now`: a burst, then
   // READ responses. True if more is ready to receive or send at once.
   bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
-  // Whether an application thread is polling a CQ of this context now (it
-  // called poll_receive within kPollerFresh): it then receives for itself.
-  bool poller_active(Clock::time_point now) const {
-    return now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
-  }
-  static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   bool any_timer_armed();
   // One datagram of a burst; adds the length of a packet a QP takes to `rx_bytes`.
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes);

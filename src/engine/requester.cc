@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/mr_access.h"
+#include "core/wr_opcode.h"
 #include "engine/ack.h"
 #include "engine/direct_placement.h"
 #include "engine/engine_context.h"
@@ -413,7 +414,7 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx,
   return Placement::kPlaced;
 }
 
-bool is_local_op(const core::SendWqe& w) { return w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV; }
+bool is_local_op(const core::SendWqe& w) { return core::wr_has(w.opcode, core::kWrLocal); }
 
 // Memory-window bind and local invalidate execute in send-queue order and
 // send nothing (rxe's do_local_ops); a failure completes in error and moves

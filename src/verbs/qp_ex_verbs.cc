@@ -21,8 +21,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/wr_opcode.h"
 #include "engine/engine_context.h"
-#include "engine/roles.h"
+#include "engine/post_send.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
@@ -31,32 +32,20 @@ using uroce::engine::EngineQp;
 
 namespace {
 
-// What each QP type can post (core::Qp::check_send_opcode); asking for more at
-// creation fails with EOPNOTSUPP, as rdma-core providers do. Invalidation and
-// window binds come with type 2 memory windows, so they follow what the device
-// reports rather than a second list to keep in step.
-constexpr uint64_t kUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-constexpr uint64_t kUcSendOps = kUdSendOps | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-constexpr uint64_t kRcSendOps =
-    kUcSendOps | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+// What each QP type can post: the opcode table's rows for it (core/wr_opcode.h,
+// as ibv_post_send checks); asking for more at creation fails with
+// EOPNOTSUPP, as rdma-core providers do. Invalidation and window binds come
+// with type 2 memory windows, so they also need the device to report those.
 constexpr uint64_t kMwSendOps = IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
 
 uint64_t supported_send_ops(ibv_context* context, ibv_qp_type type) {
+  uint64_t ops = 0;
+  for (size_t op = 0; op < uroce::core::kWrOpcodeInfo.size(); ++op)
+    if (uroce::core::wr_allowed(type, ibv_wr_opcode(op))) ops |= uroce::core::kWrOpcodeInfo[op].send_op;
   ibv_device_attr dev;
   EngineContext::from(context)->query_device(&dev);
-  uint64_t mw_ops =
-      (dev.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ? kMwSendOps : 0;
-  switch (type) {
-    case IBV_QPT_RC:
-    case IBV_QPT_XRC_SEND:
-      return kRcSendOps | mw_ops;
-    case IBV_QPT_UC:
-      return kUcSendOps | mw_ops;
-    case IBV_QPT_UD:
-      return kUdSendOps;
-    default:
-      return 0;
-  }
+  if (!(dev.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B))) ops &= ~kMwSendOps;
+  return ops;
 }
 
 constexpr uint64_t kSupportedQpCompMask =
@@ -152,29 +141,12 @@ void wr_start(ibv_qp_ex* qp) noexcept {
   }
 }
 
-// Posts the chain starting at `first` like post_send (qp_verbs.cc), but all or
-// nothing: if any WR is refused, the ones already queued are taken back.
-// That is safe because enqueue_send only fills the slot at sq.posted and then
-// advances sq.posted, and nothing reads the queue before the requester runs
-// below, under the same lock.
+// Posts the chain starting at `first` through the path ibv_post_send takes
+// (engine/post_send.h), all or nothing.
 int post_all_or_nothing(ibv_qp* ibqp, ibv_send_wr* first) {
   auto* qp = static_cast<EngineQp*>(uroce::core::Qp::from(ibqp));
-  std::unique_lock lock(qp->mu);
-  ibv_qp_state st = qp->state();
-  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
-  uint32_t mark = qp->sq.posted;
-  for (ibv_send_wr* wr = first; wr; wr = wr->next) {
-    if (int err = qp->enqueue_send(*wr)) {
-      qp->sq.posted = mark;
-      return err;
-    }
-  }
-  if (qp->state() == IBV_QPS_ERR)
-    qp->flush_send_queue();
-  else
-    uroce::engine::requester_post(*qp, uroce::engine::TxBatch::local());
-  uroce::engine::requester_after_post(*qp, lock);
-  return 0;
+  ibv_send_wr* bad = nullptr;
+  return uroce::engine::post_send(*qp, first, &bad, uroce::engine::PostMode::kAllOrNothing);
 }
 
 int wr_complete(ibv_qp_ex* qp) noexcept {
@@ -336,8 +308,7 @@ void wr_set_sge_list(ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) noex
 void set_inline(Batch* b, size_t num_buf, const ibv_data_buf* bufs) {
   PendingWr* p = last_wr(b);
   if (!p) return;
-  if (p->wr.opcode != IBV_WR_SEND && p->wr.opcode != IBV_WR_SEND_WITH_IMM && p->wr.opcode != IBV_WR_RDMA_WRITE &&
-      p->wr.opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+  if (!uroce::core::wr_has(p->wr.opcode, uroce::core::kWrInline))
     return b->fail(EINVAL);  // ibv_wr_post(3): inline is valid only for SEND and RDMA_WRITE
   if (num_buf && !bufs) return b->fail(EINVAL);
   size_t total = 0;

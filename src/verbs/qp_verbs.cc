@@ -8,6 +8,7 @@
 #include "core/cq.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
+#include "engine/post_send.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
 #include "verbs/export.h"
@@ -185,28 +186,9 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
 
 namespace uroce::verbs {
 
+// Posting itself is the engine's (engine/post_send.h), shared with ibv_wr_complete.
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) noexcept {
-  EngineQp* qp = engine_qp(ibqp);
-  std::unique_lock lock(qp->mu);
-  ibv_qp_state st = qp->state();
-  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || qp->type == IBV_QPT_XRC_RECV) {
-    *bad_wr = wr;
-    return EINVAL;  // rxe: sends need RTS (or later states)
-  }
-  int err = 0;
-  for (; wr; wr = wr->next) {
-    if ((err = qp->enqueue_send(*wr)) != 0) {
-      *bad_wr = wr;
-      break;
-    }
-  }
-  if (qp->state() == IBV_QPS_ERR)
-    qp->flush_send_queue();
-  else
-    engine::requester_post(*qp, engine::TxBatch::local());
-  qp->engine()->note_poller();  // a posting application polls next, usually
-  engine::requester_after_post(*qp, lock);
-  return err;
+  return engine::post_send(*engine_qp(ibqp), wr, bad_wr, engine::PostMode::kEach);
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) noexcept {

@@ -581,6 +581,8 @@ static void case_bad_input(struct ext_side* a, struct ext_side* b) {
   expect_qp_ex_error(a, IBV_QPT_RC, base, IBV_QP_EX_WITH_SEND | (1ull << 20), EOPNOTSUPP, "RC + unknown op");
   expect_qp_ex_error(a, IBV_QPT_UC, base, IBV_QP_EX_WITH_RDMA_READ, EOPNOTSUPP, "UC + RDMA_READ");
   expect_qp_ex_error(a, IBV_QPT_UC, base, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, EOPNOTSUPP, "UC + atomic");
+  /* IBA 9.4: no SEND with Invalidate on UC (ibv_post_send refuses it), whatever the windows. */
+  expect_qp_ex_error(a, IBV_QPT_UC, base, IBV_QP_EX_WITH_SEND_WITH_INV, EOPNOTSUPP, "UC + SEND_WITH_INV");
   expect_qp_ex_error(a, IBV_QPT_RC, base | IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_EX_WITH_SEND, EOPNOTSUPP,
                      "MAX_TSO_HEADER");
   expect_qp_ex_error(a, IBV_QPT_RC, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_EX_WITH_SEND, EINVAL, "no PD");

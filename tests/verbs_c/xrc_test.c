@@ -990,6 +990,38 @@ static void case_domain_crash(void) {
   close(fd);
 }
 
+/* The ibv_wr_* builders on a TGT QP (created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+ * no operations, and moved to RTS) are refused as ibv_post_send is: EINVAL, no
+ * completion. Both go through one post path (engine/post_send.h). */
+static void bad_wr_api_on_tgt(struct xenv* e, const struct vp_params* p, struct ibv_send_wr* swr) {
+  struct ibv_qp_init_attr_ex a;
+  memset(&a, 0, sizeof a);
+  a.qp_type = IBV_QPT_XRC_RECV;
+  a.comp_mask = IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  a.xrcd = e->xrcd;
+  struct ibv_qp* tgt = ibv_create_qp_ex(e->ctx, &a);
+  CHECK(tgt != NULL, "TGT QP with send_ops_flags 0: %s", strerror(errno));
+  if (!tgt) return;
+  CHECK(connect_tgt(tgt, p, &e->port, e->ini->qp_num) == 0, "second TGT QP to RTS");
+  struct ibv_send_wr* sbad = NULL;
+  int post_rc = ibv_post_send(tgt, swr, &sbad);
+  struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(tgt);
+  CHECK(qpx != NULL, "ibv_qp_to_qp_ex on a TGT QP created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS");
+  if (qpx) {
+    ibv_wr_start(qpx);
+    qpx->wr_id = 1;
+    qpx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(qpx);
+    ibv_wr_set_xrc_srqn(qpx, e->srqn);
+    ibv_wr_set_sge(qpx, e->smr->lkey, (uintptr_t)e->sbuf, 64);
+    int wr_rc = ibv_wr_complete(qpx);
+    CHECK(post_rc == EINVAL && wr_rc == post_rc, "TGT QP in RTS: ibv_post_send %d (%s), ibv_wr_complete %d (%s)",
+          post_rc, strerror(post_rc), wr_rc, strerror(wr_rc));
+  }
+  CHECK(cq_empty(e->send_cq) && cq_empty(e->recv_cq), "a rejected WR on a TGT QP produced a completion");
+  CHECK(ibv_destroy_qp(tgt) == 0, "ibv_destroy_qp(second TGT)");
+}
+
 static void case_bad(void) {
   struct vp_params p;
   vp_default_params(&p);
@@ -1015,6 +1047,7 @@ static void case_bad(void) {
   CHECK(rc == EINVAL && rbad == &rwr, "ibv_post_recv on an INI QP: %d (%s), bad_wr %s", rc, strerror(rc),
         rbad == &rwr ? "set" : "not set");
   CHECK(cq_empty(e.send_cq) && cq_empty(e.recv_cq), "a rejected WR produced a completion");
+  bad_wr_api_on_tgt(&e, &p, &swr);
 
   struct ibv_xrcd_init_attr xa;
   memset(&xa, 0, sizeof xa);
