@@ -32,9 +32,10 @@ constexpr EnvVarDoc kDocs[] = {
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
      "without checking (diagnosis only: packets of rxe and RoCE NICs verify whatever IPv4 identification they "
      "carry)."},
-    {"UROCE_CM_TCP", "1",
-     "1: rdma_cm talks to uroce peers over a TCP connection and to a kernel's CM (rxe, a RoCE NIC) with IB CM "
-     "MADs over QP1 at UDP 4791; 0: MADs over QP1 to every peer."},
+    {"UROCE_CM_TCP", "0",
+     "0: rdma_cm sends every CM message as IB CM MADs over QP1 at the host's RoCE port, to uroce peers and "
+     "kernel CMs (rxe, RoCE NICs) alike; 1: the older CM connections over TCP to uroce peers (MADs over QP1 "
+     "only to a kernel's CM)."},
     {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
     {"UROCE_LIVE_STATS", "1",
      "0: keep the counters private (no /dev/shm/uroce-stats-<uid>-<pid>-<lid> file for `uroce stats`)."},

@@ -219,8 +219,7 @@ static int backlog_outcomes(struct async_client* c, int* outcome, int want, int 
 }
 
 static void case_backlog(void) {
-  const char* tcp = getenv("UROCE_CM_TCP");
-  const int over_qp1 = tcp && !strcmp(tcp, "0");
+  const int over_qp1 = cm_over_qp1();
   const int expect_connected = over_qp1 ? kBacklogClients : kBacklog;
   int to_child[2], to_parent[2];
   REQUIRE(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
@@ -325,8 +324,7 @@ static void case_peer_exits(void) {
   double t0;
   struct rdma_cm_event* e = connect_first_event(&c, 10000, &t0);
   printf("server exited: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
-  const char* tcp = getenv("UROCE_CM_TCP");
-  if (tcp && !strcmp(tcp, "0")) {
+  if (cm_over_qp1()) {
     REQUIRE(e->event == RDMA_CM_EVENT_REJECTED && e->status == 28, "want REJECTED, status 28");
   } else {
     REQUIRE(e->event == RDMA_CM_EVENT_UNREACHABLE || e->event == RDMA_CM_EVENT_REJECTED, "want UNREACHABLE");
@@ -367,8 +365,7 @@ static void case_addr_timeout(const char* addr) {
   double t0 = now_ms();
   int r = rdma_resolve_addr(id, NULL, res->ai_addr, 500);
   freeaddrinfo(res);
-  const char* cm_tcp = getenv("UROCE_CM_TCP");
-  const int over_qp1 = cm_tcp && !strcmp(cm_tcp, "0");
+  const int over_qp1 = cm_over_qp1();
   if (r == 0) {
     struct rdma_cm_event* e = next_event(ch, 5000);
     double dt = now_ms() - t0;
