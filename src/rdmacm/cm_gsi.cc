@@ -33,6 +33,9 @@ namespace uroce::rdmacm {
 
 namespace {
 
+// The AttributeID of a MAD (which CM message it is).
+uint16_t attribute_of(const Mad& mad) { return uint16_t(mad[16] << 8 | mad[17]); }
+
 // Whether `ip` is an address of this host (an engine of it passed a request).
 bool is_host_address(const transport::IpAddress& ip) {
   if (ip.loopback()) return true;
@@ -198,20 +201,16 @@ bool CmService::answer_duplicate(const RequestOrigin& from, uint32_t remote_comm
     if (id->conn.remote_comm_id != remote_comm_id || id->dst_ip.bytes != from.peer_ip.bytes) continue;
     // A REQ resent before our REP arrived: the REP again (a SIDR_REP, a REJ,
     // or nothing while the application has not answered).
-    if (auto answer = duplicate_answer(id)) send_mad_from(from, *answer);
+    if (auto answer = duplicate_answer(id)) send_gsi_from(from.local_ip, from.gsi_reply, *answer);
     return true;
   }
   // The id is gone (request_memory.h): what it last answered, not a new request.
   if (auto answer = request_memory_.find(remote_comm_id, from.peer_ip, Clock::now())) {
-    send_mad_from(from, *answer);
+    send_gsi_from(from.local_ip, from.gsi_reply, *answer);
     return true;
   }
   return false;
 }
-
-namespace {
-uint16_t attribute_of(const Mad& mad) { return uint16_t(mad[16] << 8 | mad[17]); }
-}  // namespace
 
 std::optional<Mad> CmService::duplicate_answer(const CmId* id) const {
   if (!id->from_request) return std::nullopt;
@@ -233,11 +232,6 @@ void CmService::remember_answer(const CmId* id) {
   if (!id->from_request || !id->conn.remote_comm_id) return;
   if (auto answer = gone_answer(id))
     request_memory_.remember(id->conn.remote_comm_id, id->dst_ip, *answer, Clock::now());
-}
-
-void CmService::send_mad_from(const RequestOrigin& from, const Mad& mad) {
-  auto dp = device_for_ip(from.local_ip);
-  if (dp.ok()) (void)engine::gsi_send(dp->device->verbs, from.gsi_reply, from.local_ip, mad);
 }
 
 int CmService::open_gsi_listener(CmId* listener) {
@@ -326,9 +320,12 @@ int CmService::send_gsi(CmId* id, const CmMessage& m, uint64_t tid) {
 
 void CmService::send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
                               uint64_t tid) {
+  send_gsi_from(local_ip, to, encode_mad(tid, m));
+}
+
+void CmService::send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const Mad& mad) {
   auto dp = device_for_ip(local_ip);
-  if (!dp.ok()) return;
-  (void)engine::gsi_send(dp->device->verbs, to, local_ip, encode_mad(tid, m));
+  if (dp.ok()) (void)engine::gsi_send(dp->device->verbs, to, local_ip, mad);
 }
 
 bool CmService::peer_process_gone(const CmId* id) const {
@@ -381,7 +378,7 @@ void CmService::cancel_resend(CmId* id) {
 }
 
 void CmService::on_resend(CmId* id) {
-  const uint16_t attr = uint16_t(id->last_request[16] << 8 | id->last_request[17]);
+  const uint16_t attr = attribute_of(id->last_request);
   const bool waiting = (id->state == CmState::kReqSent && attr == uint16_t(CmAttr::kReq)) ||
                        (id->state == CmState::kRepSent && attr == uint16_t(CmAttr::kRep)) ||
                        (id->state == CmState::kDreqSent && attr == uint16_t(CmAttr::kDreq)) ||

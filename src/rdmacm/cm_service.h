@@ -246,6 +246,7 @@ class CmService {
   // Sends a MAD from QP1 of the engine serving `local_ip` (no id: answers).
   void send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
                      uint64_t tid);
+  void send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const Mad& mad);
   // Sends the id's last REQ / REP / DREQ / SIDR_REQ (or SIDR_REP) again.
   void resend_last(CmId* id);
   void arm_resend(CmId* id, int ms);
@@ -278,8 +279,6 @@ class CmService {
   // The answer to a copy of the request of `id`, whose connection is over:
   // its REJ or SIDR_REP again, else REJ "stale connection".
   std::optional<Mad> gone_answer(const CmId* id) const;
-  // Sends `mad` to where a request came from over QP1.
-  void send_mad_from(const RequestOrigin& from, const Mad& mad);
 
   // Listeners (cm_passive.cc).
   void on_listen_ready(CmId* listener);
