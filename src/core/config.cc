@@ -121,8 +121,8 @@ Config load() {
 std::span<const EnvVarDoc> env_var_docs() { return kDocs; }
 
 const Config& config() {
-  static const Config c = load();
-  return c;
+  static const Config* const c = new Config(load());  // never destroyed: read by threads outliving main()
+  return *c;
 }
 
 }  // namespace uroce::core

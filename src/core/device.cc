@@ -149,12 +149,10 @@ Device::Device(const std::string& name, unsigned index) : ibdev{} {
 Device* Device::from(ibv_device* d) { return UROCE_CONTAINER_OF(d, Device, ibdev); }
 
 std::span<Device* const> devices() {
-  static const std::vector<Device*> list = [] {
-    std::vector<Device*> v;
-    v.push_back(new Device(config().device_name, 0));  // lives for the process
-    return v;
-  }();
-  return list;
+  // Never destroyed, as the devices: threads that outlive main() (the CM's, an
+  // engine's) still look devices up while the exiting thread runs destructors.
+  static const auto* const list = new std::vector<Device*>{new Device(config().device_name, 0)};
+  return *list;
 }
 
 }  // namespace uroce::core

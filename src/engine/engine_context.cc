@@ -42,8 +42,8 @@ std::mutex& live_mu() {
   return m;
 }
 std::vector<EngineContext*>& live_contexts() {
-  static std::vector<EngineContext*> v;
-  return v;
+  static auto* const v = new std::vector<EngineContext*>;  // never destroyed: a close may follow exit's destructors
+  return *v;
 }
 // The ACKs that application turns left waiting (a process that exits right after
 // polling a receive): sent, waiting for the receive turn if a thread has it, so
