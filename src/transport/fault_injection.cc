@@ -131,7 +131,6 @@ void FaultyTransport::send_copies(std::vector<Copy>& copies) {
 void FaultyTransport::release_due(Clock::time_point now) {
   std::vector<Copy> due;
   while (!held_.empty() && held_.front().due <= now) {
-    held_bytes_ -= held_.front().bytes.size();
     due.push_back(std::move(held_.front()));
     held_.pop_front();
   }
@@ -143,13 +142,18 @@ void FaultyTransport::hold_back(Copy& c, Clock::time_point now) {
   counters_.reordered.fetch_add(1, std::memory_order_relaxed);
 }
 
-void FaultyTransport::hold(Copy&& c) {
-  held_bytes_ += c.bytes.size();
-  held_.push_back(std::move(c));
+void FaultyTransport::hold(Copy&& c) { held_.push_back(std::move(c)); }
+
+size_t FaultyTransport::bytes_waiting_for_link(Clock::time_point now) const {
+  if (spec_.rate_mbit == 0 || link_free_ <= now) return 0;
+  auto busy_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(link_free_ - now).count());
+  return size_t(busy_ns * spec_.rate_mbit / 8000);  // the inverse of enter_link's carry
 }
 
 void FaultyTransport::enter_link(Copy&& c, Clock::time_point now) {
-  if (held_bytes_ + c.bytes.size() > size_t(spec_.queue_kb) * 1024) {
+  // The queue holds what the link has not carried yet; what it has carried is
+  // on the wire for latency_us, as on a long path, and takes no queue space.
+  if (bytes_waiting_for_link(now) + c.bytes.size() > size_t(spec_.queue_kb) * 1024) {
     counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
     return;
   }

@@ -31,8 +31,9 @@ struct FaultSpec {
   uint32_t delay_us = 200;  // how long a reordered datagram is held back
   // A slow link: rate_mbit Mbit/s (0: unlimited) and latency_us of one-way
   // delay (0: none). Datagrams leave in order, each when the link has carried
-  // the ones before it, latency_us later; one that finds queue_kb KiB waiting
-  // is dropped (counted as overflowed), as at a switch port.
+  // the ones before it, latency_us later; one that finds queue_kb KiB not yet
+  // carried is dropped (counted as overflowed), as at a switch port. What is
+  // on the path (latency_us) takes no queue space.
   uint32_t rate_mbit = 0;
   uint32_t latency_us = 0;
   uint32_t queue_kb = 1024;
@@ -91,11 +92,13 @@ class FaultyTransport final : public DatagramTransport {
   void release_due(Clock::time_point now);  // caller holds mu_
   // A reordered datagram: due delay_us from now, counted. Caller holds mu_.
   void hold_back(Copy& c, Clock::time_point now);
-  // Keeps `c` in held_ until it is due (held_bytes_ counts it). Caller holds mu_.
+  // Keeps `c` in held_ until it is due. Caller holds mu_.
   void hold(Copy&& c);
   // Queues `c` behind the slow link, or drops it (counted as overflowed) when
   // the link's queue is full. Caller holds mu_.
   void enter_link(Copy&& c, Clock::time_point now);
+  // What the slow link still has to carry at `now` (its queue), in bytes.
+  size_t bytes_waiting_for_link(Clock::time_point now) const;
   int timeout_for_held(int timeout_ms) const;  // caller holds mu_
   void send_copies(std::vector<Copy>& copies);
 
@@ -105,7 +108,6 @@ class FaultyTransport final : public DatagramTransport {
   std::mutex mu_;
   uint64_t rng_;
   std::deque<Copy> held_;
-  size_t held_bytes_ = 0;          // of held_'s copies (the slow link's queue)
   Clock::time_point link_free_{};  // when the slow link has carried what it holds
 };
 

@@ -649,5 +649,30 @@ TEST(FaultyTransport, LatencyDelaysEveryDatagramInOrder) {
   EXPECT_EQ(t->counters().overflowed.load(), 0u);
 }
 
+// Send 6 datagrams of 1,000 bytes through an 8 Mbit/s link with 2 s of
+// latency and a 6 KiB queue, wait until the link has carried them (6 ms), send
+// 6 more / Expect none dropped: what is on the path takes no queue space, as
+// the bandwidth-delay product of a long link is not a switch's queue.
+TEST(FaultyTransport, DatagramsOnTheLongPathTakeNoQueueSpace) {
+  Log log;
+  auto t = faulty(&log, parsed("rate_mbit=8,latency_us=2000000,queue_kb=6"));
+  Datagrams first(6, 1000), second(6, 1000);
+  ASSERT_EQ(t->send_burst(std::span(first.d)), 6u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(7));
+  ASSERT_EQ(t->send_burst(std::span(second.d)), 6u);
+  EXPECT_TRUE(log.sent.empty());  // all 12 still on the path
+  EXPECT_EQ(t->counters().overflowed.load(), 0u);
+}
+
+// Send 10 datagrams of 1,000 bytes at once through a link with latency and no
+// rate limit, queue 1 KiB / Expect none dropped: nothing waits for such a link.
+TEST(FaultyTransport, LatencyAloneQueuesNothing) {
+  Log log;
+  auto t = faulty(&log, parsed("latency_us=20000,queue_kb=1"));
+  Datagrams dg(10, 1000);
+  ASSERT_EQ(t->send_burst(std::span(dg.d)), 10u);
+  EXPECT_EQ(t->counters().overflowed.load(), 0u);
+}
+
 }  // namespace
 }  // namespace uroce::transport
