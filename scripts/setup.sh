@@ -16,6 +16,7 @@ packages=(
   openmpi-bin libopenmpi-dev                    # middleware: mpirun, mpicc (tests/middleware)
   tshark                                        # decodes captures as RoCEv2
   python3 iproute2                              # test tools, network namespaces
+  nftables                                      # a congested queue that marks ECN (tests/fault)
   python3-pyverbs                               # rdma-core's own test suite (tests/pyverbs)
   python3-matplotlib                            # the benchmarks' plots (bench/*.py)
 )

@@ -83,7 +83,10 @@ void print_port(const PortCounters& p) {
                     {"relayed_in", p.rx_host_relayed},
                     {"xrc_relayed", p.tx_xrc_relayed},
                     {"cm_mads_in", p.rx_gsi},
-                    {"cm_mads_out", p.tx_gsi}});
+                    {"cm_mads_out", p.tx_gsi},
+                    {"ecn_ce", p.rx_ecn_ce},
+                    {"cnps_out", p.tx_cnps},
+                    {"cnps_in", p.rx_cnps}});
   std::printf("  dropped:\n");
   print_list("    ", {{"malformed", p.rx_malformed},
                       {"icrc_errors", p.rx_bad_icrc},

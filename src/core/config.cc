@@ -52,6 +52,9 @@ constexpr EnvVarDoc kDocs[] = {
     {"UROCE_GSO", "1",
      "1: send bulk traffic as UDP GSO messages and receive with UDP GRO where the kernel has them; 0: one "
      "datagram per packet each way (docs/architecture.md, UDP GSO and GRO)."},
+    {"UROCE_ECN", "1",
+     "1: send ECN-capable (ECT(0)); answer packets marked Congestion Experienced with RoCEv2 CNPs and halve "
+     "the congestion window on a CNP, as a RoCE NIC's congestion control; 0: none of it."},
     {"UROCE_SHM", "1",
      "1: packets between uroce processes of one host go through shared memory (the same-host path); 0: over "
      "UDP, so that a capture on the interface sees every packet."},
@@ -93,6 +96,7 @@ Config load() {
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_CM_TCP")) c.cm_tcp = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
+  if (const char* v = env("UROCE_ECN")) c.ecn = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM_DIRECT")) c.shm_direct = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM_JUMBO")) c.shm_jumbo = std::strcmp(v, "0") != 0;

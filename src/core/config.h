@@ -30,6 +30,9 @@ struct Config {
   bool cm_tcp = false;
   // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).
   bool gso = true;
+  // UROCE_ECN=0: send Not-ECT and neither answer CE marks with CNPs nor slow
+  // down on CNPs (docs/architecture.md, "ECN and CNPs").
+  bool ecn = true;
   bool shm = true;         // the same-host path (UROCE_SHM)
   bool shm_direct = true;  // same-host direct placement of WRITE/READ (UROCE_SHM_DIRECT)
   bool shm_jumbo = true;   // same-host jumbo packets for large SEND/WRITE (UROCE_SHM_JUMBO)

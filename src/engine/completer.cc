@@ -141,6 +141,15 @@ void shrink_window_on_nak(EngineQp& qp, uint32_t psn) {
   shrink_window(qp);
 }
 
+}  // namespace
+
+void completer_receive_cnp(EngineQp& qp) {
+  qp.engine()->stats.rx_cnps.fetch_add(1, std::memory_order_relaxed);
+  if (qp.type == IBV_QPT_RC || qp.type == IBV_QPT_XRC_SEND) shrink_window(qp);
+}
+
+namespace {
+
 core::SendWqe* oldest_pending(EngineQp& qp) {
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "engine/ack.h"
 #include "engine/direct_placement.h"
+#include "engine/ecn.h"
 #include "engine/host_directory.h"
 #include "engine/host_registry.h"
 #include "engine/host_relay.h"
@@ -73,6 +74,7 @@ EngineContext* EngineContext::open(core::Device* dev) {
   transport::UdpConfig cfg;
   cfg.host_port = core::config().udp_port;
   cfg.gso = core::config().gso;
+  cfg.ecn = core::config().ecn;
   std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
   auto registry = HostRegistry::open(t->local_port());
@@ -196,8 +198,8 @@ void EngineContext::print_stats() const {
       "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
       "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
       "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
-      "same_host_full_drops %llu, same_host_jumbo %llu, qp1_in %llu, qp1_out %llu, qp1_dropped %llu, tx_path %s, "
-      "rx_path %s\n",
+      "same_host_full_drops %llu, same_host_jumbo %llu, qp1_in %llu, qp1_out %llu, qp1_dropped %llu, ecn_ce %llu, "
+      "cnps_out %llu, cnps_in %llu, tx_path %s, rx_path %s\n",
       device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
       (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
       (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -211,8 +213,9 @@ void EngineContext::print_stats() const {
       (unsigned long long)(shm ? shm->shm_sent() : 0), (unsigned long long)(shm ? shm->shm_received() : 0),
       (unsigned long long)(shm ? shm->full_drops() : 0), (unsigned long long)(shm ? shm->jumbo_sent() : 0),
       (unsigned long long)stats.rx_gsi.load(), (unsigned long long)stats.tx_gsi.load(),
-      (unsigned long long)stats.rx_gsi_dropped.load(), transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg",
-      transport_->gro() ? "gro" : "recvmmsg");
+      (unsigned long long)stats.rx_gsi_dropped.load(), (unsigned long long)stats.rx_ecn_ce.load(),
+      (unsigned long long)stats.tx_cnps.load(), (unsigned long long)stats.rx_cnps.load(),
+      transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
     std::fprintf(stderr,
                  "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
@@ -705,7 +708,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   pkt.jumbo = d.jumbo;
   uint8_t opcode = pkt.bth().opcode();
-  if (opcode == wire::kOpCnp) return;  // congestion notification: accepted, ignored
+  if (opcode == wire::kOpCnp) return receive_cnp(d, pkt);
   if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);
   if (pkt.bth().dest_qp() == kGsiQpn) return gsi_receive(*this, d, pkt);
   auto it = qps_.find(pkt.bth().dest_qp());
@@ -734,6 +737,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   qp.counters->count_received(d.len);
   rx_bytes += d.len;
+  if (d.ce && qp.type != IBV_QPT_UD) answer_congestion_mark(qp, TxBatch::local(), Clock::now());
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {
@@ -750,6 +754,23 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
       reading_count_.store(reading_.size(), std::memory_order_relaxed);
     }
   }
+}
+
+// A CNP (ecn.h): to a QP of ours that sends on the path it came from, else
+// dropped as any packet for no QP or from elsewhere.
+void EngineContext::receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt) {
+  auto it = qps_.find(pkt.bth().dest_qp());
+  if (it == qps_.end() || it->second->type == IBV_QPT_UD) {
+    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  EngineQp& qp = *it->second;
+  std::lock_guard ql(qp.mu);
+  if (!from_connected_path(qp, d)) {
+    stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  completer_receive_cnp(qp);
 }
 
 bool EngineContext::run_timers(Clock::time_point now) {

@@ -211,6 +211,7 @@ class EngineContext : public core::Context {
   bool any_timer_armed();
   // One datagram of a burst; adds the length of a packet a QP takes to `rx_bytes`.
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes);
+  void receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt);
   bool route_to_owner(transport::RxDatagram& d);
   // The end of a burst, or of its part before a CM message: ACKs, then the
   // receive completions of the QPs it touched.

@@ -259,6 +259,9 @@ class EngineQp : public core::Qp {
   CompleterState comp;
   ResponderState resp;
   QpTimers timers;
+  // The notification point (ecn.h): when this QP last answered a packet marked
+  // Congestion Experienced with a CNP.
+  Clock::time_point cnp_sent_at{};
   bool in_touched_list = false;  // progress thread only
   bool in_read_list = false;     // progress thread only: READ responses pending
   // In EngineContext::deferred_acks_: an application turn left the ACK of

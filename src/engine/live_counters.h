@@ -106,13 +106,16 @@ struct PortCounters {
   std::atomic<uint64_t> same_host_full_drops{0};
   std::atomic<uint64_t> placed_ops{0};
   std::atomic<uint64_t> placed_bytes{0};
+  std::atomic<uint64_t> rx_ecn_ce{0};  // packets a queue marked Congestion Experienced (ecn.h)
+  std::atomic<uint64_t> tx_cnps{0};    // CNPs sent in answer
+  std::atomic<uint64_t> rx_cnps{0};    // CNPs received
 };
 using Stats = PortCounters;
 
 class LiveCounters {
  public:
   static constexpr uint32_t kMagic = 0x75726373;  // "urcs"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;
   static constexpr unsigned kMaxQps = 1024;
 
   struct Header {

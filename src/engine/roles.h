@@ -65,6 +65,10 @@ bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 
 // Completer (completer.cc): one incoming response (ACK/NAK/READ response).
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
+// A CNP for this QP (ecn.h): the reaction point's cut. An RC requester's
+// congestion window halves, once per window as for a loss (nothing is resent);
+// other QPs only count it.
+void completer_receive_cnp(EngineQp& qp);
 // Local ACK timeout and RNR timer.
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx);
 // The local ACK timer (IBA 9.7.6.1.3) and the RNR timer are the completer's:

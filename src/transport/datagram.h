@@ -116,6 +116,9 @@ struct RxDatagram {
   IpAddress dst_ip;
   uint16_t dst_port = 0;  // the UDP port it arrived at (0: the transport's local_port)
   bool truncated = false;
+  // The IP header's ECN field said Congestion Experienced (RFC 3168): a queue
+  // on the path marked it instead of dropping it (RoCEv2 annex A17.9).
+  bool ce = false;
   uint8_t gso_index = 0;
   // A same-host jumbo packet (DatagramTransport::send_jumbo): it carries no
   // ICRC, may be longer than any MTU, and `data` points into memory shared

@@ -393,6 +393,7 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
       std::memcpy(copy, rec.data, d.len);  // ours from here on: the peer cannot change what we check
       d.data = copy;
       d.truncated = rec.len > kMaxRecord;
+      d.ce = false;
       d.jumbo = false;
       d.src = Endpoint{rec.meta.src_ip, rec.meta.src_port};
       d.dst_ip = rec.meta.dst_ip;

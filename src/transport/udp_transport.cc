@@ -60,7 +60,7 @@ constexpr size_t kGroMessages = 32;     // recvmmsg buffers with GRO: 64 KiB eac
 constexpr uint32_t kGroBuffer = 65536;  // a whole GRO batch
 constexpr size_t kPktinfoSpace = std::max(CMSG_SPACE(sizeof(in_pktinfo)), CMSG_SPACE(sizeof(in6_pktinfo)));
 constexpr size_t kTxControl = kPktinfoSpace + CMSG_SPACE(sizeof(uint16_t));
-constexpr size_t kRxControl = kPktinfoSpace + CMSG_SPACE(sizeof(int));
+constexpr size_t kRxControl = kPktinfoSpace + 2 * CMSG_SPACE(sizeof(int));  // + UDP_GRO, IP_TOS/IPV6_TCLASS
 
 // A datagram's peer address, either family.
 union SockAddr {
@@ -175,9 +175,16 @@ struct FamilyOptions {
   int pktinfo;       // reports a received datagram's destination address
   int mtu_discover;  // the path MTU discovery mode...
   int pmtudisc_do;   // ...that forbids fragmentation by the sender
+  int tos;           // the traffic class of what is sent (IP_TOS, IPV6_TCLASS)...
+  int recv_tos;      // ...and of what is received, as a control message
 };
-constexpr FamilyOptions kIpv4Options{AF_INET, IPPROTO_IP, IP_PKTINFO, IP_MTU_DISCOVER, IP_PMTUDISC_DO};
-constexpr FamilyOptions kIpv6Options{AF_INET6, IPPROTO_IPV6, IPV6_RECVPKTINFO, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO};
+constexpr FamilyOptions kIpv4Options{AF_INET,        IPPROTO_IP, IP_PKTINFO, IP_MTU_DISCOVER,
+                                     IP_PMTUDISC_DO, IP_TOS,     IP_RECVTOS};
+constexpr FamilyOptions kIpv6Options{AF_INET6,         IPPROTO_IPV6, IPV6_RECVPKTINFO, IPV6_MTU_DISCOVER,
+                                     IPV6_PMTUDISC_DO, IPV6_TCLASS,  IPV6_RECVTCLASS};
+constexpr int kEct0 = 0x02;     // ECN field: ECN-capable transport (RFC 3168)
+constexpr int kEcnMask = 0x03;  // the ECN field of the TOS / traffic class byte
+constexpr int kEcnCe = 0x03;    // Congestion Experienced
 
 // A nonblocking UDP socket of family `f` with the options every socket of a
 // transport needs, and UDP_GRO when `gro`. An IPv6 socket is for IPv6 peers
@@ -201,6 +208,13 @@ int open_socket(const FamilyOptions& f, const UdpConfig& cfg, bool gro) {
   // refused. With DF an unconnected IPv4 socket sends IP ID 0 (design §4).
   int pmtu = f.pmtudisc_do;
   setsockopt(fd, f.level, f.mtu_discover, &pmtu, sizeof pmtu);
+  // ECT(0) on everything sent, and the received ECN field reported: a queue
+  // that would drop may mark instead, and the receiver answers with a CNP.
+  if (cfg.ecn) {
+    int ect = kEct0;
+    setsockopt(fd, f.level, f.tos, &ect, sizeof ect);
+    setsockopt(fd, f.level, f.recv_tos, &on, sizeof on);
+  }
   set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.socket_buffer_bytes);
   set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.socket_buffer_bytes);
   return fd;
@@ -423,6 +437,7 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
     d.dst_ip = m.dst_ip;
     d.dst_port = m.dst_port;
     d.truncated = m.truncated || len > max_datagram_;
+    d.ce = m.ce;      // (GRO merges no datagrams whose TOS differ)
     d.jumbo = false;  // (the slot may have held one of the same-host path's)
     d.gso_index = uint8_t(std::min<uint32_t>(m.offset / m.segment, 255));
     m.offset += len;
@@ -457,6 +472,7 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
     }
     m.dst_ip = 0;
     m.dst_port = port;
+    m.ce = false;
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
         in_pktinfo info;
@@ -466,6 +482,12 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
         in6_pktinfo info;
         std::memcpy(&info, CMSG_DATA(c), sizeof info);
         m.dst_ip = IpAddress::from_bytes(info.ipi6_addr.s6_addr, uint32_t(info.ipi6_ifindex));
+      } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+        m.ce = (*CMSG_DATA(c) & kEcnMask) == kEcnCe;  // one byte
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+        int tclass;
+        std::memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
+        m.ce = (tclass & kEcnMask) == kEcnCe;
       } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
         int seg;
         std::memcpy(&seg, CMSG_DATA(c), sizeof seg);

@@ -26,6 +26,9 @@ struct UdpConfig {
   int socket_buffer_bytes = 32 << 20;
   uint32_t max_datagram = 9216;
   bool gso = true;  // use UDP GSO and GRO where the kernel has them (UROCE_GSO=0: not)
+  // Send ECN-capable (ECT(0)) and report Congestion Experienced marks
+  // (RxDatagram::ce), as a RoCE NIC with congestion control does (UROCE_ECN).
+  bool ecn = true;
 };
 
 class UdpTransport final : public DatagramTransport {
@@ -76,6 +79,7 @@ class UdpTransport final : public DatagramTransport {
     IpAddress dst_ip;
     uint16_t dst_port;
     bool truncated;
+    bool ce;  // marked Congestion Experienced
   };
 
   int fd_;

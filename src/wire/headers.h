@@ -56,6 +56,7 @@ class Bth {
     p_[8] = ack_req ? 0x80 : 0;
     store_be24(p_ + 9, psn);
   }
+  void set_becn(bool on) { p_[4] = uint8_t((p_[4] & ~0x40) | (on ? 0x40 : 0)); }  // a CNP's (roce-facts.md §1.1)
   void set_dest_qp(uint32_t qp) { store_be24(p_ + 5, qp); }
   void set_psn(uint32_t psn) { store_be24(p_ + 9, psn); }
 

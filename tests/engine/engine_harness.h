@@ -173,6 +173,7 @@ struct Craft {
   uint8_t gso_index = 0;             // place in a GRO batch, as the transport reports it
   std::optional<uint16_t> dst_port;  // the UDP port it was sent to (default: our LID)
   bool jumbo = false;                // a same-host jumbo packet (no ICRC; RxDatagram::jumbo)
+  bool ce = false;                   // marked Congestion Experienced on the way (RxDatagram::ce)
 };
 
 // A captured packet's bytes up to its ICRC (which take() checks), for tests
@@ -390,6 +391,7 @@ class EngineTest : public ::testing::Test {
       d.gso_index = burst[i].gso_index;
       d.dst_port = burst[i].dst_port.value_or(kLocalPort);
       d.jumbo = burst[i].jumbo;
+      d.ce = burst[i].ce;
       rx.push_back(d);
     }
     engine->process_burst(std::span(rx.data(), rx.size()), turn);
