@@ -49,6 +49,7 @@ class HostRegistry;
 class HostDirectory;
 class TxBatch;
 class DirectPlacement;
+class ProgressPolicy;
 
 class EngineContext : public core::Context {
  public:
@@ -202,6 +203,9 @@ class EngineContext : public core::Context {
   EngineContext(core::Device* dev, std::unique_ptr<transport::DatagramTransport> t, bool publish);
   ~EngineContext();
   void progress_loop();
+  void nap_for_poller();
+  void sleep_on_sockets(const ProgressPolicy& policy);
+  void end_drain(uint64_t target);  // drain requests up to `target` are answered
   static std::unique_ptr<transport::DatagramTransport> with_capture(std::unique_ptr<transport::DatagramTransport> t);
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
       std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);

@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "engine/engine_context.h"
+#include "engine/progress_policy.h"
 #include "engine/roles.h"
 #include "engine/spin_advisor.h"
 #include "engine/tx_batch.h"
@@ -16,35 +17,11 @@
 namespace uroce::engine {
 
 namespace {
-constexpr int kTimerTickMs = 1;
-constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
 // While an application thread polls, the progress thread naps this long
 // between looks at whether it still does, and sends ACKs that have waited
 // for the application's next post longer than kAckDelay.
 constexpr int kNapUs = 200;
 constexpr auto kAckDelay = std::chrono::microseconds(100);
-// UROCE_POLL=auto (spin_advisor.h): a polling progress thread looks every
-// kSpinCheck whether an application thread has become runnable. One found
-// runnable is taken to stay so for kSpinBackoff (a thread spinning on
-// memory): each look costs a few us that would delay it after every datagram.
-constexpr auto kSpinCheck = std::chrono::microseconds(20);
-constexpr auto kSpinBackoff = std::chrono::milliseconds(2);
-// ... and only after a receive turn of at most kSpinBurst datagrams: a
-// request-response exchange, whose next request a wake-up would delay. A
-// stream's receiver gets larger bursts, and keeps getting them without a
-// wake-up; polling its socket would contend with the sender's softirq that
-// fills it.
-constexpr size_t kSpinBurst = 8;
-// After the progress thread had to receive datagrams itself because no
-// application thread was polling, it keeps watching the sockets for a while
-// (a WRITE target that spins on memory polls its CQ between WRITEs, but
-// only the progress thread can take the WRITEs). The hold starts short and
-// doubles each time datagrams are found waiting again at the first nap after
-// it: a poller that was only descheduled once (a loaded machine) loses the
-// sockets for kMinHold, a WRITE target that never takes its own datagrams
-// for kMaxHold at a time (then one datagram waits for a nap again).
-constexpr auto kMinHold = std::chrono::milliseconds(1);
-constexpr auto kMaxHold = std::chrono::milliseconds(50);
 }  // namespace
 
 namespace {
@@ -74,53 +51,23 @@ void request_short_slice() {
 // then takes it (after any CQ poller that has it) to receive. It wakes for
 // timers only while some timer is armed (or tombstones or READ responses are
 // pending); otherwise it sleeps until a datagram, a drain request, or a newly
-// armed timer (timer_armed) wakes it: an idle context costs nothing.
+// armed timer (timer_armed) wakes it: an idle context costs nothing. When and
+// how it waits is ProgressPolicy's (progress_policy.h).
 void EngineContext::progress_loop() {
   request_short_slice();
-  auto next_timers = Clock::now();
-  auto last_active = next_timers;         // a timer armed or a datagram received
-  auto self_receive_until = next_timers;  // see kMinHold
-  Clock::duration hold = kMinHold;
-  uint64_t rx_at_nap = 0;    // stats.rx_packets at the last nap's end
-  bool timers_armed = true;  // until run_timers says otherwise
-  bool busy = false;         // more to receive or send at once
   // UROCE_POLL=spin:N / auto:N: after a datagram, poll the sockets for N us
   // more before sleeping; auto only while no application thread is runnable
   // (docs/architecture.md, "How the progress thread waits").
-  const auto spin = std::chrono::microseconds(core::config().progress_spin_us);
-  auto spin_until = next_timers;
   const bool spin_auto = core::config().progress_spin_auto;
+  ProgressPolicy policy(std::chrono::microseconds(core::config().progress_spin_us), spin_auto, Clock::now());
   SpinAdvisor advisor;
-  auto next_check = next_timers;
-  bool spin_ok = false;
   if (spin_auto) SpinAdvisor::note_internal_thread();
   while (!stop_.load(std::memory_order_relaxed)) {
-    size_t received = 0;
-    // Poller mode: an application thread polls a CQ and receives for itself,
-    // so arrivals must not wake this thread (on a core it shares with the
-    // poller, each wake-up preempts the poller and takes the packet from it
-    // in two context switches). It naps on its eventfd alone and looks again.
-    bool leave_to_poller = !busy && Clock::now() >= self_receive_until && poller_active(Clock::now());
-    bool napped = leave_to_poller;
-    if (leave_to_poller) {
-      napping_.store(true);
-      if (poller_active(Clock::now())) transport_->nap(kNapUs);
-      napping_.store(false, std::memory_order_relaxed);
-    } else if (!busy && (spin.count() == 0 || Clock::now() >= spin_until)) {
-      int timeout = kTimerTickMs;
-      // Deep sleep only after a quiet while: a ping-pong disarms its timer
-      // after every message, and waking this thread at every post would
-      // cost a system call and a context switch on the critical path.
-      if (!timers_armed && !have_tombstones_.load(std::memory_order_relaxed) &&
-          !have_kept_xrc_.load(std::memory_order_relaxed) && Clock::now() - last_active >= kQuietBeforeDeepSleep) {
-        deep_sleep_.store(true);
-        if (any_timer_armed())  // armed before the flag was seen: no deep sleep
-          deep_sleep_.store(false);
-        else
-          timeout = -1;
-      }
-      transport_->wait(timeout);
-      deep_sleep_.store(false, std::memory_order_relaxed);
+    ProgressPolicy::Wait wait = policy.how_to_wait(Clock::now(), poller_active(Clock::now()));
+    if (wait == ProgressPolicy::Wait::kNap) {
+      nap_for_poller();
+    } else if (wait == ProgressPolicy::Wait::kSleep) {
+      sleep_on_sockets(policy);
     }
     uint64_t drain_target;  // read after the wait, which a drain request ends
     bool drain_due;
@@ -130,57 +77,56 @@ void EngineContext::progress_loop() {
       drain_due = drain_done_ < drain_target;
     }
     auto now = Clock::now();
-    bool take_turn = true;
-    bool for_poller = !drain_due && now >= self_receive_until && poller_active(now);
-    if (for_poller) {
-      // The poller receives. Only if nobody has received anything since the
-      // last nap does this thread look itself: a poller that stopped polling
-      // (it spins on memory, say) must not leave datagrams waiting.
-      uint64_t rx_now = stats.rx_packets.load(std::memory_order_relaxed);
-      take_turn = rx_now == rx_at_nap;
-      rx_at_nap = rx_now;
-      if (!take_turn) {
-        // Only ACKs the poller left waiting too long go from here.
-        std::unique_lock rx(rx_mu_, std::try_to_lock);
-        if (rx.owns_lock()) flush_deferred_acks(kAckDelay);
-        busy = false;
-      }
-    }
-    if (take_turn) {
+    size_t received = 0;
+    if (policy.take_turn(now, poller_active(now), drain_due, stats.rx_packets.load(std::memory_order_relaxed))) {
       std::lock_guard rx(rx_mu_);
-      busy = receive_turn(&received, Turn::kProgress, now);
-      // Datagrams that waited through a nap: the application polls its CQ
-      // but not for these (a WRITE target spinning on memory between its
-      // posts). Watch the sockets for a while.
-      if (received && napped) {
-        bool again = now - self_receive_until < 2 * kMinHold;  // at the first nap after the last hold
-        hold = again ? std::min<Clock::duration>(2 * hold, kMaxHold) : Clock::duration(kMinHold);
-        self_receive_until = now + hold;
-      }
+      bool busy = receive_turn(&received, Turn::kProgress, now);
+      policy.turn_taken(now, received, wait == ProgressPolicy::Wait::kNap, busy);
+    } else {
+      // The poller receives: only ACKs it left waiting too long go from here.
+      std::unique_lock rx(rx_mu_, std::try_to_lock);
+      if (rx.owns_lock()) flush_deferred_acks(kAckDelay);
     }
-    if (!busy) {  // every datagram that had arrived is processed
-      std::lock_guard lock(drain_mu_);
-      if (drain_done_ < drain_target) {
-        drain_done_ = drain_target;
-        drain_cv_.notify_all();
-      }
-    }
+    if (!policy.busy()) end_drain(drain_target);  // every datagram that had arrived is processed
     now = Clock::now();
-    if (now >= next_timers) {  // after a deep sleep, at once
-      timers_armed = run_timers(now);
-      next_timers = now + std::chrono::milliseconds(kTimerTickMs);
-    }
-    if (timers_armed || received) last_active = now;
-    if (received && (!spin_auto || received <= kSpinBurst)) spin_until = now + spin;
-    if (spin_auto && now < spin_until) {
-      if (now >= next_check) {
-        spin_ok = !advisor.application_runnable();
-        next_check = now + (spin_ok ? kSpinCheck : kSpinBackoff);
-      }
-      if (!spin_ok) spin_until = now;
-    }
+    if (policy.timers_due(now)) policy.timers_ran(now, run_timers(now));
+    policy.turn_ended(now, received, [&] { return advisor.application_runnable(); });
   }
   if (spin_auto) SpinAdvisor::forget_internal_thread();
+}
+
+// Poller mode: an application thread polls a CQ and receives for itself, so
+// arrivals must not wake this thread (on a core it shares with the poller,
+// each wake-up preempts the poller and takes the packet from it in two
+// context switches). It naps on its eventfd alone and looks again.
+void EngineContext::nap_for_poller() {
+  napping_.store(true);
+  if (poller_active(Clock::now())) transport_->nap(kNapUs);
+  napping_.store(false, std::memory_order_relaxed);
+}
+
+// A tick long, or without a deadline when the policy allows and no timer was
+// armed meanwhile (timer_armed clears deep_sleep_ and wakes the thread).
+void EngineContext::sleep_on_sockets(const ProgressPolicy& policy) {
+  int timeout = int(std::chrono::duration_cast<std::chrono::milliseconds>(ProgressPolicy::kTimerTick).count());
+  bool ticking = have_tombstones_.load(std::memory_order_relaxed) || have_kept_xrc_.load(std::memory_order_relaxed);
+  if (policy.may_sleep_deeply(Clock::now(), ticking)) {
+    deep_sleep_.store(true);
+    if (any_timer_armed())  // armed before the flag was seen: no deep sleep
+      deep_sleep_.store(false);
+    else
+      timeout = -1;
+  }
+  transport_->wait(timeout);
+  deep_sleep_.store(false, std::memory_order_relaxed);
+}
+
+void EngineContext::end_drain(uint64_t target) {
+  std::lock_guard lock(drain_mu_);
+  if (drain_done_ < target) {
+    drain_done_ = target;
+    drain_cv_.notify_all();
+  }
 }
 
 bool EngineContext::receive_turn(size_t* received, Turn turn, Clock::time_point now) {
