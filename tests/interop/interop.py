@@ -6,9 +6,11 @@
         address on the link and writes the state file the tests read.
     interop.py pair [options] --server PROG ARGS... --client PROG ARGS...
         one test: the server on one side, the client on the other (see below).
-    interop.py pyverbs [--save F] [--timeout S] [-k PATTERN]...
+    interop.py pyverbs [--save F] [--timeout S] [--cm-address] [--uroce L] [-k PATTERN]...
         rdma-core's pyverbs suite in the guest on rxe0 (run_pyverbs.py --native): prints
-        its summary, writes its outcomes to F (JSON, for run_pyverbs.py --compare).
+        its summary, writes its outcomes to F (JSON, for run_pyverbs.py --compare). With
+        --uroce, then runs it under uroce on the host too and compares the two: fails if a
+        test passes on rxe but not on uroce, unless pyverbs-known.txt lists it.
     interop.py shutdown
         (vm.sh stop) asks the guest's agent to power the guest off.
 
@@ -479,6 +481,9 @@ def pyverbs(argv, state):
     ap.add_argument("--save", default="pyverbs-rxe.json")
     ap.add_argument("--timeout", type=int, default=5400, help="seconds (default 5400)")
     ap.add_argument("-k", action="append", default=[])
+    ap.add_argument("--cm-address", action="store_true", help="see run_pyverbs.py")
+    ap.add_argument("--uroce", help="then run it under uroce here too (--save's name with 'uroce' "
+                    "for 'rxe') and compare: exit 1 if a test passes on rxe but not on uroce")
     a = ap.parse_args(argv)
     # The script goes to the guest through the agent: the checkout may live under /tmp,
     # which the guest's own tmpfs hides.
@@ -490,6 +495,8 @@ def pyverbs(argv, state):
             "--save", out]
     for k in a.k:
         args += ["-k", k]
+    if a.cm_address:
+        args.append("--cm-address")
     cmd = "cat >%s <<'UROCE_EOF'\n%sUROCE_EOF\nexec stdbuf -oL -eL /usr/bin/python3 %s %s" % (
         remote, script, remote, " ".join(shlex.quote(x) for x in args))
     jid = "pyverbs.%d" % os.getpid()
@@ -507,10 +514,28 @@ def pyverbs(argv, state):
     if data["rc"] != 0:
         say("FAILED: no outcomes from the guest")
         return 1
+    os.makedirs(os.path.dirname(os.path.abspath(a.save)), exist_ok=True)
     with open(a.save, "w") as f:
         f.write(data["out"])
     say("outcomes: %s" % a.save)
-    return 0 if rep["rc"] == 0 else 1
+    if not a.uroce:
+        return 0 if rep["rc"] == 0 else 1
+    # The uroce side, in this namespace (GID 0: the tap's address), then the comparison.
+    # The guest's own failures (rxe's) do not fail this test; uroce's are its pyverbs.suite's.
+    script = os.path.join(HERE, "..", "pyverbs", "run_pyverbs.py")
+    name = os.path.basename(a.save)
+    mine = os.path.join(os.path.dirname(os.path.abspath(a.save)),
+                        name.replace("rxe", "uroce") if "rxe" in name else "pyverbs-uroce.json")
+    cmd = ["/usr/bin/python3", script, "--uroce", a.uroce, "--gid", str(state["host_gid"]), "--save", mine,
+           "--timeout", "600"] + (["--cm-address"] if a.cm_address else [])
+    for k in a.k:
+        cmd += ["-k", k]
+    say("pyverbs under uroce here: " + " ".join(cmd))
+    subprocess.run(cmd, timeout=700)
+    say("comparison, test by test:")
+    known = os.path.join(HERE, "pyverbs-known.txt")
+    return subprocess.run(["/usr/bin/python3", script, "--compare", a.save, mine, "--expected", known],
+                          timeout=60).returncode
 
 
 def main():
