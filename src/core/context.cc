@@ -194,7 +194,7 @@ int Context::query_port(uint8_t port, ibv_port_attr* a) const {
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = kMaxMtu;
   a->active_mtu = active_mtu_;
-  a->gid_tbl_len = int(addrs_.size());
+  a->gid_tbl_len = int(gid_table_len());
   a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
   a->max_msg_sz = kMaxMsgSize;
   a->pkey_tbl_len = 1;
@@ -211,7 +211,8 @@ int Context::query_port(uint8_t port, ibv_port_attr* a) const {
 }
 
 int Context::query_gid(uint8_t port, int index, ibv_gid* gid) const {
-  if (port != 1 || index < 0 || size_t(index) >= addrs_.size()) return EINVAL;
+  if (port != 1 || index < 0 || size_t(index) >= gid_table_len()) return EINVAL;
+  if (size_t(index) >= addrs_.size()) return ENODATA;
   *gid = addrs_[size_t(index)].gid;
   return 0;
 }

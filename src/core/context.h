@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -12,6 +13,7 @@
 
 #include "core/container_of.h"
 #include "core/device.h"
+#include "core/limits.h"
 #include "core/mr.h"
 
 namespace uroce::core {
@@ -57,7 +59,9 @@ class Context {
 
   void query_device(ibv_device_attr* attr) const;
   int query_port(uint8_t port, ibv_port_attr* attr) const;
+  // EINVAL past the table (gid_table_len()), ENODATA for an empty slot (index >= gid_count()).
   int query_gid(uint8_t port, int index, ibv_gid* gid) const;
+  size_t gid_table_len() const { return std::max<size_t>(addrs_.size(), kGidTableLen); }
   int query_pkey(uint8_t port, int index, uint16_t* pkey) const;
 
   // Takes one object of kind `r`: 0, or ENOMEM when the context holds its

@@ -35,6 +35,10 @@ inline constexpr uint32_t kMaxAh = 16384;
 // per-socket limit of IP multicast memberships (net.ipv4.igmp_max_memberships).
 inline constexpr uint32_t kMaxMcastQpAttach = 56;
 uint32_t max_mcast_groups();
+// Slots of port 1's GID table (ibv_query_port's gid_tbl_len; mlx5 has 256): the host's
+// addresses fill the first ones, the rest are empty, as on a NIC (ibv_query_gid: a zero
+// GID; ibv_query_gid_ex: ENODATA). More addresses than that make the table longer.
+inline constexpr uint32_t kGidTableLen = 256;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kVendorId = 0xFFFFFF;    // no IEEE OUI: a software device
 inline constexpr uint32_t kVendorPartId = 0x5552;  // "UR"

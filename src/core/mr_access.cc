@@ -45,19 +45,21 @@ bool plain_copy(void* dst, const void* src, size_t n, bool to_mr) noexcept {
   return left == 0 || finish_copy(dst, src, n, left, to_mr);
 }
 
-// An atomic by plain reads and writes under one lock: at an address that is
-// not 8-byte aligned (an MR registered with an unaligned iova), or where the
-// locked instruction faulted (memory this process may no longer write). Such
-// atomics are atomic against each other; against the locked instruction only
-// while both see the same protection.
-[[gnu::noinline]] bool locked_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare,
-                                     uint64_t* orig) noexcept {
+// An atomic by reads and writes under one lock, copied as the region's other
+// accesses are (plain_copy, or vm_copy for ODP): at an address that is not
+// 8-byte aligned (an MR registered with an unaligned iova), or where the
+// locked instruction faulted on a plain region (memory this process may no
+// longer write). Such atomics are atomic against each other; against the
+// locked instruction only while both see the same protection.
+[[gnu::noinline]] bool locked_atomic(uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare, uint64_t* orig,
+                                     bool on_demand) noexcept {
   static std::mutex mu;
   std::lock_guard lock(mu);
+  auto copy = on_demand ? vm_copy : plain_copy;
   uint64_t old;
-  if (!plain_copy(&old, dst, sizeof old, false)) return false;
+  if (!copy(&old, dst, sizeof old, false)) return false;
   uint64_t now = cas ? (old == compare ? swap_add : old) : old + swap_add;
-  if (now != old && !plain_copy(dst, &now, sizeof now, true)) return false;  // (a failed compare writes nothing)
+  if (now != old && !copy(dst, &now, sizeof now, true)) return false;  // (a failed compare writes nothing)
   *orig = old;
   return true;
 }
@@ -86,12 +88,16 @@ bool readable_in_place(const Mr& mr, const void* p, size_t n) noexcept {
 }
 
 bool atomic_on_mr(const Mr& mr, uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare, uint64_t* orig) noexcept {
-  if (is_on_demand(mr)) return false;
+  const bool on_demand = is_on_demand(mr);
+  if (on_demand && !kOdpAtomics) return false;
   if ((reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
     auto* p = reinterpret_cast<uint64_t*>(dst);
     if (cas ? guarded_compare_swap(p, compare, swap_add, orig) : guarded_fetch_add(p, swap_add, orig)) return true;
+    // The locked instruction faulted: an ODP region's page is unmapped or not writable
+    // (vm_copy would fail as well); a plain region's may still be written as pinned.
+    if (on_demand) return false;
   }
-  return locked_atomic(dst, cas, swap_add, compare, orig);
+  return locked_atomic(dst, cas, swap_add, compare, orig, on_demand);
 }
 
 }  // namespace uroce::core

@@ -19,9 +19,11 @@
 // munmap or mprotect them at any time. Their bytes are copied with
 // process_vm_readv/process_vm_writev on this very process, which fail with
 // EFAULT on an unmapped page or one without the access (no FOLL_FORCE). The
-// cost is one system call per copy (about 1-2 us) for ODP regions only;
-// atomics on ODP regions are not offered (the device does not report
-// IBV_ODP_SUPPORT_ATOMIC).
+// cost is one system call per copy (about 1-2 us) for ODP regions only.
+// Atomics on ODP regions are the locked instruction that survives a fault
+// (core/guarded_access.h), so x86-64 only (kOdpAtomics: the device reports
+// IBV_ODP_SUPPORT_ATOMIC); at an unaligned address, reads and writes by
+// process_vm_* under one lock.
 //
 // Callers hold the MR table's shared lock (core/mr.h) across the access.
 #pragma once
@@ -32,6 +34,13 @@
 #include "core/mr.h"
 
 namespace uroce::core {
+
+// Whether atomics reach ODP regions: only where the locked instruction survives a fault.
+#if defined(__x86_64__)
+inline constexpr bool kOdpAtomics = true;
+#else
+inline constexpr bool kOdpAtomics = false;
+#endif
 
 // True for an on-demand-paging region (a window: of the MR it is bound to).
 bool is_on_demand(const Mr& mr) noexcept;
@@ -58,7 +67,7 @@ bool is_on_demand(const Mr& mr) noexcept;
 // the process, whatever QP it came through (IBV_ATOMIC_HCA), as long as the
 // memory's protection does not change meanwhile (mr_access.cc). False,
 // nothing changed, if the memory cannot be read and written, and for ODP
-// regions.
+// regions where kOdpAtomics is false.
 [[nodiscard]] bool atomic_on_mr(const Mr& mr, uint8_t* dst, bool cas, uint64_t swap_add, uint64_t compare,
                                 uint64_t* orig) noexcept;
 

@@ -399,9 +399,8 @@ bool write_payload(EngineQp& qp, uint32_t rkey, uint64_t va, const uint8_t* data
   return c == core::KeyCheck::kOk && copied;
 }
 
-// Runs an atomic through the R_Key under the MR table's lock. Regions
-// registered for on-demand paging do not take atomics (the device reports no
-// IBV_ODP_SUPPORT_ATOMIC): core::atomic_on_mr refuses them.
+// Runs an atomic through the R_Key under the MR table's lock (core::atomic_on_mr:
+// on an ODP region's unmapped or read-only page it fails, a remote access error).
 bool atomic_payload(EngineQp& qp, const wire::AtomicEth& a, bool cas, uint64_t* orig) {
   bool done = false;
   auto c = qp.ctx->mrs.with_range(a.rkey(), access_pd(qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, qp.qp_num(),

@@ -97,8 +97,9 @@ core::Result<DevicePort> device_for_ip(const transport::IpAddress& ip) {
   auto devs = cm_devices();
   if (!devs.ok()) return core::Result<DevicePort>::error(devs.err());
   const ibv_gid gid = core::ip_to_gid(ip.bytes);
+  static constexpr ibv_gid kEmpty{};  // :: is no address, and what the tables' empty slots hold
   for (CmDevice* d : *devs) {
-    for (size_t i = 0; i < d->gids.size(); ++i)
+    for (size_t i = 0; i < d->gids.size() && std::memcmp(gid.raw, kEmpty.raw, 16) != 0; ++i)
       if (std::memcmp(d->gids[i].raw, gid.raw, 16) == 0) return DevicePort{d, uint8_t(i)};
   }
   // A host address missing from the GID tables was added after the devices

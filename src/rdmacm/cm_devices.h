@@ -26,7 +26,7 @@ struct CmDevice {
   uint8_t max_initiator_depth = 0;      // max_qp_init_rd_atom
   uint8_t max_responder_resources = 0;  // max_qp_rd_atom
   int max_qp_wr = 0;
-  std::vector<ibv_gid> gids;  // each GID index's address (IPv4-mapped or IPv6)
+  std::vector<ibv_gid> gids;  // each GID index's address (IPv4-mapped or IPv6; zero: an empty slot)
 };
 
 // Where an IP address lives: a device and its GID index.

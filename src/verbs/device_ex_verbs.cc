@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/completion_clock.h"
+#include "core/mr_access.h"
 #include "engine/engine_context.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
@@ -32,9 +33,9 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     // say — there, the whole address space — and every access to an unmapped
     // address fails cleanly (core/mr_access.h).
     a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
-    a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-                                                IBV_ODP_SUPPORT_READ |
-                                                (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
+    a.odp_caps.per_transport_caps.rc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+        (core::kOdpAtomics ? IBV_ODP_SUPPORT_ATOMIC : 0) | (a.orig_attr.max_srq > 0 ? IBV_ODP_SUPPORT_SRQ_RECV : 0);
     // UC and UD QPs take receives from an SRQ too (the responder's receive path is one).
     a.odp_caps.per_transport_caps.uc_odp_caps =
         IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;

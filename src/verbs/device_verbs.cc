@@ -134,11 +134,16 @@ UROCE_API int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, i
     return -1;
   }
   return abi_guard<int>(-1, [&] {
-    if (EngineContext::from(context)->query_gid(port_num, index, gid) != 0) {
-      errno = EINVAL;
-      return -1;
+    switch (EngineContext::from(context)->query_gid(port_num, index, gid)) {
+      case 0:
+        return 0;
+      case ENODATA:  // an empty slot: a zero GID, as libibverbs reports one
+        *gid = ibv_gid{};
+        return 0;
+      default:
+        errno = EINVAL;
+        return -1;
     }
-    return 0;
   });
 }
 
@@ -173,11 +178,14 @@ enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE
 UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
   return abi_guard<int>(-1, [&] {
     ibv_gid gid;
-    if (!context || !type || EngineContext::from(context)->query_gid(port_num, int(index), &gid) != 0) {
+    int r = context && type && index <= INT32_MAX ? EngineContext::from(context)->query_gid(port_num, int(index), &gid)
+                                                  : EINVAL;
+    if (r != 0 && r != ENODATA) {
       errno = EINVAL;
       return -1;
     }
-    *type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+    // An empty slot's type is IB/RoCE v1, as libibverbs reports it.
+    *type = r == 0 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
     return 0;
   });
 }
@@ -190,7 +198,9 @@ UROCE_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_
   return abi_guard_errno([&] {
     auto* e = EngineContext::from(context);
     ibv_gid gid;
-    if (gid_index > INT32_MAX || e->query_gid(1, int(gid_index), &gid) != 0) return ENODATA;
+    if (gid_index > INT32_MAX) return EINVAL;
+    // EINVAL past the table, ENODATA for an empty slot (the kernel's rdma_get_gid_attr).
+    if (int r = e->query_gid(1, int(gid_index), &gid)) return r;
     std::memset(entry, 0, entry_size);
     entry->gid = gid;
     entry->gid_index = gid_index;

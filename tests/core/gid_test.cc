@@ -11,6 +11,7 @@
 #include "core/ah.h"
 #include "core/context.h"
 #include "core/device.h"
+#include "core/limits.h"
 
 namespace uroce::core {
 namespace {
@@ -81,7 +82,23 @@ TEST_F(GidTest, TableOrder) {
   }
   EXPECT_TRUE(ctx->is_host_address(kLoopback6));
   EXPECT_FALSE(ctx->is_host_address(gid6({0x20, 0x01, 0x0d, 0xb8}, 9)));  // documentation prefix
-  EXPECT_EQ(ctx->query_gid(1, int(ctx->gid_count()), &g), EINVAL);
+}
+
+// Expect a table of kGidTableLen slots, as a NIC's: the addresses first, then empty slots
+// (ENODATA), then nothing (EINVAL). rdma-core's test_query_gid_ex_bad_flow needs an empty
+// slot below gid_tbl_len (issue 36).
+TEST_F(GidTest, EmptySlotsAfterTheAddresses) {
+  ibv_port_attr pa;
+  ASSERT_EQ(ctx->query_port(1, &pa), 0);
+  ASSERT_LT(ctx->gid_count(), size_t(kGidTableLen)) << "more addresses than slots";
+  EXPECT_EQ(pa.gid_tbl_len, int(kGidTableLen));
+  ibv_gid g;
+  EXPECT_EQ(ctx->query_gid(1, int(ctx->gid_count()) - 1, &g), 0);
+  EXPECT_EQ(ctx->query_gid(1, int(ctx->gid_count()), &g), ENODATA);
+  EXPECT_EQ(ctx->query_gid(1, pa.gid_tbl_len - 1, &g), ENODATA);
+  EXPECT_EQ(ctx->query_gid(1, pa.gid_tbl_len, &g), EINVAL);
+  EXPECT_EQ(ctx->query_gid(1, -1, &g), EINVAL);
+  EXPECT_EQ(ctx->query_gid(2, 0, &g), EINVAL);
 }
 
 // Expect an address vector's GIDs to be IP addresses of one version: IPv4 ->

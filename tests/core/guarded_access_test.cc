@@ -290,6 +290,41 @@ TEST_F(GuardedAccess, AtomicOnPlainRegion) {
   EXPECT_EQ(old, 5u);
 }
 
+// Expect atomics on an on-demand-paging region to execute where its pages are
+// mapped writable (also at an unaligned address), and to fail, nothing
+// changed, on a read-only page and on an unmapped one (as an ODP NIC, which
+// follows the page tables: no write through a read-only mapping).
+TEST_F(GuardedAccess, AtomicOnOdpRegion) {
+  if (!kOdpAtomics) GTEST_SKIP() << "atomics on ODP regions need the guarded instructions (x86-64)";
+  Pages p(3);
+  ASSERT_TRUE(p.ok());
+  Mr mr = plain_mr(p);
+  mr.access |= IBV_ACCESS_ON_DEMAND;
+  auto* v = reinterpret_cast<uint64_t*>(p.at(0));
+  v[0] = 40;
+  v[1] = 0;
+  uint64_t old = 0;
+  ASSERT_TRUE(atomic_on_mr(mr, p.at(0), false, 2, 0, &old));
+  EXPECT_EQ(old, 40u);
+  EXPECT_EQ(v[0], 42u);
+  ASSERT_TRUE(atomic_on_mr(mr, p.at(8), true, 99, 0, &old));
+  EXPECT_EQ(old, 0u);
+  EXPECT_EQ(v[1], 99u);
+  ASSERT_TRUE(atomic_on_mr(mr, p.at(3), false, 1, 0, &old));  // unaligned: the word at byte 3
+  EXPECT_EQ(old, uint64_t(99) << 40);                         // bytes 3-7 of v[0] (0), then 0-2 of v[1] (99, 0, 0)
+  EXPECT_EQ(v[0], 42u + (uint64_t(1) << 24));
+
+  auto* ro = reinterpret_cast<uint64_t*>(p.at(kPage));
+  ro[0] = 5;
+  p.protect(PROT_READ, 1, 1);
+  EXPECT_FALSE(atomic_on_mr(mr, p.at(kPage), false, 1, 0, &old));
+  EXPECT_FALSE(atomic_on_mr(mr, p.at(kPage) + 1, false, 1, 0, &old));
+  EXPECT_EQ(ro[0], 5u);
+  p.unmap_from(2);
+  EXPECT_FALSE(atomic_on_mr(mr, p.at(2 * kPage), true, 1, 0, &old));
+  EXPECT_FALSE(atomic_on_mr(mr, p.at(2 * kPage) + 4, false, 1, 0, &old));
+}
+
 // --- faults that are not ours (each in a fresh process: the handler that
 // was there before ours is the one the test installs first) ---
 

@@ -6,6 +6,11 @@
         address on the link and writes the state file the tests read.
     interop.py pair [options] --server PROG ARGS... --client PROG ARGS...
         one test: the server on one side, the client on the other (see below).
+    interop.py pyverbs [--save F] [--timeout S] [--cm-address] [--uroce L] [-k PATTERN]...
+        rdma-core's pyverbs suite in the guest on rxe0 (run_pyverbs.py --native): prints
+        its summary, writes its outcomes to F (JSON, for run_pyverbs.py --compare). With
+        --uroce, then runs it under uroce on the host too and compares the two: fails if a
+        test passes on rxe but not on uroce, unless pyverbs-known.txt lists it.
     interop.py shutdown
         (vm.sh stop) asks the guest's agent to power the guest off.
 
@@ -469,8 +474,72 @@ class Capture:
         return [] if r.returncode == 0 else ["pcap_compare.py: see %s.compare.txt" % base]
 
 
+def pyverbs(argv, state):
+    """rdma-core's pyverbs suite in the guest, natively on rxe0 (run_pyverbs.py --native)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="interop.py pyverbs")
+    ap.add_argument("--save", default="pyverbs-rxe.json")
+    ap.add_argument("--timeout", type=int, default=5400, help="seconds (default 5400)")
+    ap.add_argument("-k", action="append", default=[])
+    ap.add_argument("--cm-address", action="store_true", help="see run_pyverbs.py")
+    ap.add_argument("--uroce", help="then run it under uroce here too (--save's name with 'uroce' "
+                    "for 'rxe') and compare: exit 1 if a test passes on rxe but not on uroce")
+    a = ap.parse_args(argv)
+    # The script goes to the guest through the agent: the checkout may live under /tmp,
+    # which the guest's own tmpfs hides.
+    with open(os.path.join(HERE, "..", "pyverbs", "run_pyverbs.py")) as f:
+        script = f.read()
+    remote = "/tmp/uroce-run_pyverbs.py"
+    out = "/tmp/pyverbs-rxe.json"
+    args = ["--native", "--dev", "rxe0", "--gid", str(state["guest_gid"]), "--timeout", str(a.timeout),
+            "--save", out]
+    for k in a.k:
+        args += ["-k", k]
+    if a.cm_address:
+        args.append("--cm-address")
+    cmd = "cat >%s <<'UROCE_EOF'\n%sUROCE_EOF\nexec stdbuf -oL -eL /usr/bin/python3 %s %s" % (
+        remote, script, remote, " ".join(shlex.quote(x) for x in args))
+    jid = "pyverbs.%d" % os.getpid()
+    say("pyverbs on rxe0 (GID index %d) in the guest, at most %d s" % (state["guest_gid"], a.timeout))
+    t0 = time.time()
+    agent("start", id=jid, cmd=cmd)
+    rep = {"done": False}
+    while not rep["done"] and time.time() < t0 + a.timeout + 120:
+        rep = agent("wait", id=jid, timeout=60)
+    if not rep["done"]:
+        rep = agent("kill", id=jid)
+    print(rep["out"], flush=True)
+    say("the guest's run ended after %.0f s, exit status %s" % (time.time() - t0, rep["rc"]))
+    data = agent("run", cmd="cat " + out, timeout=60)
+    if data["rc"] != 0:
+        say("FAILED: no outcomes from the guest")
+        return 1
+    os.makedirs(os.path.dirname(os.path.abspath(a.save)), exist_ok=True)
+    with open(a.save, "w") as f:
+        f.write(data["out"])
+    say("outcomes: %s" % a.save)
+    if not a.uroce:
+        return 0 if rep["rc"] == 0 else 1
+    # The uroce side, in this namespace (GID 0: the tap's address), then the comparison.
+    # The guest's own failures (rxe's) do not fail this test; uroce's are its pyverbs.suite's.
+    script = os.path.join(HERE, "..", "pyverbs", "run_pyverbs.py")
+    name = os.path.basename(a.save)
+    mine = os.path.join(os.path.dirname(os.path.abspath(a.save)),
+                        name.replace("rxe", "uroce") if "rxe" in name else "pyverbs-uroce.json")
+    cmd = ["/usr/bin/python3", script, "--uroce", a.uroce, "--gid", str(state["host_gid"]), "--save", mine,
+           "--timeout", "600"] + (["--cm-address"] if a.cm_address else [])
+    for k in a.k:
+        cmd += ["-k", k]
+    say("pyverbs under uroce here: " + " ".join(cmd))
+    subprocess.run(cmd, timeout=700)
+    say("comparison, test by test:")
+    known = os.path.join(HERE, "pyverbs-known.txt")
+    return subprocess.run(["/usr/bin/python3", script, "--compare", a.save, mine, "--expected", known],
+                          timeout=60).returncode
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("probe", "pair", "shutdown"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("probe", "pair", "pyverbs", "shutdown"):
         print(__doc__)
         return 2
     cmd = sys.argv[1]
@@ -486,7 +555,7 @@ def main():
         ap.add_argument("--timeout", type=int, default=300)
         return probe(ap.parse_args(sys.argv[2:]))
 
-    o = parse_pair(sys.argv[2:])
+    o = parse_pair(sys.argv[2:]) if cmd == "pair" else dict(skip=None, logdir=".")
     if o["skip"] and os.environ.get("UROCE_INTEROP_RUN_SKIPPED") != "1":
         say("SKIPPED: %s (UROCE_INTEROP_RUN_SKIPPED=1 runs it)" % o["skip"])
         return SKIP
@@ -504,7 +573,7 @@ def main():
         os.execvp("ip", ["ip", "netns", "exec", NS, sys.executable] + sys.argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # ctest's timeout: clean up
     try:
-        return pair(o, state)
+        return pair(o, state) if cmd == "pair" else pyverbs(sys.argv[2:], state)
     except (OSError, RuntimeError, ValueError) as e:
         say("FAILED: %s: %s (is the guest still up? see its console in %s/vm/)" %
             (type(e).__name__, e, o["logdir"]))

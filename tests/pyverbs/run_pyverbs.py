@@ -2,7 +2,9 @@
 """rdma-core's own test suite (pyverbs, Debian's python3-pyverbs) run under uroce.
 
   run_pyverbs.py --uroce BUILD/bin/uroce [--expected FILE] [--timeout S] [--dev uroce0]
-                 [--gid 0] [--keep DIR] [-k PATTERN]...
+                 [--gid 0] [--cm-address] [--keep DIR] [--save OUT.json] [-k PATTERN]...
+  run_pyverbs.py --native --dev rxe0 --gid 1 [--cm-address] [--timeout S] [--save OUT.json] ...
+  run_pyverbs.py --compare REF.json UROCE.json
 
 Copies /usr/share/doc/rdma-core/tests (where Debian installs the suite, some files
 gzipped) to a temporary directory, runs it with Debian's Python under `uroce run`, prints
@@ -17,6 +19,25 @@ FILE lists expected failures, one test id a line ("tests.test_x.Class.test_y  re
 
 Inside `uroce run` the script runs itself with --inner: it loads the suite as rdma-core's
 run_tests.py does and writes each test's outcome as JSON.
+
+--cm-address: the suite's rdma_cm tests take their address from the device's netdev in
+sysfs (/sys/class/infiniband/DEV/device/net/) and skip without one; uroce has no sysfs
+entry, nor has rxe, a RoCE NIC has. With it they get the address behind --gid instead
+(ctest's pyverbs.suite passes it).
+
+--native runs the suite without `uroce run`, on a kernel device (--dev, --gid): the
+reference run, e.g. on the interop guest's rxe0. --save writes the outcomes (and the
+device, kernel, date and duration) as JSON. --compare reads two such files, prints both
+sides' counts, every test that passes on REF but not on UROCE, every other difference, and
+UROCE's skips by reason; it exits 1 when a test passes on REF but not on UROCE, unless
+--expected FILE lists it (same format).
+The comparison with rxe (as root; the guest runs the suite in about 30 s, even under TCG;
+docs/measurements.md has the last one):
+  tests/interop/vm.sh start --uroce build/bin/uroce --logdir /tmp/pv
+  tests/interop/interop.py pyverbs --cm-address --save /tmp/pv/rxe.json   # rxe0, in the guest
+  tests/interop/vm.sh stop
+  tests/pyverbs/run_pyverbs.py --uroce build/bin/uroce --cm-address --save /tmp/pv/uroce.json
+  tests/pyverbs/run_pyverbs.py --compare /tmp/pv/rxe.json /tmp/pv/uroce.json
 """
 import argparse
 import collections
@@ -27,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 # UROCE_PYVERBS_SUITE overrides where the suite is looked for.
 SUITE = os.environ.get("UROCE_PYVERBS_SUITE", "/usr/share/doc/rdma-core/tests")
@@ -80,6 +102,8 @@ def inner(args):
 
     tests = SourceFileLoader("tests", os.path.join(args.suite, "__init__.py")).load_module()
     parser.parse_args()
+    if args.cm_address:
+        give_cm_address(sys.modules["tests.base"])
     suite = unittest.defaultTestLoader.loadTestsFromModule(tests)
     if args.k:
         suite = unittest.TestSuite(t for t in iter_tests(suite) if any(k in t.id() for k in args.k))
@@ -116,6 +140,28 @@ def inner(args):
     return 0
 
 
+def give_cm_address(base):
+    """The suite's rdma_cm tests learn their address from the device's netdev in sysfs
+    (/sys/class/infiniband/DEV/device/net/, base.py's _get_ip_mac) and skip without one
+    ("doesn't have net interface"): uroce has no sysfs entry, nor has rxe (whose device is
+    virtual). A RoCE NIC has. This gives them the address behind the GID index instead
+    (IPv4-mapped or global IPv6) when that directory is missing."""
+    import ipaddress
+    import pyverbs.device as d
+
+    orig = base.RDMATestCase._get_ip_mac
+
+    def _get_ip_mac(self, dev, port, idx):
+        if os.path.exists("/sys/class/infiniband/%s/device/net/" % dev) or idx is None:
+            return orig(self, dev, port, idx)
+        with d.Context(name=dev) as ctx:
+            gid = ipaddress.IPv6Address(bytes.fromhex(str(ctx.query_gid(port, idx)).replace(":", "")))
+        ip = gid.ipv4_mapped or (gid if not gid.is_link_local and not gid.is_unspecified else None)
+        self.args.append([dev, port, idx, str(ip) if ip else None, None])
+
+    base.RDMATestCase._get_ip_mac = _get_ip_mac
+
+
 def iter_tests(suite):
     for t in suite:
         if hasattr(t, "__iter__"):
@@ -129,12 +175,17 @@ def last_line(traceback):
     return lines[-1].strip() if lines else ""
 
 
-def summarize(outcomes, expected):
+def counts(outcomes):
     by = collections.defaultdict(list)
     for test, kind, why in outcomes:
         by[kind].append((test, why))
-    print("\npyverbs under uroce: %d tests: %d passed, %d failed, %d errors, %d skipped" %
-          (len(outcomes), len(by["pass"]), len(by["fail"]), len(by["error"]), len(by["skip"])))
+    return by, "%d tests: %d passed, %d failed, %d errors, %d skipped" % (
+        len(outcomes), len(by["pass"]), len(by["fail"]), len(by["error"]), len(by["skip"]))
+
+
+def summarize(outcomes, expected, label="uroce"):
+    by, text = counts(outcomes)
+    print("\npyverbs on %s: %s" % (label, text))
     reasons = collections.Counter(why for _, why in by["skip"])
     if reasons:
         print("skipped, by reason:")
@@ -168,11 +219,16 @@ def outer(args):
                   "apt-get install python3-pyverbs" % (SUITE, PYTHON))
             return SKIP
         out = os.path.join(work, "outcomes.json")
-        cmd = [os.path.abspath(args.uroce), "run", "--", PYTHON, os.path.abspath(__file__), "--inner", "--suite", suite,
-               "--json", out, "--dev", args.dev, "--gid", str(args.gid)]
+        cmd = [PYTHON, os.path.abspath(__file__), "--inner", "--suite", suite, "--json", out, "--dev", args.dev,
+               "--gid", str(args.gid)]
+        if not args.native:
+            cmd = [os.path.abspath(args.uroce), "run", "--"] + cmd
         for k in args.k:
             cmd += ["-k", k]
+        if args.cm_address:
+            cmd.append("--cm-address")
         print("running:", " ".join(cmd), flush=True)
+        t0 = time.time()
         try:
             # Its own session, so that a timeout ends the test processes it forked too.
             proc = subprocess.Popen(cmd, cwd=work, start_new_session=True)
@@ -182,34 +238,118 @@ def outer(args):
             proc.wait()
             print("FAILED: the suite did not finish within %d s" % args.timeout)
             return 1
+        seconds = time.time() - t0
         if not os.path.exists(out):
             print("FAILED: the suite ended (status %d) without reporting its outcomes" % rc)
             return 1
         with open(out) as f:
             outcomes = json.load(f)
-        return summarize(outcomes, read_expected(args.expected))
+        label = args.dev if args.native else "uroce"
+        if args.save:
+            save(args.save, label, args, outcomes, seconds)
+        print("the suite took %.0f s" % seconds)
+        return summarize(outcomes, read_expected(args.expected), label)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def save(path, label, args, outcomes, seconds):
+    with open(path, "w") as f:
+        json.dump(dict(label=label, device=args.dev, gid=args.gid, cm_address=args.cm_address,
+                       kernel=os.uname().release,
+                       date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), seconds=round(seconds),
+                       outcomes=outcomes), f, indent=0)
+
+
+def load(path):
+    """A --save file (or the bare outcome list --inner writes) -> (label, {test: (kind, why)})."""
+    with open(path) as f:
+        data = json.load(f)
+    if isinstance(data, list):
+        data = dict(label=os.path.basename(path), outcomes=data)
+    return data, {t: (kind, why) for t, kind, why in data["outcomes"]}
+
+
+def compare(ref_path, new_path, known):
+    """Test by test: what passes on REF and not on NEW (exit 1 if any not in `known`), the
+    other differences, and NEW's skips by reason."""
+    ref, a = load(ref_path)
+    new, b = load(new_path)
+    for data, path in ((ref, ref_path), (new, new_path)):
+        extra = ", ".join("%s %s" % (k, data[k]) for k in ("kernel", "date", "seconds") if k in data)
+        print("%-8s %s  (%s%s)" % (data["label"] + ":", counts(data["outcomes"])[1], path,
+                                   "; " + extra if extra else ""))
+
+    def show(title, tests, side):
+        print("\n%s: %d" % (title, len(tests)))
+        for t in tests:
+            kind, why = side[t]
+            print("  %-72s %s%s" % (t, kind, ": " + why if why else ""))
+            if t in known:
+                print("  %-72s [known: %s]" % ("", known[t]))
+
+    lost = sorted(t for t in a if a[t][0] == "pass" and b.get(t, ("missing",))[0] != "pass")
+    gained = sorted(t for t in b if b[t][0] == "pass" and a.get(t, ("missing",))[0] != "pass")
+    b_full = dict(b, **{t: ("missing", "not run") for t in a if t not in b})
+    a_full = dict(a, **{t: ("missing", "not run") for t in b if t not in a})
+    show("passed on %s, not on %s (%s's outcome)" % (ref["label"], new["label"], new["label"]), lost, b_full)
+    show("passed on %s, not on %s (%s's outcome)" % (new["label"], ref["label"], ref["label"]), gained, a_full)
+    other = sorted(t for t in set(a) | set(b) if t not in lost and t not in gained and
+                   a_full[t][0] != b_full[t][0])
+    print("\nother differences: %d" % len(other))
+    for t in other:
+        print("  %-72s %s: %s / %s: %s" % (t, ref["label"], a_full[t][0], new["label"], b_full[t][0]))
+    reasons = collections.defaultdict(list)
+    for t, (kind, why) in b.items():
+        if kind == "skip":
+            reasons[why].append(t)
+    print("\nskipped on %s, by reason (%s's outcome in brackets where it differs):" %
+          (new["label"], ref["label"]))
+    for why, tests in sorted(reasons.items(), key=lambda x: (-len(x[1]), x[0])):
+        print("  %3d  %s" % (len(tests), why))
+        for t in sorted(tests):
+            kind = a.get(t, ("missing",))[0]
+            print("         %s%s" % (t, "" if kind == "skip" else "  [%s]" % kind))
+    unknown = [t for t in lost if t not in known]
+    if unknown:
+        print("\nFAILED: %d tests pass on %s but not on %s" % (len(unknown), ref["label"], new["label"]))
+        return 1
+    print("\npassed: every test that passes on %s passes on %s%s" %
+          (ref["label"], new["label"], ", but %d known ones" % len(lost) if lost else ""))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--uroce", help="the uroce launcher (build/bin/uroce)")
+    p.add_argument("--native", action="store_true", help="run on a kernel device, without uroce")
+    p.add_argument("--compare", nargs=2, metavar=("REF.json", "UROCE.json"),
+                   help="compare two --save files test by test")
+    p.add_argument("--save", help="write the outcomes to this JSON file")
     p.add_argument("--expected", help="the expected-failures list")
     p.add_argument("--timeout", type=int, default=240, help="seconds for the whole suite (default 240)")
-    p.add_argument("--dev", default="uroce0")
+    p.add_argument("--dev", default=None, help="device (default uroce0; with --native required)")
     p.add_argument("--gid", type=int, default=0)
+    p.add_argument("--cm-address", action="store_true",
+                   help="give the rdma_cm tests the GID's address (the device has no netdev in sysfs)")
     p.add_argument("--keep", help="work in this directory and keep it")
     p.add_argument("-k", action="append", default=[], help="run only tests whose id contains this")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--suite", help=argparse.SUPPRESS)
     p.add_argument("--json", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.compare:
+        return compare(*args.compare, read_expected(args.expected))
+    if args.native:
+        if not args.dev:
+            p.error("--native needs --dev")
+    else:
+        args.dev = args.dev or "uroce0"
     if args.inner:
         return inner(args)
-    if not args.uroce:
-        p.error("--uroce is required")
+    if not args.uroce and not args.native:
+        p.error("--uroce, --native or --compare is required")
     return outer(args)
 
 
