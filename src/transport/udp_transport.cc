@@ -1,6 +1,8 @@
 #include "transport/udp_transport.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -274,13 +276,51 @@ int open_ipv6_on(const UdpConfig& cfg, uint16_t port, bool shared, bool gro) {
 
 }  // namespace
 
+namespace {
+// The interfaces that are up and take multicast and have an IPv4 address
+// (each once), as indexes.
+std::vector<int> multicast_interfaces() {
+  std::vector<int> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & (IFF_UP | IFF_MULTICAST)) !=
+                                                                 (IFF_UP | IFF_MULTICAST))
+      continue;
+    int index = int(if_nametoindex(a->ifa_name));
+    if (index > 0 && std::find(out.begin(), out.end(), index) == out.end()) out.push_back(index);
+  }
+  freeifaddrs(list);
+  return out;
+}
+}  // namespace
+
 int UdpTransport::set_group(uint32_t group, bool join) noexcept {
   if (host_fd_ < 0) return ENODEV;
+  // On every interface that takes multicast: the device has all of the host's
+  // addresses, and a NIC (or rxe) joins on its own netdev, not where a route to
+  // the group points (a host or namespace need have none). Without such an
+  // interface, where that route points.
   ip_mreqn m{};
   m.imr_multiaddr.s_addr = htonl(group);
-  m.imr_address.s_addr = htonl(INADDR_ANY);  // the interface the route to the group names
-  if (setsockopt(host_fd_, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m, sizeof m) != 0) return errno;
-  return 0;
+  int op = join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP;
+  int err = 0;
+  bool any = false;
+  try {
+    for (int index : multicast_interfaces()) {
+      m.imr_ifindex = index;
+      if (setsockopt(host_fd_, IPPROTO_IP, op, &m, sizeof m) == 0 || (join && errno == EADDRINUSE))
+        any = true;
+      else
+        err = errno;
+    }
+  } catch (...) {
+    err = ENOMEM;
+  }
+  if (any) return 0;
+  m.imr_ifindex = 0;  // by route
+  if (setsockopt(host_fd_, IPPROTO_IP, op, &m, sizeof m) == 0) return 0;
+  return err ? err : errno;
 }
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& cfg) {
