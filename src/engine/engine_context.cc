@@ -324,7 +324,7 @@ int EngineContext::attach_mcast(EngineQp* qp, uint32_t group) {
   }
   if (mcast_.size() >= core::max_mcast_groups()) return ENOMEM;  // max_mcast_grp
   auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get());
-  if (int e = udp ? udp->set_group(group, true) : ENODEV) return e;
+  if (int e = udp ? udp->set_group(group, true) : ENODEV) return e == ENOBUFS ? ENOMEM : e;  // memberships used up
   mcast_[group].push_back(qp);
   return 0;
 }

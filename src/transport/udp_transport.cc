@@ -284,8 +284,8 @@ std::vector<int> multicast_interfaces() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return out;
   for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & (IFF_UP | IFF_MULTICAST)) !=
-                                                                 (IFF_UP | IFF_MULTICAST))
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET ||
+        (a->ifa_flags & (IFF_UP | IFF_MULTICAST)) != (IFF_UP | IFF_MULTICAST))
       continue;
     int index = int(if_nametoindex(a->ifa_name));
     if (index > 0 && std::find(out.begin(), out.end(), index) == out.end()) out.push_back(index);
