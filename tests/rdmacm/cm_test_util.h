@@ -27,13 +27,6 @@ static const char* g_program = "cm_test";
 static const char* g_case = "";
 static char g_port[16];
 
-// Whether the CM sends every message over QP1 (its default; UROCE_CM_TCP=1:
-// CM connections over TCP to uroce peers), as src/core/config.cc reads it.
-static inline int cm_over_qp1(void) {
-  const char* tcp = getenv("UROCE_CM_TCP");
-  return !tcp || !strcmp(tcp, "0");
-}
-
 // Where failures are reported: stderr, unless a test captured stderr itself.
 static int g_report_fd = 2;
 

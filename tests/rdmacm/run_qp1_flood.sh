@@ -9,7 +9,7 @@
 # UROCE_HOST_REGISTRY), so that the port's owner is known even when other
 # tests run beside this one: an ibv_rc_pingpong server started first.
 #
-#   run_qp1_flood.sh --launcher UROCE --flood QP1_FLOOD --cm-test CM_TEST --port TCP_PORT
+#   run_qp1_flood.sh --launcher UROCE --flood QP1_FLOOD --cm-test CM_TEST --port PORT
 #
 # Exits 0 if every connection passed and the owner's counters show the junk
 # dropped; 1 otherwise.
@@ -34,7 +34,7 @@ cleanup() {
   rm -rf "$log" "$registry"
 }
 trap cleanup EXIT
-export UROCE_CM_TCP=0 UROCE_PORT=$host_port UROCE_HOST_REGISTRY=$registry
+export UROCE_PORT=$host_port UROCE_HOST_REGISTRY=$registry
 fail() { echo "run_qp1_flood: $*" >&2; exit 1; }
 
 # The port's owner: the first process of the group.
