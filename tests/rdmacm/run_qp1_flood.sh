@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The CM over QP1 under a flood: while qp1_flood sends the host's RoCE port
-# junk and CM MADs that name no connection (20,000 datagrams a second), rdma_cm
-# connections between uroce processes (cm_test endpoint_pingpong, every CM
-# message over QP1) must still be made, used and closed; the process that owns
+# The CM under a flood: while qp1_flood sends the host's RoCE port junk,
+# malformed CM MADs and CM MADs that name no connection (20,000 datagrams a
+# second), rdma_cm connections between uroce processes (cm_test
+# endpoint_pingpong) must still be made, used and closed; the process that owns
 # the port must drop and count the junk, answer nothing but the REQs and
 # SIDR_REQs (REJ / SIDR_REP), and still serve its own connection afterwards.
 # The processes use a host port and host registry of their own (UROCE_PORT,
