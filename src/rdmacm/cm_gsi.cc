@@ -146,6 +146,8 @@ void CmService::on_gsi_mad(const engine::GsiMad& g) {
       CmId* id = s->gsi_id(m.request_id);
       if (!id || id->state != CmState::kSidrReqSent) return;
       if (m.status == SidrStatus::kSidUnsupported && s->retry_refused(id)) return;
+      // As a REP: a uroce peer's QP is served at its engine's private port.
+      if (g.src.port && g.src.port < wire::kRoceSourcePortMin) id->conn.remote_lid = g.src.port;
       s->on_sidr_rep(id, m);
     }
     // Requests come through a listener's socket; the rest is not for an id.

@@ -5,10 +5,12 @@
 // and run the state machines directly (send a REQ, program a QP, queue an
 // event) under `mu`. One progress thread, started on first use, waits in
 // epoll for the ids' port sockets, the engines' MADs and the timers and runs
-// the same state machines, also under `mu`. Nothing blocks while holding `mu` except the few verbs
-// calls that program a QP (ibv_modify_qp), which never call back into the CM.
-// Waiting (rdma_get_cm_event, rdma_destroy_id, synchronous ids) happens
-// outside the mutex.
+// the same state machines, also under `mu`; an engine's receiving thread
+// handles an RTU, DREP or DREQ in place when `mu` is free (handle_in_place).
+// Nothing blocks while holding `mu` except the few verbs calls that program a
+// QP (ibv_modify_qp), which never call back into the CM. Waiting
+// (rdma_get_cm_event, rdma_destroy_id, synchronous ids) happens outside the
+// mutex.
 #pragma once
 
 #include <chrono>

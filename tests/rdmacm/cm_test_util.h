@@ -1,4 +1,4 @@
-// Helpers shared by the rdma_cm C tests (cm_test.c, cm_abuse_test.c): failure
+// Helpers shared by the rdma_cm C tests (cm_test.c, cm_ipv6_test.c, ...): failure
 // reporting, bounded waits for events and peers, an asynchronous client and a
 // listener that accepts with a QP of its own. Written against rdma-core's
 // public headers only. Every wait is bounded.
