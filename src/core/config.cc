@@ -32,10 +32,6 @@ constexpr EnvVarDoc kDocs[] = {
      "1: verify the ICRC of received packets and drop (and count) mismatches; 0: accept packets "
      "without checking (diagnosis only: packets of rxe and RoCE NICs verify whatever IPv4 identification they "
      "carry)."},
-    {"UROCE_CM_TCP", "0",
-     "0: rdma_cm sends every CM message as IB CM MADs over QP1 at the host's RoCE port, to uroce peers and "
-     "kernel CMs (rxe, RoCE NICs) alike; 1: the older CM connections over TCP to uroce peers (MADs over QP1 "
-     "only to a kernel's CM)."},
     {"UROCE_STATS", "0", "1: print the device's packet counters to stderr when it is closed."},
     {"UROCE_LIVE_STATS", "1",
      "0: keep the counters private (no /dev/shm/uroce-stats-<uid>-<pid>-<lid> file for `uroce stats`)."},
@@ -94,7 +90,6 @@ Config load() {
   }
   if (const char* v = env("UROCE_LOG")) c.log_level = parse_level(v);
   if (const char* v = env("UROCE_ICRC_CHECK")) c.icrc_check = std::strcmp(v, "0") != 0;
-  if (const char* v = env("UROCE_CM_TCP")) c.cm_tcp = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_GSO")) c.gso = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_ECN")) c.ecn = std::strcmp(v, "0") != 0;
   if (const char* v = env("UROCE_SHM")) c.shm = std::strcmp(v, "0") != 0;

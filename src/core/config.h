@@ -25,9 +25,6 @@ struct Config {
   uint16_t udp_port = wire::kRoceV2Port;  // the host's RoCE port (UROCE_PORT)
   LogLevel log_level = LogLevel::kWarn;
   bool icrc_check = true;
-  // UROCE_CM_TCP=1: the CM talks to uroce peers over its CM connections (TCP)
-  // instead of IB CM MADs over QP1 (rdmacm/cm_gsi.cc), its default.
-  bool cm_tcp = false;
   // UROCE_GSO=0: no UDP GSO/GRO (one datagram per packet each way).
   bool gso = true;
   // UROCE_ECN=0: send Not-ECT and neither answer CE marks with CNPs nor slow

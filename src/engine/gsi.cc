@@ -23,8 +23,8 @@ std::atomic<GsiSink> g_sink{nullptr};
 
 // What routing needs of a CM MAD (roce-facts.md §7.2, §7.3): the common
 // header's class and attribute, and where each message names the receiver.
-constexpr uint8_t kMgmtClassCm = 0x07;
-constexpr size_t kMgmtClassAt = 1, kAttributeAt = 16, kBody = 24;
+constexpr uint8_t kMgmtClassCm = 0x07, kBaseVersion = 1, kCmClassVersion = 2;
+constexpr size_t kBaseVersionAt = 0, kMgmtClassAt = 1, kClassVersionAt = 2, kAttributeAt = 16, kBody = 24;
 enum : uint16_t { kReq = 0x0010, kRej = 0x0012, kSidrReq = 0x0017, kSidrRep = 0x0018 };
 constexpr size_t kServiceIdAt = kBody + 8;     // REQ and SIDR_REQ
 constexpr size_t kReqLocalCommIdAt = kBody;    // REQ; SIDR_REQ's request ID is there too
@@ -109,6 +109,12 @@ bool is_gsi_datagram(const wire::PacketView& pkt) {
          pkt.deth().qkey() == wire::kGsiQkey && pkt.payload_len == kMadBytes;
 }
 
+// A MAD of the CM class, in the versions the CM speaks (IBA 13.4.3).
+bool is_cm_mad(const uint8_t* mad) {
+  return mad[kBaseVersionAt] == kBaseVersion && mad[kMgmtClassAt] == kMgmtClassCm &&
+         mad[kClassVersionAt] == kCmClassVersion;
+}
+
 int send_mad_packet(EngineContext& ctx, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
                     std::span<const uint8_t, kMadBytes> mad);
 
@@ -119,7 +125,7 @@ constexpr uint8_t kEnvelopeMagic[8] = {'u', 'r', 'o', 'c', 'e', 'G', 'S', '1'};
 void set_gsi_sink(GsiSink sink) { g_sink.store(sink, std::memory_order_release); }
 
 void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire::PacketView& pkt) {
-  if (!is_gsi_datagram(pkt) || pkt.payload()[kMgmtClassAt] != kMgmtClassCm) {
+  if (!is_gsi_datagram(pkt) || !is_cm_mad(pkt.payload())) {
     ctx.stats.rx_gsi_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }

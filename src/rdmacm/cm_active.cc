@@ -41,17 +41,7 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
     }
     id->state = CmState::kSidrReqSent;
     id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
-    if (!core::config().cm_tcp) {
-      request_over_gsi(id);
-      return 0;
-    }
-    if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
-      send_sidr_req(id);
-    } else if (int err = start_connect(id)) {
-      connect_failed(id, err);
-      return 0;
-    }
-    arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
+    request_over_gsi(id);
     return 0;
   }
   if (id->state != CmState::kRouteResolved) return EINVAL;
@@ -84,43 +74,8 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
   }
   id->state = CmState::kReqSent;
   id->refused_grace_end = Clock::now() + std::chrono::milliseconds(kRefusedGraceMs);
-  if (!core::config().cm_tcp) {
-    request_over_gsi(id);
-    return 0;
-  }
-  if (id->link && id->link->phase == TcpLink::Phase::kOpen) {
-    send_req(id);
-    return 0;
-  }
-  // No CM connection (the listener did not exist at resolution time): try now.
-  if (int err = start_connect(id)) {
-    connect_failed(id, err);
-    return 0;
-  }
-  arm_timer(id, TimerKind::kConnect, kConnectTimeoutMs);
+  request_over_gsi(id);
   return 0;
-}
-
-void CmService::connect_failed(CmId* id, int err) {
-  cancel_timer(id);
-  detach_link(id);
-  const bool nobody_listened = err == ECONNREFUSED || err == ECONNRESET;
-  if (nobody_listened && !id->over_gsi) {
-    // No uroce CM listens there: a kernel's may, on the host's QP1 (cm_gsi.cc).
-    request_over_gsi(id);
-    return;
-  }
-  if (nobody_listened && Clock::now() < id->refused_grace_end) {
-    arm_timer(id, TimerKind::kConnectRetry, kConnectRetryMs);
-    return;
-  }
-  id->state = CmState::kClosed;
-  if (nobody_listened) {
-    // What the IB CM of a host without a listener on the service answers.
-    queue_event(id, RDMA_CM_EVENT_REJECTED, int(RejReason::kInvalidServiceId));
-  } else {
-    queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
-  }
 }
 
 void CmService::send_req(CmId* id) {
@@ -195,7 +150,6 @@ void CmService::on_rep(CmId* id, const RepMessage& rep) {
     rej.message_rejected = RejectedMessage::kRep;
     rej.reason = uint16_t(RejReason::kConsumerDefined);
     (void)send_mad(id, rej, c.transaction_id);
-    detach_link(id);
     id->state = CmState::kClosed;
     queue_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -err, p);
     return;
@@ -231,7 +185,6 @@ void CmService::on_rej(CmId* id, const RejMessage& rej) {
   }
   cancel_timer(id);
   qp_to_error(id);
-  detach_link(id);
   id->state = CmState::kClosed;
   EventParams p;
   p.private_data = rej.private_data.data();

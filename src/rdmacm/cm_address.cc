@@ -1,21 +1,19 @@
 // Binding and address/route resolution.
 //
 // RoCE resolves an IP address to a GID (the address of the local interface
-// that routes to it: IPv4-mapped, or IPv6) and needs no SA; what the active
-// side still lacks is the remote LID, which for uroce is the UDP port of the
-// peer's device. Resolution therefore opens the CM connection (TCP to the
-// destination's rdma_cm port) and reads the listener's ClassPortInfo. A
-// refused connection still resolves (the host answered; rdma_connect then
-// reports no listener); silence until the timeout is ADDR_ERROR/ROUTE_ERROR
-// with -ETIMEDOUT, an unreachable network the connect error. A destination
-// with no route at all fails rdma_resolve_addr itself (ENETUNREACH), as the
-// kernel's route lookup (rdma_resolve_ip) does.
+// that routes to it: IPv4-mapped, or IPv6) and needs no SA. As the kernel's
+// rdma_resolve_addr for RoCE, resolution waits for the route's next hop to
+// have a valid neighbour entry (ARP/NDP, neighbour.h): silence until the
+// timeout is ADDR_ERROR with -ETIMEDOUT. A destination with no route at all
+// fails rdma_resolve_addr itself (ENETUNREACH), as the kernel's route lookup
+// (rdma_resolve_ip) does. Route resolution has nothing to ask; the peer's
+// port (uroce's LID) comes with its REP.
 //
-// Over QP1 alone (UROCE_CM_TCP=0) there is no CM connection to probe with, and
-// RoCE needs none: as the kernel's rdma_resolve_addr for RoCE, resolution
-// waits for the route's next hop to have a valid neighbour entry (ARP/NDP,
-// neighbour.h); the peer's port comes with its REP.
+// A bound id holds its rdma_cm port as a UDP socket at its address and port:
+// the host's engines pass the REQs and SIDR_REQs for that port there
+// (cm_gsi.cc), and two ids of the host cannot hold one port.
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,27 +60,6 @@ int route_source(const transport::IpAddress& dst, transport::IpAddress* src) {
   }
   close(fd);
   return err;
-}
-
-// The family of socket `fd` (AF_INET or AF_INET6).
-int socket_family(int fd) {
-  int family = AF_INET;
-  socklen_t len = sizeof family;
-  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) != 0) return AF_INET;
-  return family;
-}
-
-// `ip` as a socket address for a socket of `family`: an IPv4 address on an
-// IPv6 (dual-stack) socket is IPv4-mapped.
-SockAddr sockaddr_for(int family, const transport::IpAddress& ip, uint16_t port) {
-  SockAddr a = make_sockaddr(ip, port);
-  if (family == AF_INET6 && ip.is_v4()) {
-    a = SockAddr{};
-    a.in6.sin6_family = AF_INET6;
-    std::memcpy(a.in6.sin6_addr.s6_addr, ip.bytes.data(), 16);
-    a.in6.sin6_port = htons(port);
-  }
-  return a;
 }
 
 // The path MTU for traffic from `src_ip`: as rxe, the largest IB MTU that fits
@@ -152,16 +129,11 @@ void CmService::fill_path_record(CmId* id) {
 }
 
 int CmService::open_bound_socket(CmId* id, const transport::IpAddress& ip, uint16_t port) {
-  int fd = socket(family_of(ip), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = socket(family_of(ip), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
   // The IPv6 wildcard takes IPv4 peers too, unless RDMA_OPTION_ID_AFONLY.
   int v6only = id->afonly || !ip.unspecified();
   if (!ip.is_v4()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
-  // Always: a listener restarted on its port must not trip over its
-  // predecessor's TIME_WAIT connections. Two listeners still conflict (listen
-  // fails with EADDRINUSE), as two rdma_cm listeners on one port do.
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   SockAddr a = make_sockaddr(ip, port);
   if (::bind(fd, &a.sa, a.len()) != 0) {
     int err = errno;
@@ -172,10 +144,30 @@ int CmService::open_bound_socket(CmId* id, const transport::IpAddress& ip, uint1
   socklen_t len = sizeof bound;
   IpEndpoint ep;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0 && endpoint_of(bound, &ep)) port = ep.port;
-  if (id->sock >= 0) close(id->sock);
+  const uint64_t token = next_token_++;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = token;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  close_port_socket(id);
   id->sock = fd;
+  id->sock_token = token;
   id->src_port = port;
+  port_ids_[token] = id;
+  ensure_thread();
   return 0;
+}
+
+void CmService::close_port_socket(CmId* id) {
+  if (id->sock < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, id->sock, nullptr);
+  close(id->sock);
+  id->sock = -1;
+  port_ids_.erase(id->sock_token);
 }
 
 int CmService::bind(CmId* id, const sockaddr* addr) {
@@ -197,39 +189,6 @@ int CmService::bind(CmId* id, const sockaddr* addr) {
   return 0;
 }
 
-int CmService::start_connect(CmId* id, bool retry_on_fresh_port) {
-  detach_link(id);
-  int fd = id->sock;
-  id->sock = -1;
-  if (fd < 0) {
-    // A socket of an earlier attempt is spent: a new one, on the id's port if
-    // that is free again.
-    fd = socket(family_of(id->src_ip), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    SockAddr a = make_sockaddr(id->src_ip, retry_on_fresh_port ? 0 : id->src_port);
-    if (::bind(fd, &a.sa, a.len()) != 0) {
-      a = make_sockaddr(id->src_ip, 0);
-      ::bind(fd, &a.sa, a.len());
-    }
-  }
-  // (The id's own socket may be a dual-stack one bound to :: with an IPv4 peer.)
-  SockAddr d = sockaddr_for(socket_family(fd), id->dst_ip, id->dst_port);
-  if (::connect(fd, &d.sa, d.len()) != 0 && errno != EINPROGRESS) {
-    int err = errno;
-    close(fd);
-    if (err != EADDRNOTAVAIL || retry_on_fresh_port) return err;
-    // The id's port still has a connection to this destination in TIME_WAIT:
-    // the CM connection may come from any port (the cma header names the id's).
-    return start_connect(id, true);
-  }
-  TcpLink* link = new_link(fd, TcpLink::Phase::kConnecting);
-  link->owner = id;
-  id->link = link;
-  return 0;
-}
-
 int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
   if (id->state != CmState::kIdle) return EINVAL;
   IpEndpoint d;
@@ -248,9 +207,8 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     // No route: rdma_resolve_addr fails at once (the kernel's rdma_resolve_ip).
     if (int err = route_source(d.ip, &src_ip)) return err;
   }
-  const bool by_neighbour = !core::config().cm_tcp && !d.ip.multicast();
   neighbour::NextHop hop;
-  if (by_neighbour) {
+  if (!d.ip.multicast()) {
     if (int err = netlink_.route(d.ip, id->src_ip, &hop)) return err;
   }
   id->dst_ip = d.ip;
@@ -263,44 +221,26 @@ int CmService::resolve_addr(CmId* id, const sockaddr* src, const sockaddr* dst, 
     err = open_bound_socket(id, src_ip, 0);
     if (!err) id->bound = true;
   }
-  if (!err) {
-    id->src_ip = src_ip;
-    id->conn.path_mtu = path_mtu_for(src_ip, *id->port.device);
-    set_route_addresses(id);
-    // A multicast group has no CM to ask (joining it is not implemented; see
-    // unsupported.cc): it resolves at once.
-    if (d.ip.multicast()) {
-      finish_resolve(id, 0);
-      return 0;
-    }
-    if (by_neighbour) {
-      wait_for_neighbour(id, hop);
-      return 0;
-    }
-    err = start_connect(id);
-  }
   if (err) {
-    finish_resolve(id, err == ECONNREFUSED ? 0 : err);
+    finish_resolve(id, err);
+    return 0;
+  }
+  id->src_ip = src_ip;
+  id->conn.path_mtu = path_mtu_for(src_ip, *id->port.device);
+  set_route_addresses(id);
+  if (d.ip.multicast()) {
+    finish_resolve(id, 0);  // a group has no neighbour to wait for
   } else {
-    arm_timer(id, TimerKind::kResolve, id->resolve_timeout_ms);
+    wait_for_neighbour(id, hop);
   }
   return 0;
 }
 
-int CmService::resolve_route(CmId* id, int timeout_ms) {
+int CmService::resolve_route(CmId* id, int /*timeout_ms*/) {
   if (id->state != CmState::kAddrResolved) return EINVAL;
-  if (timeout_ms > 0) id->resolve_timeout_ms = timeout_ms;
+  // RoCE has no SA to ask: the path is the resolved addresses' (fill_path_record).
   id->state = CmState::kRouteQuery;
-  if ((id->link && id->link->phase == TcpLink::Phase::kOpen) || !core::config().cm_tcp) {
-    finish_resolve(id, 0);
-    return 0;
-  }
-  // The listener may have appeared since rdma_resolve_addr: ask again.
-  if (int err = start_connect(id)) {
-    finish_resolve(id, err == ECONNREFUSED ? 0 : err);
-  } else {
-    arm_timer(id, TimerKind::kResolve, id->resolve_timeout_ms);
-  }
+  finish_resolve(id, 0);
   return 0;
 }
 
@@ -351,7 +291,6 @@ void CmService::poll_neighbour(CmId* id) {
 
 void CmService::finish_resolve(CmId* id, int err) {
   cancel_timer(id);
-  if (err || (id->link && id->link->phase != TcpLink::Phase::kOpen)) detach_link(id);
   if (id->state == CmState::kAddrQuery) {
     id->state = err ? CmState::kIdle : CmState::kAddrResolved;
     queue_event(id, err ? RDMA_CM_EVENT_ADDR_ERROR : RDMA_CM_EVENT_ADDR_RESOLVED, -err);

@@ -1,18 +1,18 @@
-// The CM over QP1 (engine/gsi.h): how uroce's CM talks to a kernel's CM
-// (rxe, a RoCE NIC), which speaks IB CM MADs in UD datagrams to QP1 at UDP
-// 4791 and nothing else. uroce's CMs still talk to each other over their CM
-// connections (TCP); an id moves onto QP1 when its peer has no uroce CM:
-//   - passive: a listener also holds a UDP socket at its address and port,
-//     where the engine that receives a REQ or SIDR_REQ on QP1 passes it; the
-//     new id answers over QP1 (go_over_gsi).
-//   - active: when the CM connection is refused (no uroce CM listens there),
-//     the REQ or SIDR_REQ goes to the host's QP1 instead; a REJ "invalid
-//     service ID" within rdma_connect's grace period sends it back to the
-//     refused-connection retries (cm_active.cc).
-// There is no connection to lose over QP1: the request waiting for an
-// answer (REQ, REP, DREQ, SIDR_REQ) is resent until it comes, and the
-// state's timer ends the wait, as the IB CM's retries and timeouts do.
-#include <sys/epoll.h>
+// The CM over QP1 (engine/gsi.h): every CM message is an IB CM MAD in a UD
+// datagram to QP1 at the host's RoCE port, to uroce peers and kernel CMs
+// (rxe, a RoCE NIC) alike, as the kernel's CM sends them:
+//   - passive: a bound id holds a UDP socket at its address and rdma_cm port,
+//     where the engine that receives a REQ or SIDR_REQ on QP1 for that port
+//     passes it (a listener takes it, any other id refuses it); the new id
+//     answers over QP1 (go_over_gsi).
+//   - active: the REQ or SIDR_REQ goes to QP1 of the destination's host; a
+//     REJ "invalid service ID" within rdma_connect's grace period sends it
+//     again a little later (retry_refused).
+//   - every other MAD names the receiver's communication ID, which names its
+//     engine's host slot: it reaches this process's CM through its engine.
+// There is no connection to lose: the request waiting for an answer (REQ,
+// REP, DREQ, SIDR_REQ) is resent until it comes, and the state's timer ends
+// the wait, as the IB CM's retries and timeouts do.
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -117,7 +117,7 @@ void CmService::on_gsi_mad(const engine::GsiMad& g) {
         RtuMessage rtu;
         rtu.local_comm_id = id->conn.local_comm_id;
         rtu.remote_comm_id = id->conn.remote_comm_id;
-        (void)s->send_gsi(id, rtu, id->conn.transaction_id);
+        (void)s->send_mad(id, rtu, id->conn.transaction_id);
       }
     }
     void operator()(const RejMessage& m) const {
@@ -146,12 +146,13 @@ void CmService::on_gsi_mad(const engine::GsiMad& g) {
       CmId* id = s->gsi_id(m.request_id);
       if (!id || id->state != CmState::kSidrReqSent) return;
       if (m.status == SidrStatus::kSidUnsupported && s->retry_refused(id)) return;
+      // As a REP: a uroce peer's QP is served at its engine's private port.
+      if (g.src.port && g.src.port < wire::kRoceSourcePortMin) id->conn.remote_lid = g.src.port;
       s->on_sidr_rep(id, m);
     }
     // Requests come through a listener's socket; the rest is not for an id.
     void operator()(const ReqMessage&) const {}
     void operator()(const SidrReqMessage&) const {}
-    void operator()(const PortInfoMessage&) const {}
   };
   std::visit(Dispatch{this, g, tid}, mad->message);
 }
@@ -163,31 +164,32 @@ void CmService::on_gsi_rej(CmId* id, const RejMessage& rej) {
 }
 
 bool CmService::retry_refused(CmId* id) {
-  // Nobody listens yet: within the grace period, back to the retries of a
-  // refused CM connection (cm_active.cc), which come here again.
+  // Nobody listens yet: within the grace period, the request goes again
+  // (on_timer), and a listener that has appeared since takes it.
   if (Clock::now() >= id->refused_grace_end) return false;
   leave_gsi(id);
-  arm_timer(id, TimerKind::kConnectRetry, kConnectRetryMs);
+  arm_timer(id, TimerKind::kRequestRetry, kRequestRetryMs);
   return true;
 }
 
-void CmService::on_gsi_listener_ready(CmId* listener) {
-  for (int i = 0; i < kRequestBurst && listener->gsi_sock >= 0; ++i) {
+void CmService::on_port_ready(CmId* id) {
+  for (int i = 0; i < kRequestBurst && id->sock >= 0; ++i) {
     uint8_t buf[engine::kGsiEnvelopeBytes + 1];
     sockaddr_storage from{};
     socklen_t len = sizeof from;
-    ssize_t n = recvfrom(listener->gsi_sock, buf, sizeof buf, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
+    ssize_t n = recvfrom(id->sock, buf, sizeof buf, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
     if (n < 0) return;
     IpEndpoint sender;
     auto g = engine::decode_gsi_envelope(std::span<const uint8_t>(buf, size_t(n)));
     if (!endpoint_of(from, &sender) || !is_host_address(sender.ip) || !g) {
       log_limited(core::LogLevel::kWarn, "rdma_cm: dropping a datagram at port %u that no engine of this host sent",
-                  listener->src_port);
+                  id->src_port);
       continue;
     }
     auto mad = decode_mad(g->mad);
     if (!mad) continue;
-    RequestOrigin o{listener, g->dst_ip, g->src.ip, nullptr, engine::gsi_reply_endpoint(g->src)};
+    // An id that does not listen refuses it (on_req, on_sidr_req).
+    RequestOrigin o{id, g->dst_ip, g->src.ip, engine::gsi_reply_endpoint(g->src)};
     if (auto* req = std::get_if<ReqMessage>(&mad->message)) {
       if (!answer_duplicate(o, req->local_comm_id)) on_req(o, mad->transaction_id, *req);
     } else if (auto* sreq = std::get_if<SidrReqMessage>(&mad->message)) {
@@ -234,41 +236,6 @@ void CmService::remember_answer(const CmId* id) {
     request_memory_.remember(id->conn.remote_comm_id, id->dst_ip, *answer, Clock::now());
 }
 
-int CmService::open_gsi_listener(CmId* listener) {
-  int fd = socket(family_of(listener->src_ip), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  int v6only = listener->afonly || !listener->src_ip.unspecified();
-  if (!listener->src_ip.is_v4()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
-  SockAddr a = make_sockaddr(listener->src_ip, listener->src_port);
-  if (::bind(fd, &a.sa, a.len()) != 0) {
-    int err = errno;
-    LOG_INFO("rdma_cm: port %u: no QP1 listener (%s): only uroce peers can connect", listener->src_port, strerror(err));
-    close(fd);
-    return err;
-  }
-  const uint64_t token = next_token_++;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = token;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    int err = errno;
-    close(fd);
-    return err;
-  }
-  listener->gsi_sock = fd;
-  listener->gsi_token = token;
-  gsi_listeners_[token] = listener;
-  return 0;
-}
-
-void CmService::close_gsi_listener(CmId* listener) {
-  if (listener->gsi_sock < 0) return;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listener->gsi_sock, nullptr);
-  close(listener->gsi_sock);
-  listener->gsi_sock = -1;
-  gsi_listeners_.erase(listener->gsi_token);
-}
-
 void CmService::go_over_gsi(CmId* id, const transport::Endpoint& peer) {
   id->over_gsi = true;
   id->gsi_peer = peer;
@@ -300,15 +267,14 @@ void CmService::request_over_gsi(CmId* id) {
   go_over_gsi(id, transport::Endpoint{id->dst_ip, core::config().udp_port});
   if (id->state == CmState::kSidrReqSent) {
     send_sidr_req(id);
-    arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
+    arm_timer(id, TimerKind::kSidr, kSidrTimeoutMs);
   } else {
     send_req(id);  // arms the REP timer
   }
-  if (core::config().cm_tcp && Clock::now() < id->refused_grace_end)
-    arm_timer(id, TimerKind::kConnectRetry, kGsiAnswerWaitMs);  // then the CM connection again (on_timer)
 }
 
-int CmService::send_gsi(CmId* id, const CmMessage& m, uint64_t tid) {
+int CmService::send_mad(CmId* id, const CmMessage& m, uint64_t tid) {
+  if (!id->over_gsi) return ENOTCONN;
   if (!id->port.device) return ENODEV;
   Mad mad = encode_mad(tid, m);
   // A REJ or SIDR_REP is kept too: a copy of the peer's request gets it again.

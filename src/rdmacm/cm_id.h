@@ -20,7 +20,6 @@
 namespace uroce::rdmacm {
 
 class EventChannel;
-class TcpLink;
 struct CmId;
 
 using Clock = std::chrono::steady_clock;
@@ -28,16 +27,13 @@ using Clock = std::chrono::steady_clock;
 // What a pending timer of an id is for.
 enum class TimerKind : uint8_t {
   kNone,
-  kResolve,
-  kConnect,
-  kConnectRetry,
+  kRequestRetry,  // rdma_connect: the REQ / SIDR_REQ again after a REJ "invalid service ID" (kRefusedGraceMs)
   kRep,
   kDreq,
   kTimewait,
   kSidr,
-  kAcceptRetry,  // a listener that ran out of descriptors tries accept() again
-  kResend,       // over QP1: the last REQ / REP / DREQ / SIDR_REQ again (its own slot: CmId::resend_timer)
-  kNeighbour,    // rdma_resolve_addr over QP1: look at the next hop's neighbour state again
+  kResend,     // the last REQ / REP / DREQ / SIDR_REQ again (its own slot: CmId::resend_timer)
+  kNeighbour,  // rdma_resolve_addr: look at the next hop's neighbour state again
 };
 
 // Pending timers, earliest first; an id holds the position of its one timer so
@@ -52,12 +48,12 @@ using TimerMap = std::multimap<Clock::time_point, TimerEntry>;
 // states, merged).
 enum class CmState : uint8_t {
   kIdle,           // created, possibly bound
-  kAddrQuery,      // rdma_resolve_addr: probing the destination
+  kAddrQuery,      // rdma_resolve_addr: waiting for the next hop's neighbour entry
   kAddrResolved,   //
-  kRouteQuery,     // rdma_resolve_route: asking the listener for its port
+  kRouteQuery,     // rdma_resolve_route (answered at once: RoCE has no SA to ask)
   kRouteResolved,  //
   kListen,         //
-  kReqSent,        // active: REQ sent (or its TCP connection being set up)
+  kReqSent,        // active: REQ sent
   kRepRcvd,        // active, no QP attached: CONNECT_RESPONSE delivered, waiting for rdma_establish
   kReqRcvd,        // passive: REQ received, CONNECT_REQUEST queued
   kRepSent,        // passive: REP sent, waiting for the RTU
@@ -121,12 +117,14 @@ struct CmId {
   uint16_t src_port = 0;
   transport::IpAddress dst_ip;
   uint16_t dst_port = 0;
-  int sock = -1;  // bound TCP socket (listener, or the active side's until connect)
-  uint64_t listen_token = 0;
-  TcpLink* link = nullptr;  // the CM connection to the peer, if any
-  // The peer's CM is reached over QP1 instead (a kernel's CM: rxe, a NIC;
-  // engine/gsi.h): its MADs go to `gsi_peer`; the REQ, REP, DREQ or
-  // SIDR_REQ that waits for an answer is sent again until it comes.
+  // The UDP socket at the id's address and rdma_cm port (a bound id's: it
+  // holds the port on the host); the engine that receives a REQ or SIDR_REQ
+  // on QP1 for that port passes it there (cm_gsi.cc).
+  int sock = -1;
+  uint64_t sock_token = 0;
+  // The peer's CM is reached over QP1 (engine/gsi.h): its MADs go to
+  // `gsi_peer`; the REQ, REP, DREQ or SIDR_REQ that waits for an answer is
+  // sent again until it comes. False until a request is sent or received.
   bool over_gsi = false;
   transport::Endpoint gsi_peer;
   // The last REQ / REP / DREQ / SIDR_REQ sent (resent until answered), or the
@@ -134,17 +132,16 @@ struct CmId {
   std::array<uint8_t, 256> last_request{};
   bool from_request = false;  // a listener's new id: its peer's request copies are answered (request_memory.h)
   int resend_ms = 0;
-  int gsi_sock = -1;  // listener: the UDP socket at its port that engines pass REQs to
-  uint64_t gsi_token = 0;
   int resolve_timeout_ms = 0;
-  // rdma_resolve_addr over QP1 (neighbour.h): the next hop whose neighbour
+  // rdma_resolve_addr (neighbour.h): the next hop whose neighbour
   // entry must become valid on interface `resolve_ifindex` before the deadline,
   // and the current interval between looks at it.
   transport::IpAddress resolve_hop;
   int resolve_ifindex = 0;
   Clock::time_point resolve_deadline{};
   int resolve_poll_ms = 0;
-  // Until when rdma_connect retries a refused CM connection (see kRefusedGraceMs).
+  // Until when rdma_connect sends its request again after a REJ "invalid
+  // service ID" (see kRefusedGraceMs).
   Clock::time_point refused_grace_end{};
 
   // Options (rdma_set_option).
@@ -154,7 +151,8 @@ struct CmId {
   bool afonly = false;
 
   Connection conn;
-  // Private data for the next REQ (rdma_connect before the link is up).
+  // Private data of the REQ (or SIDR_REQ): kept, since the request is built
+  // again when it is sent again within rdma_connect's grace period.
   uint8_t pending_private[256] = {};
   uint8_t pending_private_len = 0;
 
@@ -172,7 +170,7 @@ struct CmId {
   };
   std::vector<Multicast> multicast;
 
-  // Pending timer (see CmService::arm_timer), and the resend timer of an id over QP1.
+  // Pending timer (see CmService::arm_timer), and the resend timer.
   std::optional<TimerMap::iterator> timer;
   std::optional<TimerMap::iterator> resend_timer;
 };

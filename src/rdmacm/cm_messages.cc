@@ -44,7 +44,6 @@ CmAttr attr_of(const CmMessage& m) {
     CmAttr operator()(const DrepMessage&) const { return CmAttr::kDrep; }
     CmAttr operator()(const SidrReqMessage&) const { return CmAttr::kSidrReq; }
     CmAttr operator()(const SidrRepMessage&) const { return CmAttr::kSidrRep; }
-    CmAttr operator()(const PortInfoMessage&) const { return CmAttr::kClassPortInfo; }
   };
   return std::visit(Visitor{}, m);
 }
@@ -137,16 +136,6 @@ void encode(const SidrRepMessage& m, uint8_t* d) {
   store_be32(d + 20, m.qkey);
   put_bytes(d + 24, m.additional_info);
   put_bytes(d + 96, m.private_data);
-}
-
-void encode(const PortInfoMessage& m, uint8_t* d) {
-  d[0] = 1;  // BaseVersion
-  d[1] = kCmClassVersion;
-  std::memcpy(d + 8, m.redirect_gid.raw, 16);
-  store_be16(d + 28, m.redirect_lid);
-  store_be16(d + 30, m.redirect_pkey);
-  store_be24(d + 33, m.redirect_qp);
-  store_be32(d + 36, m.redirect_qkey);
 }
 
 // ---- decoders ----
@@ -265,16 +254,6 @@ SidrRepMessage decode_sidr_rep(const uint8_t* d) {
   return m;
 }
 
-PortInfoMessage decode_port_info(const uint8_t* d) {
-  PortInfoMessage m;
-  std::memcpy(m.redirect_gid.raw, d + 8, 16);
-  m.redirect_lid = load_be16(d + 28);
-  m.redirect_pkey = load_be16(d + 30);
-  m.redirect_qp = load_be24(d + 33);
-  m.redirect_qkey = load_be32(d + 36);
-  return m;
-}
-
 }  // namespace
 
 Mad encode_mad(uint64_t transaction_id, const CmMessage& message) {
@@ -283,7 +262,7 @@ Mad encode_mad(uint64_t transaction_id, const CmMessage& message) {
   mad[0] = 1;  // BaseVersion
   mad[1] = kMgmtClassCm;
   mad[2] = kCmClassVersion;
-  mad[3] = attr == CmAttr::kClassPortInfo ? kMethodGetResp : kMethodSend;
+  mad[3] = kMethodSend;
   store_be64(mad.data() + 8, transaction_id);
   store_be16(mad.data() + 16, uint16_t(attr));
   uint8_t* d = mad.data() + kMadHeaderSize;
@@ -295,9 +274,8 @@ std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes) {
   if (bytes.size() != kMadSize) return std::nullopt;
   const uint8_t* p = bytes.data();
   if (p[0] != 1 || p[1] != kMgmtClassCm || p[2] != kCmClassVersion) return std::nullopt;
+  if (p[3] != kMethodSend) return std::nullopt;
   const auto attr = CmAttr(load_be16(p + 16));
-  const uint8_t method = p[3];
-  if (method != (attr == CmAttr::kClassPortInfo ? kMethodGetResp : kMethodSend)) return std::nullopt;
   DecodedMad out;
   out.transaction_id = load_be64(p + 8);
   const uint8_t* d = p + kMadHeaderSize;
@@ -326,11 +304,8 @@ std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes) {
     case CmAttr::kSidrRep:
       out.message = decode_sidr_rep(d);
       break;
-    case CmAttr::kClassPortInfo:
-      out.message = decode_port_info(d);
-      break;
     default:
-      return std::nullopt;  // MRA, LAP, APR: uroce never sends them
+      return std::nullopt;  // MRA, LAP, APR, ClassPortInfo: uroce never sends them
   }
   return out;
 }

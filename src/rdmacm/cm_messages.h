@@ -1,5 +1,5 @@
 // IB CM messages in their MAD layouts (roce-facts §7.2, §7.3, §7.6): what
-// uroce's connection manager sends over its TCP connections (design §6).
+// uroce's connection manager sends to QP1 (design §6).
 // Pure byte code: every message is one 256-byte MAD, encoded from and decoded
 // into a plain struct; nothing here knows about ids, sockets or verbs.
 #pragma once
@@ -24,10 +24,8 @@ using Mad = std::array<uint8_t, kMadSize>;
 constexpr uint8_t kMgmtClassCm = 0x07;
 constexpr uint8_t kCmClassVersion = 2;
 constexpr uint8_t kMethodSend = 0x03;
-constexpr uint8_t kMethodGetResp = 0x81;
 
 enum class CmAttr : uint16_t {
-  kClassPortInfo = 0x0001,
   kReq = 0x0010,
   kMra = 0x0011,
   kRej = 0x0012,
@@ -174,21 +172,8 @@ struct SidrRepMessage {
   std::array<uint8_t, kSidrRepPrivateSize> private_data{};
 };
 
-// The CM ClassPortInfo (IBA 13.4.8.1), sent as a GetResp by a listener as
-// soon as it accepts a CM connection: its Redirect GID/LID name the RoCE port
-// that serves the listener (the uroce UDP port in the LID field). On
-// InfiniBand the active side learns the remote LID from SA path resolution;
-// RoCE has no SA, so this is how uroce's rdma_resolve_route learns it.
-struct PortInfoMessage {
-  ibv_gid redirect_gid{};
-  uint16_t redirect_lid = 0;
-  uint16_t redirect_pkey = 0xFFFF;
-  uint32_t redirect_qp = 1;
-  uint32_t redirect_qkey = 0x80010000;
-};
-
 using CmMessage = std::variant<ReqMessage, RepMessage, RejMessage, RtuMessage, DreqMessage, DrepMessage, SidrReqMessage,
-                               SidrRepMessage, PortInfoMessage>;
+                               SidrRepMessage>;
 
 // A decoded MAD: its TransactionID and the message.
 struct DecodedMad {
@@ -200,7 +185,8 @@ struct DecodedMad {
 Mad encode_mad(uint64_t transaction_id, const CmMessage& message);
 
 // Decodes a MAD; nullopt if it is not a well-formed CM MAD of a supported
-// attribute (wrong size, version, class, method or attribute; MRA, LAP, APR).
+// attribute (wrong size, version, class, method or attribute; MRA, LAP, APR,
+// ClassPortInfo).
 std::optional<DecodedMad> decode_mad(std::span<const uint8_t> bytes);
 
 // The cma IP header at the start of REQ / SIDR_REQ private data (roce-facts

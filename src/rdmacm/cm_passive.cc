@@ -1,9 +1,5 @@
 // The passive side: rdma_listen, a REQ (CONNECT_REQUEST and its new id),
 // rdma_accept (QP to RTS, then REP), the RTU, rdma_reject.
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -30,19 +26,7 @@ int CmService::listen(CmId* id, int backlog) {
     id->bound = true;
     set_route_addresses(id);
   }
-  // Without CM connections (UROCE_CM_TCP=0) the bound socket only holds the port.
-  if (core::config().cm_tcp) {
-    if (::listen(id->sock, SOMAXCONN) != 0) return errno;
-    const uint64_t token = next_token_++;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = token;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, id->sock, &ev) != 0) return errno;
-    listeners_[token] = id;
-    id->listen_token = token;
-  }
-  // Where engines pass the REQs that come over QP1 (cm_gsi.cc).
-  if (int err = open_gsi_listener(id); err && !core::config().cm_tcp) return err;
+  // The engines pass the REQs for the id's port to its socket (cm_gsi.cc).
   // A listener on the wildcard (or loopback) attaches no device, but a REQ
   // over QP1 from another host reaches it only through an engine of this host
   // at the RoCE port: with none open (the first uroce process on the host
@@ -60,90 +44,6 @@ int CmService::listen(CmId* id, int backlog) {
   return 0;
 }
 
-// ---- accepting CM connections ----
-
-void CmService::on_listen_ready(CmId* listener) {
-  // A bounded number per wake-up: epoll is level-triggered, so the rest wait
-  // while the other links are served.
-  for (int i = 0; i < kAcceptBurst; ++i) {
-    const int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      accept_link(listener, fd);
-      continue;
-    }
-    const int err = errno;
-    if (err == EAGAIN || err == EWOULDBLOCK) return;
-    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-      // A connection that has not sent its REQ gives its descriptor up for
-      // the newcomer; with none to give up, wait for descriptors to free.
-      if (close_oldest_pending("out of file descriptors")) continue;
-      pause_accept(listener, err);
-      return;
-    }
-    // ECONNABORTED and the network errors accept(2) passes on concern one
-    // connection only: go on with the next.
-    if (err != EINTR)
-      log_limited(core::LogLevel::kWarn, "rdma_cm: accept on port %u: %s", listener->src_port, strerror(err));
-  }
-}
-
-void CmService::accept_link(CmId* listener, int fd) {
-  if (pending_links_.size() >= kMaxPendingLinks) (void)close_oldest_pending("too many connections without a request");
-  TcpLink* link = new_link(fd, TcpLink::Phase::kOpen);
-  link->listener = listener;
-  link->request_deadline = Clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
-  pending_links_.insert(link->token());
-  link->learn_addresses();
-  send_greeting(link);
-}
-
-void CmService::send_greeting(TcpLink* link) {
-  PortInfoMessage info;
-  info.redirect_gid = core::ip_to_gid(link->local_ip.bytes);
-  auto dp = device_for_ip(link->local_ip);
-  info.redirect_lid = dp.ok() ? dp->device->lid : 0;
-  // A failed write surfaces as EPOLLERR/EPOLLHUP and closes the link.
-  (void)link->send(encode_mad(next_tid_++, info));
-}
-
-void CmService::pause_accept(CmId* listener, int err) {
-  log_limited(core::LogLevel::kWarn, "rdma_cm: accept on port %u: %s; trying again every %d ms", listener->src_port,
-              strerror(err), kAcceptBackoffMs);
-  epoll_event ev{};
-  ev.events = 0;  // still registered, no longer reported
-  ev.data.u64 = listener->listen_token;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener->sock, &ev);
-  arm_timer(listener, TimerKind::kAcceptRetry, kAcceptBackoffMs);
-}
-
-void CmService::resume_accept(CmId* listener) {
-  if (listener->state != CmState::kListen || listener->destroying) return;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = listener->listen_token;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener->sock, &ev);
-  on_listen_ready(listener);
-}
-
-bool CmService::close_oldest_pending(const char* why) {
-  if (pending_links_.empty()) return false;
-  TcpLink* link = links_.at(*pending_links_.begin());
-  log_link_closed(core::LogLevel::kInfo, link, why);
-  link->dead = true;  // nothing it is owed: close without lingering
-  close_link(link);
-  return true;
-}
-
-void CmService::expire_pending_links(Clock::time_point now) {
-  while (!pending_links_.empty()) {
-    TcpLink* link = links_.at(*pending_links_.begin());
-    if (link->request_deadline > now) return;
-    log_link_closed(core::LogLevel::kInfo, link, "no CM request in time");
-    link->dead = true;
-    close_link(link);
-  }
-}
-
 void CmService::reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason) {
   RejMessage rej;
   rej.remote_comm_id = req.local_comm_id;
@@ -153,12 +53,7 @@ void CmService::reject_request(const RequestOrigin& from, uint64_t tid, const Re
 }
 
 void CmService::refuse_request(const RequestOrigin& from, const CmMessage& answer, uint64_t tid) {
-  if (!from.link) {
-    send_gsi_from(from.local_ip, from.gsi_reply, answer, tid);
-    return;
-  }
-  (void)from.link->send(encode_mad(tid, answer));  // best effort: the link closes either way
-  close_link(from.link);
+  send_gsi_from(from.local_ip, from.gsi_reply, answer, tid);
 }
 
 namespace {
@@ -191,24 +86,16 @@ CmId* CmService::new_passive_id(const RequestOrigin& from, const CmaIpHeader& hd
   child->ack_timeout = l->ack_timeout;
   child->conn.local_comm_id = new_comm_id(child);
   child->from_request = true;
-  if (from.link) {
-    from.link->owner = child;
-    from.link->listener = nullptr;
-    child->link = from.link;
-  } else {
-    go_over_gsi(child, from.gsi_reply);
-  }
+  go_over_gsi(child, from.gsi_reply);
   return child;
 }
 
-bool CmService::backlog_full(const RequestOrigin& from, uint64_t tid, const ReqMessage& req) {
-  CmId* l = from.listener;
+bool CmService::backlog_full(const CmId* l) {
   if (l->requests_queued < l->backlog) return false;
   ++requests_over_backlog_;
-  log_limited(core::LogLevel::kInfo, "rdma_cm: listener %llu: backlog of %d requests full, request %s (%llu so far)",
-              (unsigned long long)l->serial, l->backlog, from.link ? "rejected" : "dropped",
-              (unsigned long long)requests_over_backlog_);
-  if (from.link) reject_request(from, tid, req, RejReason::kConsumerDefined);
+  log_limited(core::LogLevel::kInfo,
+              "rdma_cm: listener %llu: backlog of %d requests full, request dropped (%llu so far)",
+              (unsigned long long)l->serial, l->backlog, (unsigned long long)requests_over_backlog_);
   return true;
 }
 
@@ -233,7 +120,7 @@ void CmService::on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage
     reject_request(from, tid, req, hdr ? RejReason::kInvalidGid : RejReason::kConsumerDefined);
     return;
   }
-  if (backlog_full(from, tid, req)) return;
+  if (backlog_full(l)) return;  // its CM sends it again
   CmId* child = new_passive_id(from, *hdr, *dp);
   if (!child) {
     reject_request(from, tid, req, RejReason::kNoQp);
@@ -358,7 +245,6 @@ int CmService::reject(CmId* id, const void* private_data, uint8_t len, RejReason
   rej.reason = uint16_t(reason);
   if (private_data && len) std::memcpy(rej.private_data.data(), private_data, len);
   (void)send_mad(id, rej, id->conn.transaction_id);
-  detach_link(id);
   id->state = CmState::kClosed;
   return 0;
 }

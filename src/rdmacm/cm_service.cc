@@ -1,16 +1,13 @@
-// CmService plumbing: the progress thread, timers, the id registry and the
-// CM connections. The state machines live in cm_address.cc, cm_active.cc,
-// cm_passive.cc and cm_teardown.cc; events in cm_events.cc.
+// CmService plumbing: the progress thread, timers and the id registry. The
+// state machines live in cm_address.cc, cm_active.cc, cm_passive.cc,
+// cm_teardown.cc and cm_sidr.cc, QP1 in cm_gsi.cc; events in cm_events.cc.
 #include "rdmacm/cm_service.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,10 +25,6 @@ namespace uroce::rdmacm {
 namespace {
 constexpr uint64_t kWakeToken = 0;
 constexpr uint64_t kInboxToken = ~uint64_t(0);  // the engines' MADs (cm_gsi.cc)
-
-bool opens_connection(const DecodedMad& mad) {
-  return std::holds_alternative<ReqMessage>(mad.message) || std::holds_alternative<SidrReqMessage>(mad.message);
-}
 
 uint64_t random_u64() {
   uint64_t v = 0;
@@ -86,7 +79,6 @@ CmService& CmService::get() {
 }
 
 CmService::CmService() {
-  received_.reserve(TcpLink::kReadBudget / kMadSize);  // a partial MAD + the budget completes no more
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_event ev{};
@@ -144,18 +136,11 @@ void CmService::run() {
         continue;
       }
       // Look tokens up each time: handling one event may close other sockets.
-      if (auto l = listeners_.find(token); l != listeners_.end()) {
-        on_listen_ready(l->second);
-      } else if (auto k = links_.find(token); k != links_.end()) {
-        on_link_event(k->second, evs[i].events);
-      } else if (auto g = gsi_listeners_.find(token); g != gsi_listeners_.end()) {
-        on_gsi_listener_ready(g->second);
-      }
+      if (auto p = port_ids_.find(token); p != port_ids_.end()) on_port_ready(p->second);
     }
     const auto now = Clock::now();
     run_timers(now);
     check_peers(now);
-    expire_pending_links(now);
   }
 }
 
@@ -208,12 +193,11 @@ void CmService::free_unseen_id(CmId* id) {
 void CmService::release_id(CmId* id) {
   cancel_timer(id);
   cancel_resend(id);
-  close_gsi_listener(id);
+  close_port_socket(id);
   if (auto it = gsi_ids_.find(id->conn.local_comm_id); it != gsi_ids_.end() && it->second == id) {
     remember_answer(id);
     gsi_ids_.erase(it);
   }
-  if (id->sock >= 0) close(id->sock);
   free(id->abi.route.path_rec);
   EventChannel* channel = id->channel();
   if (id->sync) channel->destroy();
@@ -273,11 +257,6 @@ void CmService::cancel_timer(CmId* id) {
 int CmService::next_timeout_ms() {
   std::optional<Clock::time_point> next;
   if (!timers_.empty()) next = timers_.begin()->first;
-  if (!pending_links_.empty()) {
-    // The oldest pending link has the earliest deadline.
-    const auto deadline = links_.at(*pending_links_.begin())->request_deadline;
-    if (!next || deadline < *next) next = deadline;
-  }
   if (!gsi_ids_.empty() && (!next || next_peer_check_ < *next)) next = next_peer_check_;
   if (!next) return -1;
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
@@ -291,193 +270,6 @@ void CmService::run_timers(Clock::time_point now) {
     (t.kind == TimerKind::kResend ? t.id->resend_timer : t.id->timer).reset();
     on_timer(t.id, t.kind);
   }
-}
-
-// ---- links ----
-
-TcpLink* CmService::new_link(int fd, TcpLink::Phase phase) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // one small MAD at a time
-  // A peer host that vanishes without a FIN is noticed within ~15 s.
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  int idle = 10, intvl = 2, cnt = 3;
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  const uint64_t token = next_token_++;
-  auto* link = new TcpLink(epoll_fd_, fd, token, phase);
-  links_[token] = link;
-  ensure_thread();
-  return link;
-}
-
-void CmService::close_link(TcpLink* link) {
-  if (link->owner && link->owner->link == link) link->owner->link = nullptr;
-  pending_links_.erase(link->token());
-  links_.erase(link->token());
-  delete link;
-}
-
-void CmService::detach_link(CmId* id) {
-  if (id->link) close_link(id->link);
-}
-
-int CmService::send_mad(CmId* id, const CmMessage& m, uint64_t tid) {
-  if (id->over_gsi) return send_gsi(id, m, tid);
-  if (!id->link || id->link->dead || id->link->phase != TcpLink::Phase::kOpen) return ENOTCONN;
-  // A failed write shows up as EPOLLERR/EPOLLHUP and is handled as a lost link.
-  return id->link->send(encode_mad(tid, m));
-}
-
-void CmService::on_link_event(TcpLink* link, uint32_t events) {
-  const uint64_t token = link->token();
-  auto alive = [this, token] { return links_.count(token) != 0; };
-  if (link->phase == TcpLink::Phase::kConnecting) {
-    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
-    on_link_connected(link);
-    if (!alive() || link->phase == TcpLink::Phase::kConnecting) return;
-  }
-  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !on_link_readable(link)) return;
-  if (events & EPOLLOUT) {
-    if (int err = link->flush()) on_link_lost(link, err);
-  }
-}
-
-bool CmService::on_link_readable(TcpLink* link) {
-  const uint64_t token = link->token();
-  std::vector<DecodedMad>& mads = received_;  // at most TcpLink::kReadBudget / kMadSize
-  mads.clear();
-  const int err = link->receive(&mads);
-  for (const DecodedMad& mad : mads) {
-    if (pending_links_.count(token) && !opens_connection(mad)) {
-      // The active side's first message is its REQ (or SIDR_REQ): anything
-      // else is not an rdma_cm peer.
-      log_link_closed(core::LogLevel::kWarn, link, "a CM message before any request");
-      close_link(link);
-      return false;
-    }
-    on_mad(link, mad);
-    if (!links_.count(token)) return false;
-    if (link->owner) pending_links_.erase(token);  // a REQ named its id
-  }
-  if (err) {
-    // Framing has no way to resynchronise (mad_framer.h): the connection ends.
-    if (err == EPROTO) log_link_closed(core::LogLevel::kWarn, link, "not a CM MAD");
-    on_link_lost(link, err);
-    return false;
-  }
-  return true;
-}
-
-void CmService::on_link_connected(TcpLink* link) {
-  int err = link->connect_result();
-  CmId* id = link->owner;
-  if (err == 0) {
-    link->phase = TcpLink::Phase::kGreeting;
-    link->learn_addresses();
-    if (int e = link->flush()) err = e;
-    if (!err) return;  // the listener's ClassPortInfo comes next
-  }
-  close_link(link);
-  if (!id) return;
-  switch (id->state) {
-    case CmState::kAddrQuery:
-    case CmState::kRouteQuery:
-      // A refused connection still proves the host is there: the address
-      // (and route) resolve; rdma_connect will find no listener.
-      finish_resolve(id, err == ECONNREFUSED ? 0 : err);
-      break;
-    case CmState::kReqSent:
-    case CmState::kSidrReqSent:
-      connect_failed(id, err);
-      break;
-    default:
-      break;
-  }
-}
-
-void CmService::on_link_lost(TcpLink* link, int err) {
-  CmId* id = link->owner;
-  if (!id) {  // accepted, no REQ yet
-    close_link(link);
-    return;
-  }
-  link->dead = true;
-  LOG_DEBUG("rdma_cm: CM connection of id %llu lost in state %s: %s", (unsigned long long)id->serial,
-            state_name(id->state), strerror(err));
-  switch (id->state) {
-    case CmState::kAddrQuery:
-    case CmState::kRouteQuery:
-      close_link(link);
-      finish_resolve(id, 0);
-      break;
-    case CmState::kAddrResolved:
-    case CmState::kRouteResolved:
-      close_link(link);  // rdma_connect reconnects
-      break;
-    case CmState::kReqSent:
-    case CmState::kSidrReqSent:
-      // Closed before any answer: the listener went away (perhaps to be
-      // re-created at once); the REQ is tried again on a new connection.
-      connect_failed(id, err);
-      break;
-    default:
-      peer_gone(id, err);
-      break;
-  }
-}
-
-void CmService::on_mad(TcpLink* link, const DecodedMad& mad) {
-  CmId* id = link->owner;
-  const uint64_t tid = mad.transaction_id;
-  struct Dispatch {
-    CmService* s;
-    TcpLink* link;
-    CmId* id;
-    uint64_t tid;
-    void operator()(const PortInfoMessage& m) const {
-      if (link->phase != TcpLink::Phase::kGreeting) return;
-      link->phase = TcpLink::Phase::kOpen;
-      link->peer_port_info = m;
-      link->have_peer_port_info = true;
-      if (!id) return;
-      id->conn.remote_lid = m.redirect_lid;
-      if (id->state == CmState::kAddrQuery || id->state == CmState::kRouteQuery) {
-        s->finish_resolve(id, 0);
-      } else if (id->state == CmState::kReqSent) {
-        s->send_req(id);
-      } else if (id->state == CmState::kSidrReqSent) {
-        s->send_sidr_req(id);
-      }
-    }
-    void operator()(const ReqMessage& m) const {
-      if (!id && link->listener)
-        s->on_req(RequestOrigin{link->listener, link->local_ip, link->peer_ip, link, {}}, tid, m);
-    }
-    void operator()(const SidrReqMessage& m) const {
-      if (!id && link->listener)
-        s->on_sidr_req(RequestOrigin{link->listener, link->local_ip, link->peer_ip, link, {}}, tid, m);
-    }
-    void operator()(const RepMessage& m) const {
-      if (id && id->state == CmState::kReqSent && m.remote_comm_id == id->conn.local_comm_id) s->on_rep(id, m);
-    }
-    void operator()(const RejMessage& m) const {
-      if (id && (m.remote_comm_id == id->conn.local_comm_id || m.remote_comm_id == 0)) s->on_rej(id, m);
-    }
-    void operator()(const RtuMessage& m) const {
-      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_rtu(id);
-    }
-    void operator()(const DreqMessage& m) const {
-      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_dreq(id, tid, m);
-    }
-    void operator()(const DrepMessage& m) const {
-      if (id && m.remote_comm_id == id->conn.local_comm_id) s->on_drep(id);
-    }
-    void operator()(const SidrRepMessage& m) const {
-      if (id && id->state == CmState::kSidrReqSent && m.request_id == id->conn.local_comm_id) s->on_sidr_rep(id, m);
-    }
-  };
-  std::visit(Dispatch{this, link, id, tid}, mad.message);
 }
 
 // ---- logging what peers cause ----
@@ -496,17 +288,6 @@ void CmService::log_limited(core::LogLevel level, const char* fmt, ...) {
   } else {
     core::log_message(level, "%s", line);
   }
-}
-
-void CmService::log_link_closed(core::LogLevel level, const TcpLink* link, const char* why) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (link->peer_ip.is_v4()) {
-    in_addr a{htonl(link->peer_ip.v4())};
-    inet_ntop(AF_INET, &a, text, sizeof text);
-  } else {
-    inet_ntop(AF_INET6, link->peer_ip.bytes.data(), text, sizeof text);
-  }
-  log_limited(level, "rdma_cm: closing the CM connection from %s: %s", text, why);
 }
 
 }  // namespace uroce::rdmacm

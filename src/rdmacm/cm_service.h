@@ -1,14 +1,16 @@
-// The process's connection manager: every rdma_cm id, the CM connections
-// (TCP, design §6), the CM state machines and their timers.
+// The process's connection manager: every rdma_cm id, the CM state machines
+// and their timers, and the CM's MADs over QP1 (engine/gsi.h, design §6).
 //
 // Threads: application threads call in through the exported rdma_* functions
 // and run the state machines directly (send a REQ, program a QP, queue an
 // event) under `mu`. One progress thread, started on first use, waits in
-// epoll for the CM sockets and the timers and runs the same state machines,
-// also under `mu`. Nothing blocks while holding `mu` except the few verbs
-// calls that program a QP (ibv_modify_qp), which never call back into the CM.
-// Waiting (rdma_get_cm_event, rdma_destroy_id, synchronous ids) happens
-// outside the mutex.
+// epoll for the ids' port sockets, the engines' MADs and the timers and runs
+// the same state machines, also under `mu`; an engine's receiving thread
+// handles an RTU, DREP or DREQ in place when `mu` is free (handle_in_place).
+// Nothing blocks while holding `mu` except the few verbs calls that program a
+// QP (ibv_modify_qp), which never call back into the CM. Waiting
+// (rdma_get_cm_event, rdma_destroy_id, synchronous ids) happens outside the
+// mutex.
 #pragma once
 
 #include <chrono>
@@ -16,7 +18,6 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -30,7 +31,6 @@
 #include "rdmacm/mad_inbox.h"
 #include "rdmacm/neighbour.h"
 #include "rdmacm/request_memory.h"
-#include "rdmacm/tcp_link.h"
 
 namespace uroce::rdmacm {
 
@@ -44,87 +44,59 @@ constexpr uint8_t kMaxCmRetries = 15;
 constexpr uint8_t kDefaultAckTimeout = 14;
 constexpr uint8_t kHopLimit = 64;  // IPv4 TTL of the path
 
-// uroce's CM timers. Transport loss is TCP's business; these bound how long
-// a side waits for the other's CM (application) to act.
-constexpr int kConnectTimeoutMs = 5000;  // rdma_connect: TCP connection + ClassPortInfo
-constexpr int kRepTimeoutMs = 60000;     // REQ -> REP and REP -> RTU (the kernel's MRA allows ~68 s)
-constexpr int kDreqTimeoutMs = 4000;     // DREQ -> DREP, then DISCONNECTED with -ETIMEDOUT
-constexpr int kTimewaitMs = 500;         // DISCONNECTED -> TIMEWAIT_EXIT (the kernel's RoCE ~0.5 s)
-// rdma_connect keeps retrying a CM connection that finds no listener (refused,
-// or closed before any answer) for this long before it reports REJECTED:
-// uroce's resolution is near-instant, and programs written against real
-// rdma_cm (perftest -R re-creating its listener between its two connections)
-// rely on the slack that ARP/route resolution gives a listener to appear.
+// uroce's CM timers: how long a side waits for the other's CM (application)
+// to answer, its messages being resent meanwhile (kFirstResendMs).
+constexpr int kSidrTimeoutMs = 5000;  // SIDR_REQ -> SIDR_REP
+constexpr int kRepTimeoutMs = 60000;  // REQ -> REP and REP -> RTU (the kernel's MRA allows ~68 s)
+constexpr int kDreqTimeoutMs = 4000;  // DREQ -> DREP, then DISCONNECTED with -ETIMEDOUT
+constexpr int kTimewaitMs = 500;      // DISCONNECTED -> TIMEWAIT_EXIT (the kernel's RoCE ~0.5 s)
+// rdma_connect sends its REQ (or SIDR_REQ) again, every kRequestRetryMs, when
+// it is rejected for want of a listener ("invalid service ID") within this
+// long, before it reports REJECTED: uroce's resolution is near-instant, and
+// programs written against real rdma_cm (perftest -R re-creating its
+// listener between its two connections) rely on the slack that ARP/route
+// resolution gives a listener to appear.
 constexpr int kRefusedGraceMs = 500;
-constexpr int kConnectRetryMs = 10;
-// A refused CM connection sends the request over QP1 (a kernel's CM listens
-// there, cm_gsi.cc); within the grace period, with no answer after this
-// long, the CM connection is tried again: on a host whose uroce listener is
-// still coming up there may be no engine on the RoCE port yet to answer the
-// QP1 request (qperf sends its port before it listens: seen in CI).
-constexpr int kGsiAnswerWaitMs = 50;
-
-// A listener under abuse (junk, floods of connections, descriptor
-// exhaustion). An accepted CM connection that has not named an id with a REQ
-// (or SIDR_REQ) is "pending": it costs a descriptor and serves nobody yet.
-// A real rdma_cm client sends its REQ right after the greeting, or closes the
-// probe connection of its address resolution; only those pending links are
-// ever closed for their silence. A connection that carries a live rdma_cm
-// connection may stay quiet for as long as it lives: its TCP end is how each
-// side learns that the other is gone.
-constexpr int kRequestTimeoutMs = 5000;  // accept -> REQ, else the link closes
-// Pending links per process; beyond, accepting a new one closes the oldest,
-// so a flood of connections cannot hold a real client off for longer than it
-// lasts, and the application keeps its descriptors.
-constexpr size_t kMaxPendingLinks = 256;
-// accept() failing for want of descriptors (EMFILE, ENFILE) or memory: with
-// no pending link to give up, the listener stops asking (instead of spinning
-// on a level-triggered readiness it cannot clear) and tries again after this.
-constexpr int kAcceptBackoffMs = 100;
-// Connections accepted per readiness event; the rest wait for the next turn
-// of the loop, after the other links have been served.
-constexpr int kAcceptBurst = 64;
+constexpr int kRequestRetryMs = 10;
 
 // A listener takes at most `backlog` connection requests that the application
 // has not yet retrieved (rdma_listen's backlog if in 1..kMaxBacklog, else
 // kMaxBacklog: the kernel's ucma and its net.rdma_ucm.max_backlog default).
-// Beyond, a REQ over QP1 is dropped and counted, and the peer's CM sends it
-// again (the kernel's CM drops it too: "do not reject to allow future
-// retries"); one over a CM connection, which nothing resends, is rejected
-// (consumer defined). A flood of requests cannot grow the process's ids.
+// Beyond, a REQ is dropped and counted, and the peer's CM sends it again (the
+// kernel's CM drops it too: "do not reject to allow future retries"). A flood
+// of requests cannot grow the process's ids.
 constexpr int kMaxBacklog = 1024;
-// Resending over QP1 (a kernel CM's peer; engine/gsi.h): the REQ, REP, DREQ
-// or SIDR_REQ waiting for its answer goes again after this, doubling up to
-// the maximum, until the answer comes or the state's own timer ends the wait.
+// Resending: the REQ, REP, DREQ or SIDR_REQ waiting for its answer goes again
+// after this, doubling up to the maximum, until the answer comes or the
+// state's own timer ends the wait.
 constexpr int kFirstResendMs = 500;
 constexpr int kMaxResendMs = 4000;
-// How often the CM looks whether the peers of its QP1 connections on this
-// host are still alive (engine::gsi_engine_alive). A process's end is what
-// tells the kernel's CM to send its DREQs (or REJs); a uroce process that
-// dies sends nothing, so its peer's CM notices the slot it held go free.
+// How often the CM looks whether the peers of its connections on this host
+// are still alive (engine::gsi_engine_alive). A process's end is what tells
+// the kernel's CM to send its DREQs (or REJs); a uroce process that dies
+// sends nothing, so its peer's CM notices the slot it held go free.
 constexpr int kPeerCheckMs = 200;
 // How long the exit handler waits for the CM's mutex before it gives up.
 constexpr int kExitLockWaitMs = 200;
-// rdma_resolve_addr over QP1 looks at the next hop's neighbour entry after
+// rdma_resolve_addr looks at the next hop's neighbour entry after
 // this, the interval doubling up to the maximum until the entry is valid or
 // the timeout has passed: on a LAN an ARP/NDP answer takes well under a
 // millisecond, and a long wait costs a few netlink queries per second.
 constexpr int kNeighbourFirstPollMs = 1;
 constexpr int kNeighbourMaxPollMs = 16;
-// Datagrams a QP1 listener socket is read for per wake-up (level-triggered).
+// Datagrams an id's port socket is read for per wake-up (level-triggered).
 constexpr int kRequestBurst = 64;
 // MADs the engines may queue for the progress thread; beyond, they are
 // dropped (the peer's CM resends).
 constexpr size_t kMaxInbox = 256;
 
-// Where a connection request came from: a CM connection (TCP, uroce's CM)
-// or QP1 (a kernel's CM), and the addresses it names.
+// Where a connection request came from: the id whose port it names (a
+// listener, or else it is refused), and the addresses of its datagram.
 struct RequestOrigin {
   CmId* listener = nullptr;
   transport::IpAddress local_ip;  // the address the request was sent to
   transport::IpAddress peer_ip;   // its sender (a link-local one with its interface)
-  TcpLink* link = nullptr;        // null: over QP1
-  transport::Endpoint gsi_reply;  // over QP1: where the peer's CM is answered
+  transport::Endpoint gsi_reply;  // where the peer's CM is answered
 };
 
 // A random 24-bit starting PSN, as the IB CM chooses them.
@@ -216,33 +188,20 @@ class CmService {
   void on_timer(CmId* id, TimerKind kind);
   int next_timeout_ms();
 
-  // Links.
-  TcpLink* new_link(int fd, TcpLink::Phase phase);
-  void close_link(TcpLink* link);
-  void detach_link(CmId* id);  // closes id's link
-  // A new CM connection (TCP) to the id's destination; returns an errno.
-  [[nodiscard]] int start_connect(CmId* id, bool retry_on_fresh_port = false);
-  void on_link_event(TcpLink* link, uint32_t events);
-  // Reads and handles what the link received; false if that closed the link.
-  [[nodiscard]] bool on_link_readable(TcpLink* link);
-  void on_link_connected(TcpLink* link);
-  void on_link_lost(TcpLink* link, int err);
-  void on_mad(TcpLink* link, const DecodedMad& mad);
-  [[nodiscard]] int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
-
-  // QP1 (cm_gsi.cc): MADs from a kernel's CM.
+  // QP1 (cm_gsi.cc): the CM's MADs.
   static void gsi_sink(const engine::GsiMad& mad);  // an engine's receiving thread: queue and wake
   void drain_inbox();
   void on_gsi_mad(const engine::GsiMad& mad);
   // An RTU, DREP, or DREQ of a connection that is up, in the engine's thread
   // (mu held): only events, nothing sent. False: for the progress thread.
   bool handle_in_place(const engine::GsiMad& mad);
-  void on_gsi_listener_ready(CmId* listener);
-  [[nodiscard]] int open_gsi_listener(CmId* listener);
-  void close_gsi_listener(CmId* listener);
-  // Moves the id's conversation onto QP1, with the peer's CM at `peer`.
+  // The REQs and SIDR_REQs engines passed to the id's port socket.
+  void on_port_ready(CmId* id);
+  void close_port_socket(CmId* id);
+  // Starts the id's conversation over QP1, with the peer's CM at `peer`.
   void go_over_gsi(CmId* id, const transport::Endpoint& peer);
-  [[nodiscard]] int send_gsi(CmId* id, const CmMessage& m, uint64_t tid);
+  // Sends a message to the id's peer CM (ENOTCONN: it has none yet).
+  [[nodiscard]] int send_mad(CmId* id, const CmMessage& m, uint64_t tid);
   // Sends a MAD from QP1 of the engine serving `local_ip` (no id: answers).
   void send_gsi_from(const transport::IpAddress& local_ip, const transport::Endpoint& to, const CmMessage& m,
                      uint64_t tid);
@@ -255,18 +214,20 @@ class CmService {
   CmId* gsi_id(uint32_t local_comm_id);
   void leave_gsi(CmId* id);
   // Every kPeerCheckMs while ids are over QP1: a peer on this host whose
-  // process is gone is lost (peer_gone), as a closed CM connection was.
+  // process is gone is lost (peer_gone): DISCONNECTED, or UNREACHABLE
+  // mid-handshake.
   void check_peers(Clock::time_point now);
   // At process exit (an atexit handler, registered with the first id over
   // QP1): every connection still open is ended with what the IB CM sends
   // when an id is destroyed (DREQ, DREP, REJ), as the kernel does when a
-  // process's rdma_cm file closes. Over TCP the connection's end said it.
+  // process's rdma_cm file closes.
   void abandon_at_exit();
   bool peer_process_gone(const CmId* id) const;
-  // The REQ or SIDR_REQ of `id` to the host's QP1: no uroce CM listens there.
+  // The REQ or SIDR_REQ of `id` to QP1 of the destination's host.
   void request_over_gsi(CmId* id);
   void on_gsi_rej(CmId* id, const RejMessage& rej);
-  // A refused request within rdma_connect's grace period: retried (true).
+  // A request refused for want of a listener within rdma_connect's grace
+  // period: sent again after kRequestRetryMs (true).
   bool retry_refused(CmId* id);
   // A request resent by its peer's CM, for a live id or one destroyed since
   // (request_memory_): answered again if it was; true if it is one.
@@ -280,50 +241,36 @@ class CmService {
   // its REJ or SIDR_REP again, else REJ "stale connection".
   std::optional<Mad> gone_answer(const CmId* id) const;
 
-  // Listeners (cm_passive.cc).
-  void on_listen_ready(CmId* listener);
-  void accept_link(CmId* listener, int fd);
-  void send_greeting(TcpLink* link);
-  // accept() is out of descriptors: stop watching the listener, retry later.
-  void pause_accept(CmId* listener, int err);
-  void resume_accept(CmId* listener);
-  // Pending links (accepted, no REQ yet; see kRequestTimeoutMs).
-  bool close_oldest_pending(const char* why);  // false if there is none
-  void expire_pending_links(Clock::time_point now);
   // A line about something a peer did: rate-limited (LogLimiter).
   void log_limited(core::LogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-  void log_link_closed(core::LogLevel level, const TcpLink* link, const char* why);
 
   // Address helpers (cm_address.cc).
   [[nodiscard]] int attach_device(CmId* id, const transport::IpAddress& ip);
   void set_route_addresses(CmId* id);
   void fill_path_record(CmId* id);
+  // The id's port socket at `ip`:`port` (0: one the kernel picks).
   [[nodiscard]] int open_bound_socket(CmId* id, const transport::IpAddress& ip, uint16_t port);
 
   void finish_resolve(CmId* id, int err);
-  // Over QP1 (no CM connection to probe with): ADDR_RESOLVED once the route's
-  // next hop has a valid neighbour entry, at once for a local destination or
-  // an interface without neighbours; ADDR_ERROR -ETIMEDOUT if it has none by
-  // the id's timeout (the kernel's rdma_resolve_addr for RoCE).
+  // ADDR_RESOLVED once the route's next hop has a valid neighbour entry, at
+  // once for a local destination or an interface without neighbours;
+  // ADDR_ERROR -ETIMEDOUT if it has none by the id's timeout (the kernel's
+  // rdma_resolve_addr for RoCE).
   void wait_for_neighbour(CmId* id, const neighbour::NextHop& hop);
   void poll_neighbour(CmId* id);
 
   // Active side (cm_active.cc).
-  // The REQ's (or SIDR_REQ's) CM connection failed: retry within the grace
-  // period if nobody listened, else report REJECTED / UNREACHABLE.
-  void connect_failed(CmId* id, int err);
   void send_req(CmId* id);
   void on_rep(CmId* id, const RepMessage& rep);
   void on_rej(CmId* id, const RejMessage& rej);
 
   // Passive side (cm_passive.cc).
   void on_req(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
-  // The listener's backlog is full (kMaxBacklog): the REQ was dropped or rejected.
-  bool backlog_full(const RequestOrigin& from, uint64_t tid, const ReqMessage& req);
+  // The listener's backlog is full (kMaxBacklog): a REQ is dropped (and counted).
+  bool backlog_full(const CmId* listener);
   void on_rtu(CmId* id);
   void reject_request(const RequestOrigin& from, uint64_t tid, const ReqMessage& req, RejReason reason);
-  // The answer to a request no id takes (REJ, SIDR_REP), over the way it came:
-  // QP1, or its CM connection, which then closes.
+  // The answer to a request no id takes (REJ, SIDR_REP).
   void refuse_request(const RequestOrigin& from, const CmMessage& answer, uint64_t tid);
   // The new id of a request: its device, addresses and channel (null: no channel could be made).
   CmId* new_passive_id(const RequestOrigin& from, const CmaIpHeader& hdr, const DevicePort& dp);
@@ -359,26 +306,19 @@ class CmService {
   uint64_t next_token_ = 1;
   uint64_t next_tid_ = 0;
   uint32_t comm_id_seed_ = 0;
-  std::unordered_map<uint64_t, CmId*> listeners_;      // by epoll token
-  std::unordered_map<uint64_t, TcpLink*> links_;       // by epoll token
-  std::unordered_map<uint64_t, CmId*> gsi_listeners_;  // by epoll token of their QP1 socket
-  std::unordered_map<uint32_t, CmId*> gsi_ids_;        // ids over QP1, by local communication ID
-  RequestMemory request_memory_;                       // answers of passive ids over QP1 since destroyed
+  std::unordered_map<uint64_t, CmId*> port_ids_;  // ids with a port socket, by its epoll token
+  std::unordered_map<uint32_t, CmId*> gsi_ids_;   // ids over QP1, by local communication ID
+  RequestMemory request_memory_;                  // answers of passive ids since destroyed
   // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
   MadInbox inbox_{kMaxInbox};
   std::vector<engine::GsiMad> draining_;  // the progress thread's: inbox_ swapped out, reused
   int inbox_fd_ = -1;
-  // Tokens of the pending links: ascending token = accept order = deadline order.
-  std::set<uint64_t> pending_links_;
   LogLimiter log_limiter_;
-  // The MADs of one read (on_link_readable), kept to be reused: nothing is
-  // allocated per read, however fast a peer sends.
-  std::vector<DecodedMad> received_;
 
   TimerMap timers_;
-  neighbour::RouteNetlink netlink_;  // route and neighbour lookups of rdma_resolve_addr over QP1
+  neighbour::RouteNetlink netlink_;  // route and neighbour lookups of rdma_resolve_addr
   Clock::time_point next_peer_check_{};
-  uint64_t requests_over_backlog_ = 0;  // REQs dropped or rejected: the listener's backlog was full
+  uint64_t requests_over_backlog_ = 0;  // REQs dropped: the listener's backlog was full
 };
 
 }  // namespace uroce::rdmacm

@@ -1,6 +1,6 @@
 // UD "connections" (RDMA_PS_UDP / IBV_QPT_UD): SIDR_REQ -> SIDR_REP, which
-// tells the active side the remote QPN and Q_Key (0x01234567). The CM
-// connection carries just that exchange and then closes.
+// tells the active side the remote QPN and Q_Key (0x01234567); nothing more
+// is exchanged.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -66,7 +66,6 @@ int CmService::accept_ud(CmId* id, const rdma_conn_param* param) {
   if (param && param->private_data && param->private_data_len)
     std::memcpy(rep.private_data.data(), param->private_data, param->private_data_len);
   (void)send_mad(id, rep, id->conn.transaction_id);
-  detach_link(id);
   id->state = CmState::kClosed;  // nothing more to exchange for UD
   return 0;
 }
@@ -78,14 +77,12 @@ int CmService::reject_ud(CmId* id, const void* private_data, uint8_t len) {
   rep.service_id = service_id(uint16_t(id->abi.ps), id->src_port);
   if (private_data && len) std::memcpy(rep.private_data.data(), private_data, len);
   (void)send_mad(id, rep, id->conn.transaction_id);
-  detach_link(id);
   id->state = CmState::kClosed;
   return 0;
 }
 
 void CmService::on_sidr_rep(CmId* id, const SidrRepMessage& rep) {
   cancel_timer(id);
-  detach_link(id);
   id->state = CmState::kClosed;
   EventParams p;
   p.ud = true;

@@ -1,12 +1,8 @@
 // Ending connections: rdma_disconnect (DREQ/DREP), time-wait, a peer that
-// goes away (its CM connection closes: process exit, crash, network), the
-// messages a destroyed id still owes its peer, and the CM timers.
-#include <sys/epoll.h>
-#include <unistd.h>
-
+// goes away (a process of this host that dies: check_peers), the messages a
+// destroyed id still owes its peer, and the CM timers.
 #include <cerrno>
 #include <cstdlib>
-#include <vector>
 
 #include "core/log.h"
 #include "rdmacm/cm_service.h"
@@ -95,13 +91,11 @@ void CmService::report_disconnected(CmId* id, int status) {
 }
 
 void CmService::enter_timewait(CmId* id) {
-  detach_link(id);
   id->state = CmState::kTimewait;
   arm_timer(id, TimerKind::kTimewait, kTimewaitMs);
 }
 
 void CmService::peer_gone(CmId* id, int err) {
-  detach_link(id);
   switch (id->state) {
     case CmState::kReqSent:
     case CmState::kRepRcvd:
@@ -131,18 +125,9 @@ void CmService::peer_gone(CmId* id, int err) {
 void CmService::abandon(CmId* id) {
   const Connection& c = id->conn;
   switch (id->state) {
-    case CmState::kListen: {
-      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, id->sock, nullptr);
-      listeners_.erase(id->listen_token);
-      close(id->sock);
-      id->sock = -1;
-      close_gsi_listener(id);
-      std::vector<TcpLink*> pending;
-      for (auto& [token, link] : links_)
-        if (link->listener == id && !link->owner) pending.push_back(link);
-      for (TcpLink* link : pending) close_link(link);
+    case CmState::kListen:
+      close_port_socket(id);  // the port is free again at once
       break;
-    }
     case CmState::kReqSent:
     case CmState::kReqRcvd:
     case CmState::kRepSent:
@@ -174,31 +159,13 @@ void CmService::abandon(CmId* id) {
     default:
       break;
   }
-  detach_link(id);
 }
 
 void CmService::on_timer(CmId* id, TimerKind kind) {
   switch (kind) {
-    case TimerKind::kResolve:
-      finish_resolve(id, ETIMEDOUT);
+    case TimerKind::kRequestRetry:
+      if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) request_over_gsi(id);
       return;
-    case TimerKind::kConnectRetry:
-      if ((id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) && !core::config().cm_tcp) {
-        request_over_gsi(id);
-      } else if (id->over_gsi && Clock::now() >= id->refused_grace_end) {
-        // No answer over QP1 yet, and the grace period is over: QP1 it is.
-        if (id->state == CmState::kReqSent) arm_timer(id, TimerKind::kRep, kRepTimeoutMs);
-        if (id->state == CmState::kSidrReqSent) arm_timer(id, TimerKind::kSidr, kConnectTimeoutMs);
-      } else if (id->state == CmState::kReqSent || id->state == CmState::kSidrReqSent) {
-        leave_gsi(id);  // no answer over QP1 (yet): the CM connection once more
-        if (int err = start_connect(id)) {
-          connect_failed(id, err);
-        } else {
-          arm_timer(id, id->state == CmState::kReqSent ? TimerKind::kConnect : TimerKind::kSidr, kConnectTimeoutMs);
-        }
-      }
-      return;
-    case TimerKind::kConnect:
     case TimerKind::kRep:
     case TimerKind::kSidr:
       if (id->state == CmState::kReqSent || id->state == CmState::kRepSent || id->state == CmState::kRepRcvd ||
@@ -222,9 +189,6 @@ void CmService::on_timer(CmId* id, TimerKind kind) {
         id->state = CmState::kClosed;
         queue_event(id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
       }
-      return;
-    case TimerKind::kAcceptRetry:
-      resume_accept(id);
       return;
     case TimerKind::kResend:
       on_resend(id);

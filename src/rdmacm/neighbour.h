@@ -1,8 +1,8 @@
-// Address resolution without a CM connection to probe with (over QP1): the
-// route's next hop and its neighbour (ARP/NDP) state, through rtnetlink, as the
-// kernel's rdma_resolve_addr finds them for RoCE (drivers/infiniband/core/addr.c:
-// route lookup; a local destination resolves at once; else the next hop's
-// neighbour must become NUD_VALID, which a packet to the destination triggers).
+// Address resolution: the route's next hop and its neighbour (ARP/NDP) state,
+// through rtnetlink, as the kernel's rdma_resolve_addr finds them for RoCE
+// (drivers/infiniband/core/addr.c: route lookup; a local destination resolves
+// at once; else the next hop's neighbour must become NUD_VALID, which a packet
+// to the destination triggers).
 //
 // Two parts: the requests and the parsing of the kernel's answers are pure byte
 // code (unit-tested with crafted messages, tests/rdmacm/neighbour_test.cc); a

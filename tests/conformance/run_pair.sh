@@ -11,7 +11,7 @@
 #                          process (default 1); every client expectation and rejection
 #                          applies to each copy's output
 #   --outdir DIR           where the logs go (default: current directory)
-#   --port PORT            TCP port the server listens on; the client starts only once the
+#   --port PORT            the server's port (TCP or rdma_cm); the client starts only once the
 #                          port is listening (checked in /proc/net/{tcp,udp}*, never by
 #                          connecting: servers like ibv_rc_pingpong accept one connection)
 #   --expect REGEX         both outputs must contain a line matching REGEX (grep -E);
@@ -113,9 +113,9 @@ trap 'exit 143' TERM
 # (not through a function, so that $! is timeout's pid); timeout forwards a TERM to the
 # program and sends KILL 5 s later if it lingers.
 
-# Is TCP port $1 in LISTEN state (state 0A) in this network namespace?
-# A TCP socket listening on the port, or a UDP socket bound to it: an rdma_cm
-# listener's QP1 socket (src/rdmacm/cm_gsi.cc), all it has with UROCE_CM_TCP=0.
+# Is port $1 listened on in this network namespace? A TCP socket listening on it
+# (state 0A: the programs that swap their addresses over TCP), or a UDP socket
+# bound to it: an rdma_cm id's port (src/rdmacm/cm_address.cc).
 port_listening() {
   local hex
   hex=$(printf ':%04X' "$1")

@@ -126,6 +126,24 @@ TEST_F(Gsi, WhatIsNotACmMadIsDropped) {
   EXPECT_TRUE(take().empty());
 }
 
+// Receive CM MADs that no CM takes, each naming a communication ID: a bad base
+// version, a bad class version, and the attributes ClassPortInfo, LAP, APR
+// and an unknown one / Expect each dropped and counted, nothing at the sink,
+// nothing answered.
+TEST_F(Gsi, MalformedCmMadIsDropped) {
+  const std::vector<std::pair<size_t, uint32_t>> ids = {{24, 0xAABB0001}, {28, 0x00C0FFEE}};
+  auto bad_base = cm_mad(0x0014, ids);
+  bad_base[0] = 2;
+  auto bad_class = cm_mad(0x0015, ids);
+  bad_class[2] = 1;
+  deliver({gsi_packet(bad_base), gsi_packet(bad_class), gsi_packet(cm_mad(0x0001, ids)),
+           gsi_packet(cm_mad(0x0019, ids)), gsi_packet(cm_mad(0x001A, ids)), gsi_packet(cm_mad(0x00FF, ids))});
+  EXPECT_TRUE(log.mads.empty());
+  EXPECT_EQ(engine->stats.rx_gsi_dropped.load(), 6u);
+  EXPECT_EQ(engine->stats.rx_gsi.load(), 4u);  // the well-formed ones were CM MADs
+  EXPECT_TRUE(take().empty());
+}
+
 // Receive a REQ for an rdma_cm port nobody listens on / Expect the host's
 // answer: a REJ, reason 8 (invalid service ID), naming the REQ's
 // communication ID, in the REQ's transaction, from QP1 to QP1 at the

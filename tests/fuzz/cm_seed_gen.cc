@@ -1,7 +1,6 @@
 // Writes the seed corpora of the CM fuzz targets from cm_messages' encoders:
 //
-//   cm_seed_gen DIR     -> DIR/cm_mad/NAME (one MAD per file),
-//                          DIR/cm_framing/NAME (MAD streams, split sizes at the end)
+//   cm_seed_gen DIR     -> DIR/cm_mad/NAME (one MAD per file)
 //
 // One well-formed sample of every message uroce's CM sends, with realistic
 // fields (those of a connection between 127.0.0.1 and 192.0.2.2).
@@ -98,9 +97,6 @@ std::vector<std::pair<std::string, Mad>> samples() {
   sidr_rep.qpn = 0x000043;
   sidr_rep.service_id = service_id(0x0111, 7174);
   sidr_rep.qkey = 0x01234567;
-  PortInfoMessage info;
-  info.redirect_gid = ipv4_gid(kPassiveIp);
-  info.redirect_lid = 4791;
   return {
       {"req", encode_mad(0x1234, sample_req())},
       {"rep", encode_mad(0x1234, sample_rep())},
@@ -110,7 +106,6 @@ std::vector<std::pair<std::string, Mad>> samples() {
       {"drep", encode_mad(0x99, drep)},
       {"sidr_req", encode_mad(0x77, sample_sidr_req())},
       {"sidr_rep", encode_mad(0x77, sidr_rep)},
-      {"port_info", encode_mad(0x1, info)},
   };
 }
 
@@ -121,8 +116,6 @@ bool write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   return std::fclose(f) == 0 && ok;
 }
 
-void append(std::vector<uint8_t>* out, const Mad& m) { out->insert(out->end(), m.begin(), m.end()); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,33 +124,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  for (const char* sub : {"/cm_mad", "/cm_framing"}) {
-    if (mkdir((dir + sub).c_str(), 0755) != 0 && errno != EEXIST) {
-      std::perror(sub);
-      return 1;
-    }
+  if (mkdir((dir + "/cm_mad").c_str(), 0755) != 0 && errno != EEXIST) {
+    std::perror("cm_mad");
+    return 1;
   }
-  auto all = samples();
   bool ok = true;
-  for (const auto& [name, mad] : all) ok &= write_file(dir + "/cm_mad/" + name, {mad.begin(), mad.end()});
-  auto mad_of = [&](const char* name) {
-    for (const auto& [n, m] : all)
-      if (n == name) return m;
-    return Mad{};
-  };
-  // Streams as each side sees them, followed by the sizes of the pieces they
-  // arrive in, read by FuzzedDataProvider from the end: the count (1 byte),
-  // then each size (2 bytes, big end last): 2 pieces, of 100 and 300 bytes.
-  const std::vector<uint8_t> splits = {0x2C, 0x01, 100, 0, 2};
-  std::vector<uint8_t> passive, active, junk;
-  for (const char* n : {"req", "rtu", "dreq"}) append(&passive, mad_of(n));
-  for (const char* n : {"port_info", "rep", "drep"}) append(&active, mad_of(n));
-  append(&junk, mad_of("sidr_req"));
-  junk.insert(junk.end(), 300, 0xFF);  // then something that is not a MAD
-  for (auto* s : {&passive, &active, &junk}) s->insert(s->end(), splits.begin(), splits.end());
-  ok &= write_file(dir + "/cm_framing/passive_side", passive);
-  ok &= write_file(dir + "/cm_framing/active_side", active);
-  ok &= write_file(dir + "/cm_framing/then_junk", junk);
+  for (const auto& [name, mad] : samples()) ok &= write_file(dir + "/cm_mad/" + name, {mad.begin(), mad.end()});
   if (!ok) std::perror("writing the corpus");
   return ok ? 0 : 1;
 }

@@ -189,13 +189,12 @@ static void case_endpoint_pingpong(void) {
 // A listener's backlog (rdma_listen(id, 4)) bounds the connection requests the
 // application has not retrieved, as the kernel's ucma does. Eight clients connect
 // while the server retrieves nothing; then it finds exactly four CONNECT_REQUESTs.
-// Over QP1 (UROCE_CM_TCP=0) the other four REQs were dropped and their CMs send them
-// again: all eight connect once the server accepts. Over a CM connection (nothing
-// resends) they are rejected at once: four REJECTED (consumer defined), four connect.
+// The other four REQs were dropped and their CMs send them again: all eight connect
+// once the server accepts.
 enum { kBacklog = 4, kBacklogClients = 8 };
 
-// Waits until `want` of the clients have an outcome (ESTABLISHED, or REJECTED with
-// status 28: consumer defined), at most timeout_ms; returns how many have one.
+// Waits until `want` of the clients are connected (ESTABLISHED), at most timeout_ms;
+// returns how many are.
 static int backlog_outcomes(struct async_client* c, int* outcome, int want, int timeout_ms) {
   double deadline = now_ms() + timeout_ms;
   int done = 0;
@@ -208,8 +207,8 @@ static int backlog_outcomes(struct async_client* c, int* outcome, int want, int 
     for (int i = 0; i < kBacklogClients; i++) {
       if (!(p[i].revents & POLLIN)) continue;
       struct rdma_cm_event* e = next_event(c[i].ch, 0);
-      REQUIRE(e->event == RDMA_CM_EVENT_ESTABLISHED || (e->event == RDMA_CM_EVENT_REJECTED && e->status == 28),
-              "client %d: %s, status %d", i, rdma_event_str(e->event), e->status);
+      REQUIRE(e->event == RDMA_CM_EVENT_ESTABLISHED, "client %d: %s, status %d", i, rdma_event_str(e->event),
+              e->status);
       outcome[i] = e->event;
       rdma_ack_cm_event(e);
       done++;
@@ -219,8 +218,6 @@ static int backlog_outcomes(struct async_client* c, int* outcome, int want, int 
 }
 
 static void case_backlog(void) {
-  const int over_qp1 = cm_over_qp1();
-  const int expect_connected = over_qp1 ? kBacklogClients : kBacklog;
   int to_child[2], to_parent[2];
   REQUIRE(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipe");
   pid_t pid = fork();  // before any rdma_cm use
@@ -229,7 +226,7 @@ static void case_backlog(void) {
     struct server s;
     server_listen_backlog(&s, kBacklog);
     signal_peer(to_parent[1]);
-    wait_peer(to_child[0], 20000);  // every REQ has arrived (and the surplus was refused)
+    wait_peer(to_child[0], 20000);  // every REQ has arrived (and the surplus was dropped)
     struct rdma_cm_id* ids[kBacklogClients];
     int queued = 0;
     for (struct pollfd p = {.fd = s.ch->fd, .events = POLLIN}; poll(&p, 1, 0) == 1;) {
@@ -245,7 +242,7 @@ static void case_backlog(void) {
       REQUIRE(rdma_accept(ids[i], &p) == 0, "rdma_accept: %s", strerror(errno));
     }
     int accepted = queued;
-    while (accepted < expect_connected) {  // over QP1: the dropped REQs come again
+    while (accepted < kBacklogClients) {  // the dropped REQs come again
       struct rdma_cm_event* e = next_event(s.ch, 10000);
       if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         ids[accepted++] = e->id;
@@ -267,24 +264,12 @@ static void case_backlog(void) {
     REQUIRE(rdma_connect(c[i].id, &p) == 0, "rdma_connect %d: %s", i, strerror(errno));
   }
   int outcome[kBacklogClients] = {0};  // 0 waiting, else the event that ended the wait
-  if (over_qp1) {
-    usleep(200 * 1000);  // the REQs have arrived; their first resend is due at 500 ms
-  } else {
-    REQUIRE(backlog_outcomes(c, outcome, kBacklogClients - kBacklog, 5000) == kBacklogClients - kBacklog,
-            "fewer than %d requests rejected", kBacklogClients - kBacklog);
-  }
+  usleep(200 * 1000);                  // the REQs have arrived; their first resend is due at 500 ms
   signal_peer(to_child[1]);
   double t0 = now_ms();
-  int done = backlog_outcomes(c, outcome, kBacklogClients, 10000);
-  int connected = 0, rejected = 0;
-  for (int i = 0; i < kBacklogClients; i++) {
-    connected += outcome[i] == RDMA_CM_EVENT_ESTABLISHED;
-    rejected += outcome[i] == RDMA_CM_EVENT_REJECTED;
-  }
-  printf("client: %d connected, %d rejected, %d outcomes in %.0f ms after the server drained its backlog\n", connected,
-         rejected, done, now_ms() - t0);
-  REQUIRE(connected == expect_connected, "%d connected, want %d", connected, expect_connected);
-  REQUIRE(rejected == kBacklogClients - expect_connected, "%d rejected", rejected);
+  int connected = backlog_outcomes(c, outcome, kBacklogClients, 10000);
+  printf("client: %d connected in %.0f ms after the server drained its backlog\n", connected, now_ms() - t0);
+  REQUIRE(connected == kBacklogClients, "%d connected, want %d", connected, kBacklogClients);
   signal_peer(to_child[1]);
   for (int i = 0; i < kBacklogClients; i++) {
     rdma_disconnect(c[i].id);
@@ -306,7 +291,7 @@ static struct rdma_cm_event* connect_first_event(struct async_client* c, int tim
 // A server that takes a connection request and returns from main without answering
 // it: as the kernel's CM when a process's rdma_cm file closes, the CM's exit handler
 // rejects it (consumer defined), and the client has REJECTED at once instead of waiting
-// 60 s for a REP. (Over a CM connection its end says as much: UNREACHABLE.)
+// 60 s for a REP.
 static void case_peer_exits(void) {
   int to_child[2];
   REQUIRE(pipe(to_child) == 0, "pipe");
@@ -324,11 +309,7 @@ static void case_peer_exits(void) {
   double t0;
   struct rdma_cm_event* e = connect_first_event(&c, 10000, &t0);
   printf("server exited: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, now_ms() - t0);
-  if (cm_over_qp1()) {
-    REQUIRE(e->event == RDMA_CM_EVENT_REJECTED && e->status == 28, "want REJECTED, status 28");
-  } else {
-    REQUIRE(e->event == RDMA_CM_EVENT_UNREACHABLE || e->event == RDMA_CM_EVENT_REJECTED, "want UNREACHABLE");
-  }
+  REQUIRE(e->event == RDMA_CM_EVENT_REJECTED && e->status == 28, "want REJECTED, status 28");
   rdma_ack_cm_event(e);
   async_client_teardown(&c);
   expect_child_ok(pid);
@@ -351,10 +332,10 @@ static void case_no_listener(void) {
 // `addr` (cm_test addr_timeout PORT ADDR: IPv4, or IPv6 with %interface when
 // link-local) names one whose route exists and whose next hop is silent
 // (run_addr_timeout.sh makes them in a namespace): then the event is required.
-// Without it, TEST-NET-2 198.51.100.77 (RFC 5737), never assigned. Over QP1
-// (UROCE_CM_TCP=0) resolution waits only for the route's next hop, as the
-// kernel's rdma_resolve_addr for RoCE: behind a default gateway that answers
-// ARP, the kernel too reports ADDR_RESOLVED; that is noted, not failed.
+// Without it, TEST-NET-2 198.51.100.77 (RFC 5737), never assigned. Resolution
+// waits only for the route's next hop, as the kernel's rdma_resolve_addr for
+// RoCE: behind a default gateway that answers ARP, the kernel too reports
+// ADDR_RESOLVED; that is noted, not failed.
 static void case_addr_timeout(const char* addr) {
   struct rdma_event_channel* ch = rdma_create_event_channel();
   struct rdma_cm_id* id;
@@ -365,13 +346,12 @@ static void case_addr_timeout(const char* addr) {
   double t0 = now_ms();
   int r = rdma_resolve_addr(id, NULL, res->ai_addr, 500);
   freeaddrinfo(res);
-  const int over_qp1 = cm_over_qp1();
   if (r == 0) {
     struct rdma_cm_event* e = next_event(ch, 5000);
     double dt = now_ms() - t0;
     printf("unanswered address: %s, status %d, after %.1f ms\n", rdma_event_str(e->event), e->status, dt);
-    if (e->event == RDMA_CM_EVENT_ADDR_RESOLVED && over_qp1 && !addr) {
-      printf("unanswered address: over QP1 only the next hop must answer, and it did (as for the kernel's)\n");
+    if (e->event == RDMA_CM_EVENT_ADDR_RESOLVED && !addr) {
+      printf("unanswered address: only the next hop must answer, and it did (as for the kernel's)\n");
     } else {
       REQUIRE(e->event == RDMA_CM_EVENT_ADDR_ERROR, "expected ADDR_ERROR, got %s", rdma_event_str(e->event));
       REQUIRE(e->status < 0, "ADDR_ERROR status %d", e->status);

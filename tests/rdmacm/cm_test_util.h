@@ -1,4 +1,4 @@
-// Helpers shared by the rdma_cm C tests (cm_test.c, cm_abuse_test.c): failure
+// Helpers shared by the rdma_cm C tests (cm_test.c, cm_ipv6_test.c, ...): failure
 // reporting, bounded waits for events and peers, an asynchronous client and a
 // listener that accepts with a QP of its own. Written against rdma-core's
 // public headers only. Every wait is bounded.
@@ -26,13 +26,6 @@
 static const char* g_program = "cm_test";
 static const char* g_case = "";
 static char g_port[16];
-
-// Whether the CM sends every message over QP1 (its default; UROCE_CM_TCP=1:
-// CM connections over TCP to uroce peers), as src/core/config.cc reads it.
-static inline int cm_over_qp1(void) {
-  const char* tcp = getenv("UROCE_CM_TCP");
-  return !tcp || !strcmp(tcp, "0");
-}
 
 // Where failures are reported: stderr, unless a test captured stderr itself.
 static int g_report_fd = 2;

@@ -1,8 +1,10 @@
 // Floods the host's RoCE port (QP1 at UDP 4791) with what a hostile or broken
 // network can send a CM: random datagrams, RoCE packets with a bad ICRC or cut
-// short, UD SENDs to QP1 with the wrong Q_Key or a MAD of another class, and
-// well-formed CM MADs that name no connection (REQs and SIDR_REQs for services
-// nobody serves, REP/RTU/REJ/DREQ/DREP with unknown communication IDs). Each
+// short, UD SENDs to QP1 with the wrong Q_Key, a MAD of another class or a MAD
+// cut short, malformed CM MADs (a bad base or class version; ClassPortInfo,
+// LAP, APR or an unknown attribute), and well-formed CM MADs that name no
+// connection (REQs and SIDR_REQs for services nobody serves,
+// REP/RTU/REJ/DREQ/DREP/MRA with unknown communication IDs). Each
 // kind is sent in turn, `rate` datagrams a second, for `seconds`; the process
 // that owns the port must drop and count them while it goes on serving real
 // connections (run_qp1_flood.sh). Prints how many of each it sent.
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <thread>
 #include <vector>
@@ -38,9 +41,22 @@ constexpr size_t kBthDeth = wire::kBthSize + wire::kHdrSize[unsigned(wire::Hdr::
 constexpr uint64_t kPsTcpService = 0x0000000001060000ull;
 constexpr uint16_t kFloodServicePort = 40000;
 
-enum Kind { kRandom, kBadIcrc, kShort, kWrongQkey, kNotCm, kReq, kSidrReq, kStray, kKinds };
-const char* const kKindNames[kKinds] = {"random", "bad_icrc", "short",    "wrong_qkey",
-                                        "not_cm", "req",      "sidr_req", "stray"};
+enum Kind {
+  kRandom,
+  kBadIcrc,
+  kShort,
+  kWrongQkey,
+  kNotCm,
+  kShortMad,
+  kBadVersion,
+  kUnknownAttr,
+  kReq,
+  kSidrReq,
+  kStray,
+  kKinds
+};
+const char* const kKindNames[kKinds] = {"random",      "bad_icrc",     "short", "wrong_qkey", "not_cm", "short_mad",
+                                        "bad_version", "unknown_attr", "req",   "sidr_req",   "stray"};
 
 struct Flood {
   int fd = -1;
@@ -70,10 +86,10 @@ std::vector<uint8_t> random_bytes(Flood& f, size_t n) {
 
 rdmacm::Mad cm_mad(Flood& f, const rdmacm::CmMessage& m) { return rdmacm::encode_mad(f.rng(), m); }
 
-// A well-formed CM MAD for no connection: one of REP, RTU, REJ, DREQ, DREP.
+// A well-formed CM MAD for no connection: one of REP, RTU, REJ, DREQ, DREP, MRA.
 rdmacm::Mad stray_mad(Flood& f) {
   uint32_t a = uint32_t(f.rng()), b = uint32_t(f.rng());
-  switch (f.rng() % 5) {
+  switch (f.rng() % 6) {
     case 0:
       return cm_mad(f, rdmacm::RepMessage{.local_comm_id = a, .remote_comm_id = b, .local_qpn = 0x123});
     case 1:
@@ -82,9 +98,31 @@ rdmacm::Mad stray_mad(Flood& f) {
       return cm_mad(f, rdmacm::RejMessage{.local_comm_id = a, .remote_comm_id = b, .reason = 28});
     case 3:
       return cm_mad(f, rdmacm::DreqMessage{.local_comm_id = a, .remote_comm_id = b, .remote_qpn = 0x456});
-    default:
+    case 4:
       return cm_mad(f, rdmacm::DrepMessage{.local_comm_id = a, .remote_comm_id = b});
+    default: {
+      // An MRA (the CM sends none and takes none): an RTU's comm IDs, attribute 0x0011.
+      auto m = cm_mad(f, rdmacm::RtuMessage{.local_comm_id = a, .remote_comm_id = b});
+      m[17] = 0x11;
+      return m;
+    }
   }
+}
+
+// A stray CM MAD that is malformed: a base version or class version other
+// than the CM's, or an attribute the CM does not take.
+rdmacm::Mad bad_version_mad(Flood& f) {
+  auto m = stray_mad(f);
+  m[f.rng() % 2 ? 0 : 2] ^= uint8_t(1 + f.rng() % 255);
+  return m;
+}
+rdmacm::Mad unknown_attr_mad(Flood& f) {
+  static constexpr uint16_t kAttrs[] = {0x0001, 0x0019, 0x001A, 0x0020, 0xFF10};  // ClassPortInfo, LAP, APR, ...
+  auto m = stray_mad(f);
+  uint16_t attr = kAttrs[f.rng() % std::size(kAttrs)];
+  m[16] = uint8_t(attr >> 8);
+  m[17] = uint8_t(attr);
+  return m;
 }
 
 std::vector<uint8_t> datagram(Flood& f, Kind k) {
@@ -106,6 +144,14 @@ std::vector<uint8_t> datagram(Flood& f, Kind k) {
       mad[1] = 0x81;  // a management class that is not the CM's
       return qp1_packet(f, mad, wire::kGsiQkey, false);
     }
+    case kShortMad: {  // a valid packet (its ICRC right) with less than a MAD
+      auto mad = stray_mad(f);
+      return qp1_packet(f, std::span<const uint8_t>(mad.data(), f.rng() % mad.size()), wire::kGsiQkey, false);
+    }
+    case kBadVersion:
+      return qp1_packet(f, bad_version_mad(f), wire::kGsiQkey, false);
+    case kUnknownAttr:
+      return qp1_packet(f, unknown_attr_mad(f), wire::kGsiQkey, false);
     case kReq:
       return qp1_packet(f, cm_mad(f, rdmacm::ReqMessage{.local_comm_id = uint32_t(f.rng()), .service_id = service}),
                         wire::kGsiQkey, false);

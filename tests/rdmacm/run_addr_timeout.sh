@@ -7,8 +7,7 @@
 #   - a gateway nobody has (198.51.100.0/24 via 10.231.N.3),
 #   - the destination itself, on the link (203.0.113.0/24 dev veth),
 #   - an IPv6 address on the link, and a link-local one with its interface.
-# Over QP1 (the default, UROCE_CM_TCP=0) this is the neighbour wait (the kernel's
-# rdma_resolve_addr for RoCE); over the CM connection, its unanswered SYN.
+# That is the neighbour wait (the kernel's rdma_resolve_addr for RoCE).
 #
 #   run_addr_timeout.sh --launcher PATH --cm-test PATH --subnet N --port PORT
 #
@@ -40,7 +39,7 @@ ip -n "$ns" route add 203.0.113.0/24 dev "$dev"
 
 status=0
 for addr in 198.51.100.77 203.0.113.9 "fd10:231:$subnet::77" "fe80::77%$dev"; do
-  echo "run_addr_timeout: $addr (UROCE_CM_TCP=${UROCE_CM_TCP:-0})"
+  echo "run_addr_timeout: $addr"
   ip netns exec "$ns" "$launcher" run "$cm_test" addr_timeout "$port" "$addr" || status=1
 done
 exit $status

@@ -24,13 +24,11 @@ done
 mkdir -p "$outdir"
 slog=$outdir/cmtime.server.log clog=$outdir/cmtime.client.log
 
-# A TCP listener on the port, or (over QP1 alone, UROCE_CM_TCP=0) the UDP socket an
-# rdma_cm listener binds there for the requests engines pass it: as run_pair.sh.
+# The UDP socket an rdma_cm id binds at its port (src/rdmacm/cm_address.cc), where
+# engines pass the requests for it.
 port_listening() {
   local hex
   hex=$(printf ':%04X' "$1")
-  awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 }
-                   END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
   awk -v p="$hex" '$4 == "07" && substr($2, length($2) - 4) == p { found = 1 }
                    END { exit !found }' /proc/net/udp /proc/net/udp6 2>/dev/null
 }

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The CM over QP1 under a flood: while qp1_flood sends the host's RoCE port
-# junk and CM MADs that name no connection (20,000 datagrams a second), rdma_cm
-# connections between uroce processes (cm_test endpoint_pingpong, every CM
-# message over QP1) must still be made, used and closed; the process that owns
+# The CM under a flood: while qp1_flood sends the host's RoCE port junk,
+# malformed CM MADs and CM MADs that name no connection (20,000 datagrams a
+# second), rdma_cm connections between uroce processes (cm_test
+# endpoint_pingpong) must still be made, used and closed; the process that owns
 # the port must drop and count the junk, answer nothing but the REQs and
 # SIDR_REQs (REJ / SIDR_REP), and still serve its own connection afterwards.
 # The processes use a host port and host registry of their own (UROCE_PORT,
 # UROCE_HOST_REGISTRY), so that the port's owner is known even when other
 # tests run beside this one: an ibv_rc_pingpong server started first.
 #
-#   run_qp1_flood.sh --launcher UROCE --flood QP1_FLOOD --cm-test CM_TEST --port TCP_PORT
+#   run_qp1_flood.sh --launcher UROCE --flood QP1_FLOOD --cm-test CM_TEST --port PORT
 #
 # Exits 0 if every connection passed and the owner's counters show the junk
 # dropped; 1 otherwise.
@@ -34,7 +34,7 @@ cleanup() {
   rm -rf "$log" "$registry"
 }
 trap cleanup EXIT
-export UROCE_CM_TCP=0 UROCE_PORT=$host_port UROCE_HOST_REGISTRY=$registry
+export UROCE_PORT=$host_port UROCE_HOST_REGISTRY=$registry
 fail() { echo "run_qp1_flood: $*" >&2; exit 1; }
 
 # The port's owner: the first process of the group.
