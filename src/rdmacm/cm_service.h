@@ -305,7 +305,8 @@ class CmService {
   uint64_t next_serial_ = 1;
   uint64_t next_token_ = 1;
   uint64_t next_tid_ = 0;
-  uint32_t comm_id_seed_ = 0;
+  uint32_t comm_id_operand_ = 0;                  // new_comm_id: random, XORed with...
+  uint32_t comm_id_counter_ = 0;                  // ...a counter of the IDs made
   std::unordered_map<uint64_t, CmId*> port_ids_;  // ids with a port socket, by its epoll token
   std::unordered_map<uint32_t, CmId*> gsi_ids_;   // ids over QP1, by local communication ID
   RequestMemory request_memory_;                  // answers of passive ids since destroyed

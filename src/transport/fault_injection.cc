@@ -95,7 +95,7 @@ uint64_t FaultyTransport::mix64(uint64_t z) {
 double FaultyTransport::next_uniform() { return double(mix64(rng_ += 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53; }
 
 FaultyTransport::Copy FaultyTransport::copy_of(const TxDatagram& d) const {
-  Copy c{d.dst, d.src_ip, {}, {}};
+  Copy c{d.dst, d.src_ip, {}, {}, d.segment_size};
   for (unsigned i = 0; i < d.iovcnt; ++i) {
     auto* p = static_cast<const uint8_t*>(d.iov[i].iov_base);
     c.bytes.insert(c.bytes.end(), p, p + d.iov[i].iov_len);
@@ -117,6 +117,7 @@ TxDatagram FaultyTransport::datagram_of(Copy& c, iovec* iov) {
   d.src_ip = c.src_ip;
   d.iovcnt = 1;
   d.iov = iov;
+  d.segment_size = c.segment_size;
   return d;
 }
 

@@ -40,6 +40,9 @@ struct FaultSpec {
   uint64_t seed = 1;
 
   bool slow_link() const { return rate_mbit > 0 || latency_us > 0; }
+  // Whether a fault acts on each packet (all but latency alone, which delays a
+  // GSO message as a whole: a long path does not change how the sender batches).
+  bool per_packet() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0 || rate_mbit > 0; }
   bool any() const { return loss > 0 || dup > 0 || reorder > 0 || corrupt > 0 || slow_link(); }
   // Parses "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.02,delay_us=500,
   // rate_mbit=400,latency_us=5000,queue_kb=512,seed=7" (probabilities in [0, 1]; the others
@@ -70,6 +73,8 @@ class FaultyTransport final : public DatagramTransport {
   DatagramTransport* decorated() noexcept override { return inner_.get(); }
   // No GSO: faults apply to single packets (every datagram sent is one).
   bool gro() const noexcept override { return inner_->gro(); }
+  // GSO messages only where no fault acts on single packets.
+  unsigned max_gso_segments() const noexcept override { return spec_.per_packet() ? 1 : inner_->max_gso_segments(); }
   bool more_ready() const noexcept override { return inner_->more_ready(); }
 
   const FaultCounters& counters() const { return counters_; }
@@ -82,6 +87,7 @@ class FaultyTransport final : public DatagramTransport {
     IpAddress src_ip;
     std::vector<uint8_t> bytes;
     Clock::time_point due;
+    uint16_t segment_size = 0;  // a GSO message's (latency alone: see FaultSpec::per_packet)
   };
   static uint64_t mix64(uint64_t z);
   double next_uniform();  // caller holds mu_

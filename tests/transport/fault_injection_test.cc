@@ -674,5 +674,31 @@ TEST(FaultyTransport, LatencyAloneQueuesNothing) {
   EXPECT_EQ(t->counters().overflowed.load(), 0u);
 }
 
+// Latency alone / Expect GSO offered (the inner's 64) and a GSO message of 3
+// segments delivered whole, late, with its segment size; with any per-packet
+// fault (loss, rate) / Expect no GSO.
+TEST(FaultyTransport, LatencyAloneKeepsGsoMessagesWhole) {
+  Log log;
+  auto t = faulty(&log, parsed("latency_us=1000"));
+  EXPECT_EQ(t->max_gso_segments(), 64u);
+  std::vector<uint8_t> bytes(3000, 7);
+  iovec v{bytes.data(), bytes.size()};
+  TxDatagram d{};
+  d.dst = Endpoint{kLoopback, 4791};
+  d.iov = &v;
+  d.iovcnt = 1;
+  d.segment_size = 1000;
+  auto start = Clock::now();
+  ASSERT_EQ(t->send_burst(std::span(&d, 1)), 1u);
+  std::vector<RxDatagram> rx(8);
+  while (log.sent.empty() && Clock::now() < start + std::chrono::seconds(2)) t->recv_burst(rx, 1);
+  ASSERT_EQ(log.sent.size(), 1u);
+  EXPECT_EQ(log.sent[0].segment_size, 1000u);
+  EXPECT_EQ(log.sent[0].bytes, bytes);
+  EXPECT_GE(log.sent[0].at - start, std::chrono::microseconds(1000));
+  EXPECT_EQ(faulty(&log, parsed("latency_us=1000,loss=0.01"))->max_gso_segments(), 1u);
+  EXPECT_EQ(faulty(&log, parsed("latency_us=1000,rate_mbit=100"))->max_gso_segments(), 1u);
+}
+
 }  // namespace
 }  // namespace uroce::transport
