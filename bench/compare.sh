@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/compare.sh — uroce beside what this machine can do and what a user would pick
-# instead (issue 11), measured in one run, printed as a table with ratios, plotted.
+# instead, measured in one run, printed as a table with ratios, plotted.
 #
 #   bench/compare.sh            (builds build/ through scripts/setup.sh when it is missing)
 #
@@ -27,7 +27,7 @@
 #     port's active MTU 4096 by itself;
 #   - peers over TCP, where installed: UCX (ucx_perftest, UCX_TLS=tcp: tag_bw 1 MiB,
 #     tag_lat 64 B) and libfabric (fi_pingpong -p tcp -e msg: 64 B and 1 MiB ping-pong);
-#   - on the same-host path: ib_write_bw 1 MiB three times (issue 12's target is set against
+#   - on the same-host path: ib_write_bw 1 MiB three times (the 20 GB/s target is set against
 #     the median; this VM's two CPUs move data at very different speeds from minute to
 #     minute), each after a run of bench/copy_ceiling (two threads copying 1 MiB messages
 #     through a shared-memory ring in 256 KiB chunks, the same-host stream's shape: its
@@ -635,7 +635,7 @@ print_location() {
     row "ib_send_lat 64 B" "$(get "$loc:ib_send_lat:64")" µs "libfabric tcp 64 B" "$(get "$loc:fi_lat:64")"
   fi
   emit ""
-  emit "Acceptance criteria of issue 11 (ratios from this run)"
+  emit "Targets: uroce against its peers and ceilings (ratios from this run)"
   ((rounds == 1)) || emit "  (each figure above: the median of $rounds rounds, measured one after the other; each ratio below: the median of the rounds' own ratios)"
   local a b k1 k2 op limit
   for a in "ib_write_bw:1048576 udp_gso:$size_4096 >= 0.8 ib_write_bw 1 MiB / UDP GSO+GRO ceiling ($size_4096 B)" \
@@ -743,7 +743,7 @@ at_loopback() {
 }
 
 # The same two processes on loopback with uroce's same-host path (shared memory, the
-# default): beside the UDP path's figures of the loopback half (issue 12).
+# default): beside the UDP path's figures of the loopback half.
 at_same_host() {
   loc=shm loc_title="same host: 127.0.0.1 through uroce's same-host path (the default), not pinned"
   srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
@@ -754,7 +754,7 @@ at_same_host() {
   uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
   measure_copy_ceiling 1
   measure_uroce
-  # Issue 12's target, ib_write_bw 1 MiB, twice more (the first ran in measure_uroce), each
+  # The same-host target, ib_write_bw 1 MiB, twice more (the first ran in measure_uroce), each
   # after a ceiling run; the target is set against the median of the three.
   local k
   for k in 2 3; do
@@ -811,11 +811,11 @@ at_same_host() {
     row "libfabric shm fi_pingpong 64 B" "$(get shm:fi_shm_lat:64)" µs "uroce ib_send_lat 64 B" "$(get shm:ib_send_lat:64)"
   fi
   emit ""
-  emit "Acceptance criteria of issue 11 on this host (the same-host path carries loopback traffic)"
+  emit "Targets: uroce against its peers and ceilings on this host (the same-host path carries loopback traffic)"
   target "ib_send_lat 64 B / UDP busy-poll one-way floor" "$(get "shm:ib_send_lat:64")" "$(get "lo:udp_poll:64")" "<=" 1.25
   target "ib_write_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_write_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
   target "ib_read_lat 64 B / UCX tag_lat 64 B" "$(get "shm:ib_read_lat:64")" "$(get "lo:ucx_tag_lat:64")" "<=" 1
-  emit "Acceptance criteria of issue 12 (absolute)"
+  emit "Same-host targets (absolute)"
   target "ib_write_bw 1 MiB (median of three runs) / 20 GB/s" "$(get "shm:ib_write_bw:1048576:median")" 20 ">=" 1
   target "ib_send_lat 64 B / 2 µs" "$(get "shm:ib_send_lat:64")" 2 "<=" 1
 }
@@ -876,7 +876,7 @@ main() {
   : >"$out/table.txt"
   echo "location,metric,size_bytes,value,unit,reference,reference_value,ratio" >"$out/results.csv"
   local start=$SECONDS
-  emit "uroce comparison (issue 11) on $(uname -n): $(nproc) CPUs, Linux $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  emit "uroce comparison on $(uname -n): $(nproc) CPUs, Linux $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC')"
   emit "uroce: $build ($(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'))"
   emit "GB/s = 1e9 B/s; latencies in µs, one way (RTT/2) except ib_read_lat (a READ's round trip, as perftest reports)"
   at_loopback

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/middleware.sh — the middleware people run on RDMA, over uroce and over kernel TCP,
-# side by side on this machine (issue 13's figures), two processes on 127.0.0.1:
+# side by side on this machine, two processes on 127.0.0.1:
 #
 #   UCX         ucx_perftest tag_lat 64 B, tag_bw 1 MiB: UCX_TLS=rc_verbs,ud_verbs (uroce)
 #               against UCX_TLS=tcp

@@ -1,4 +1,4 @@
-// noncontig — the non-contiguous transfer study (issue 14, part 3): N buffers of S bytes
+// noncontig — the non-contiguous transfer study: N buffers of S bytes
 // moved by one WR with an N-entry SGL, by a CPU pack (+ unpack) around one WR, or by N WRs;
 // for RDMA WRITE, RDMA READ and SEND/RECV. Written against the public verbs C ABI only:
 // linked with libibverbs, run under `uroce run` (or on RDMA hardware as it is).

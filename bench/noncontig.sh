@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/noncontig.sh — the non-contiguous transfer study (issue 14, part 3) in one command:
+# bench/noncontig.sh — the non-contiguous transfer study in one command:
 # N buffers of S bytes moved by one WR with an N-entry SGL, by a CPU pack (+ unpack) around
 # one WR, or by N WRs, for RDMA WRITE, RDMA READ and SEND/RECV (bench/noncontig.cc says how
 # each method works; docs/noncontig.md what the figures show).

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs uroce's libFuzzer targets (tests/fuzz; issue 10) for a bounded time.
+# Runs uroce's libFuzzer targets (tests/fuzz) for a bounded time.
 #
 #   scripts/fuzz.sh [--ci | --seconds N] [--build-dir DIR] [TARGET ...]
 #

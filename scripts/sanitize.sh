@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer builds of uroce (issue 10, item 10): configures, builds and runs
+# Sanitizer builds of uroce: configures, builds and runs
 #
 #   asan  everything built with -fsanitize=address,undefined in build-asan/, the whole
 #         suite run from there (minus the interop tests, label interop: they belong to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue 10, item 10): a long RC transfer over a bad network, checking that neither
+# Soak: a long RC transfer over a bad network, checking that neither
 # process grows. Not part of CI.
 #
 #   scripts/soak.sh [--minutes N] [options]

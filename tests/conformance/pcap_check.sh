@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # UROCE_PCAP: each process's own capture of what it sends and receives, including the
-# same-host path that no capture on an interface sees (issue 15, packet capture).
+# same-host path that no capture on an interface sees.
 #
 #   pcap_check.sh LAUNCHER TCP_PORT OUTDIR
 #

@@ -86,7 +86,7 @@ TEST_F(GidTest, TableOrder) {
 
 // Expect a table of kGidTableLen slots, as a NIC's: the addresses first, then empty slots
 // (ENODATA), then nothing (EINVAL). rdma-core's test_query_gid_ex_bad_flow needs an empty
-// slot below gid_tbl_len (issue 36).
+// slot below gid_tbl_len.
 TEST_F(GidTest, EmptySlotsAfterTheAddresses) {
   ibv_port_attr pa;
   ASSERT_EQ(ctx->query_port(1, &pa), 0);

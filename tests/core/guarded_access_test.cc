@@ -1,5 +1,5 @@
-// Accesses to registered memory whose protection changed after registration
-// (issue 37): the guarded routines (core/guarded_access.h) stop at a fault
+// Accesses to registered memory whose protection changed after registration:
+// the guarded routines (core/guarded_access.h) stop at a fault
 // instead of ending the process, /proc/self/mem (core/proc_mem.h) finishes
 // what the kernel lets it, and the copies and atomics of plain regions
 // (core/mr_access.h) land as on a NIC's pinned pages or fail cleanly. Faults

@@ -1,4 +1,4 @@
-// Hardening protocol tests (issue 10): who is heard, which responses count,
+// Hardening protocol tests: who is heard, which responses count,
 // READ responses in slices, the MR lifetime rule, ACK before completion,
 // tombstone bounds and unguessable QP numbers. Crafted packets in, captured
 // packets and completions out.

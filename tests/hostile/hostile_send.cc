@@ -1,5 +1,5 @@
 // hostile_send: sends crafted RoCEv2 datagrams at a uroce (or any RoCEv2) endpoint, for
-// the `hostile` tests (issue 10, items 1 and 10). Every packet carries a correct ICRC,
+// the `hostile` tests. Every packet carries a correct ICRC,
 // computed for the addresses and ports it actually travels with (roce-facts §3.1), so
 // the receiver's ICRC check lets it through and its trust decisions are what is tested.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A hostile network around two unmodified programs (issue 10, item 10). Starts a server
+# A hostile network around two unmodified programs. Starts a server
 # and a client under `uroce run` with UROCE_STATS=1, learns each one's LID (= UDP port),
 # QPN, PSN and GID (and, for ib_write_bw, R_Key and address) from its "local address"
 # lines, fires crafted packets (hostile_send) at both while they transfer, and checks:

@@ -396,7 +396,7 @@ def rxe_counters():
 
 
 def waste_problems(limit, host_out, before, after):
-    """Work wasted on the wire, each at most `limit` % (issue: RC timing against real
+    """Work wasted on the wire, each at most `limit` % (RC timing against real
     peers): uroce's ghost responses (answers to requests it had re-sent too early) and
     duplicate requests, of the packets it received (its `uroce stats` line), and rxe's
     duplicate requests, of the packets rxe received in the run (its hw_counters)."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A middleware peer dies mid-run (issue 13, bad input): the survivor must fail with the
+# A middleware peer dies mid-run (bad input): the survivor must fail with the
 # middleware's own error within a bounded time, never hang.
 #
 #   peer_death.sh --launcher PATH --port PORT --outdir DIR ucx

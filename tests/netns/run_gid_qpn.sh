@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A GID and a QPN are enough (issue 12), across hosts: two network namespaces ("hosts")
+# A GID and a QPN are enough, across hosts: two network namespaces ("hosts")
 # joined by a veth pair, three gid_qpn_test processes in each, every one of the 15 process
 # pairs (across the hosts and within each) running its own session: the two exchange only
 # GIDs, QP numbers, PSNs and an MR's address and rkey over TCP (plus the LID with

@@ -1,4 +1,4 @@
-// ACK before completion over rdma_cm (issue 10, item 6): the client/server program people
+// ACK before completion over rdma_cm: the client/server program people
 // write while learning RDMA, repeated. Each connection: both sides exchange buffer
 // descriptions (address, R_Key) in a SEND, RDMA-WRITE their data into the peer's buffer,
 // send DONE, check and print the peer's data, and disconnect at once. A side that

@@ -1,4 +1,4 @@
-// The seed sample's disconnect (issue 36): a CM event is surfaced only after the
+// The seed sample's disconnect: a CM event is surfaced only after the
 // data-path packets that arrived before it from that peer (no DISCONNECTED before the
 // last completion). Each iteration, repeated over a new connection:
 //   - the client connects (RC, 127.0.0.1:PORT) with its buffer's address and R_Key in

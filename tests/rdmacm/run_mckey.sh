@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rdmacm-utils' mckey over uroce: rdma_join_multicast / rdma_leave_multicast (issue 15).
+# rdmacm-utils' mckey over uroce: rdma_join_multicast / rdma_leave_multicast.
 #
 #   run_mckey.sh LAUNCHER OUTDIR NAME [--netns SUBNET] [MCKEY OPTIONS...]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `uroce stats` reads the counters of running processes (issue 15, live counters).
+# `uroce stats` reads the counters of running processes.
 #
 #   live_stats.sh LAUNCHER TCP_PORT
 #

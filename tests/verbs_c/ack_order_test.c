@@ -1,4 +1,4 @@
-/* ACK before completion (issue 10, item 6), through the public verbs API. A responder must
+/* ACK before completion, through the public verbs API. A responder must
  * send the ACK of a message before the message's receive completion becomes visible to
  * the application, as an RDMA NIC does (it ACKs on receipt, long before software can
  * react). Two processes (fork), each with one RC QP and one CQ for sends and receives:

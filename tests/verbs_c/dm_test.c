@@ -1,4 +1,4 @@
-/* Device memory and implicit ODP (issue 15), through the public verbs API only.
+/* Device memory and implicit ODP, through the public verbs API only.
  *
  *   dm_test CASE     (CASE: limits | device_memory | implicit_odp)
  *

@@ -1,4 +1,4 @@
-/* Extended verbs through the public libibverbs C API (issue 4, item 7):
+/* Extended verbs through the public libibverbs C API:
  *
  *   send        ibv_wr_send / ibv_wr_send_imm with ibv_wr_set_sge, ibv_wr_set_sge_list,
  *               ibv_wr_set_inline_data and ibv_wr_set_inline_data_list, four WRs in one

@@ -1,4 +1,4 @@
-/* gid_qpn_test: a GID and a QPN are enough (issue 12).
+/* gid_qpn_test: a GID and a QPN are enough.
  *
  * Two processes exchange over a TCP connection only what a RoCE peer needs — the GID (index
  * --gid-index, default 0: uroce's GID table lists the routable addresses first, loopback

@@ -1,5 +1,5 @@
 /* Registration checks, key variants, object limits and interrupted waits through the
- * public verbs API (hardening issue, items 1, 4, 5, 9):
+ * public verbs API:
  *
  *   reg_mr_range  ibv_reg_mr checks its range as the kernel's pinning does: unmapped
  *                 (mmap + munmap), PROT_NONE, a hole, or a tail past the mapping -> EFAULT;

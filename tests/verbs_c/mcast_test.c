@@ -1,4 +1,4 @@
-/* UD multicast through the public verbs API (issue 15): ibv_attach_mcast/ibv_detach_mcast.
+/* UD multicast through the public verbs API: ibv_attach_mcast/ibv_detach_mcast.
  *
  * Receive: three devices opened in one process (three engines, each its own sockets): two
  *          UD QPs attached to group 239.18.7.1 (GID ::ffff:239.18.7.1), a third UD QP

@@ -1,5 +1,5 @@
-/* Registered memory whose protection the application changes after ibv_reg_mr (issue 37,
- * "crash 2"). A NIC pinned the pages at registration and reaches them whatever the process
+/* Registered memory whose protection the application changes after ibv_reg_mr.
+ * A NIC pinned the pages at registration and reaches them whatever the process
  * does to its own mappings later; uroce copies with the CPU, so these accesses used to end
  * the process with SIGSEGV (or SIGBUS) in the responder's copy. A writes into or reads
  * from B's memory; every case must end with the process alive.
