@@ -582,7 +582,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   std::shared_lock lock(qps_mu_);
   uint64_t rx_bytes = 0;  // of packets taken by a QP
   for (auto& d : burst) {
-    dispatch(d, touched_, rx_bytes);
+    dispatch(d, touched_, rx_bytes, now);
     // A CM message takes its place among the data (gsi.h): what came before
     // it completes first, what comes after it completes after its event.
     if (gsi_inbox.pending()) {
@@ -687,7 +687,8 @@ bool EngineContext::route_to_owner(transport::RxDatagram& d) {
   return false;
 }
 
-void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes) {
+void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
+                             Clock::time_point now) {
   if (d.truncated) {
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -737,7 +738,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   }
   qp.counters->count_received(d.len);
   rx_bytes += d.len;
-  if (d.ce && qp.type != IBV_QPT_UD) answer_congestion_mark(qp, TxBatch::local(), Clock::now());
+  if (d.ce && qp.type != IBV_QPT_UD) answer_congestion_mark(qp, TxBatch::local(), now);  // a burst's marks: one CNP
   if (qp.type == IBV_QPT_XRC_RECV) {
     xrc_target_receive(qp, pkt, d, TxBatch::local());
   } else if (response) {

@@ -47,9 +47,10 @@ TEST_F(Ecn, MarkedPacketIsAnsweredWithACnp) {
   EXPECT_EQ(stat(engine->stats.tx_cnps), 1u);
 }
 
-// Receive a burst of 8 WRITE packets, all marked CE / Expect one CNP (one per
-// kCnpInterval), 8 marks counted; after kCnpInterval another marked packet
-// / Expect a second CNP.
+// Receive a burst of 8 WRITE packets, all marked CE / Expect one CNP (the
+// burst's packets arrived at one instant, and one CNP goes per kCnpInterval),
+// 8 marks counted; after kCnpInterval another marked packet / Expect a second
+// CNP.
 TEST_F(Ecn, OneCnpPerIntervalForABurstOfMarks) {
   std::vector<uint8_t> dst(8 * kMtu);
   core::Mr* mr = reg(dst, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
