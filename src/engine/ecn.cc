@@ -1,7 +1,5 @@
 #include "engine/ecn.h"
 
-#include <algorithm>
-
 #include "engine/engine_context.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
@@ -13,14 +11,13 @@ uint32_t build_cnp(TxBatch& tx, const Path& path, uint32_t dest_qp) {
   uint8_t* h = tx.begin_packet(path.dst, path.src_ip, info.header_len);
   wire::Bth bth(h);
   bth.fill(wire::kOpCnp, false, 0, wire::kDefaultPkey, dest_qp, false, 0);
-  bth.set_becn(true);
-  std::fill(h + wire::kBthSize, h + info.header_len, uint8_t(0));
+  bth.set_becn(true);  // the 16 reserved bytes stay as begin_packet zeroed them
   return tx.end_packet(path.flow);
 }
 
 void answer_congestion_mark(EngineQp& qp, TxBatch& tx, Clock::time_point now) {
   qp.engine()->stats.rx_ecn_ce.fetch_add(1, std::memory_order_relaxed);
-  if (qp.cnp_sent_at != Clock::time_point{} && now - qp.cnp_sent_at < kCnpInterval) return;
+  if (now - qp.cnp_sent_at < kCnpInterval) return;  // (the first: cnp_sent_at is the clock's epoch)
   uint32_t bytes = build_cnp(tx, qp.path, qp.attr.dest_qp_num);
   if (!bytes) return;
   qp.cnp_sent_at = now;

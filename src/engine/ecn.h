@@ -12,16 +12,12 @@
 
 #include "engine/engine_qp.h"
 #include "engine/tx_batch.h"
-#include "wire/opcode.h"
 
 namespace uroce::engine {
 
 // At most one CNP per QP in this long (DCQCN's default at the notification
 // point: a burst of marked packets is one notice, not one per packet).
 inline constexpr Clock::duration kCnpInterval = std::chrono::microseconds(50);
-
-// The CNP's length on the wire after the UDP header: BTH, 16 reserved bytes, ICRC.
-inline constexpr uint32_t kCnpPacketBytes = wire::kBthSize + 16 + wire::kIcrcSize;
 
 // Builds a CNP to QP `dest_qp` over `path` into `tx`: BTH opcode 0x81 with
 // BECN set, the default P_Key, PSN 0, then 16 zero bytes (roce-facts.md §1.1,

@@ -213,8 +213,8 @@ class EngineContext : public core::Context {
   // READ responses. True if more is ready to receive or send at once.
   bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
   bool any_timer_armed();
-  // One datagram of a burst; adds the length of a packet a QP takes to `rx_bytes`.
-  // One received datagram of a burst that arrived at `now`.
+  // One datagram of a burst that arrived at `now`; adds the length of a packet a
+  // QP takes to `rx_bytes`.
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
   void receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt);
   bool route_to_owner(transport::RxDatagram& d);
