@@ -749,7 +749,7 @@ at_same_host() {
   srv_ns='' cli_ns='' srv_addr=127.0.0.1 gid=$lo_gid
   # Not pinned: a large same-host transfer uses two CPUs (a stream of WRITEs/SENDs: the
   # sender copies into shared memory while the target's thread copies out; a lone
-  # WRITE/READ: engine/copy_helper.h), which a client confined to one CPU cannot do.
+  # WRITE/READ: host/copy_helper.h), which a client confined to one CPU cannot do.
   S=() C=()
   uroce_env=(UROCE_MTU=4096) mtu_note="UROCE_MTU=4096"
   measure_copy_ceiling 1

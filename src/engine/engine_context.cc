@@ -15,13 +15,14 @@
 #include "core/device.h"
 #include "core/log.h"
 #include "engine/ack.h"
-#include "engine/direct_placement.h"
 #include "engine/ecn.h"
-#include "engine/host_directory.h"
-#include "engine/host_registry.h"
-#include "engine/host_relay.h"
+#include "engine/host_delivery.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
+#include "host/direct_placement.h"
+#include "host/host_directory.h"
+#include "host/host_registry.h"
+#include "host/host_relay.h"
 #include "transport/capture.h"
 #include "transport/fault_injection.h"
 #include "transport/shm_transport.h"
@@ -77,9 +78,9 @@ EngineContext* EngineContext::open(core::Device* dev) {
   cfg.ecn = core::config().ecn;
   std::unique_ptr<transport::DatagramTransport> t = transport::UdpTransport::open(cfg);
   if (!t) return nullptr;
-  auto registry = HostRegistry::open(t->local_port());
+  auto registry = host::HostRegistry::open(t->local_port());
   if (!registry.ok()) LOG_WARN("no host registry (%s): QPs are reachable by LID only", std::strerror(registry.err()));
-  std::unique_ptr<HostDirectory> directory;
+  std::unique_ptr<host::HostDirectory> directory;
   if (registry.ok() && core::config().shm) t = with_same_host_path(std::move(t), **registry, &directory);
   if (!core::config().pcap.empty()) t = with_capture(std::move(t));
   if (!core::config().fault.empty()) {
@@ -130,8 +131,9 @@ std::unique_ptr<transport::DatagramTransport> EngineContext::with_capture(
 // The same-host path over `t` (transport/shm_transport.h), or `t` itself
 // when its segment cannot be made.
 std::unique_ptr<transport::DatagramTransport> EngineContext::with_same_host_path(
-    std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out) {
-  auto directory = std::make_unique<HostDirectory>(registry);
+    std::unique_ptr<transport::DatagramTransport> t, host::HostRegistry& registry,
+    std::unique_ptr<host::HostDirectory>* out) {
+  auto directory = std::make_unique<host::HostDirectory>(registry);
   transport::ShmTransport::remove_stale_segments(directory->segment_dir(), directory->segment_prefix());
   std::unique_ptr<transport::DatagramTransport> back;
   auto shm = transport::ShmTransport::open(std::move(t), directory->own_segment(), directory.get(), &back);
@@ -232,7 +234,7 @@ int EngineContext::query_port(uint8_t port, ibv_port_attr* attr) const {
   return 0;
 }
 
-void EngineContext::attach_host_registry(std::unique_ptr<HostRegistry> r) {
+void EngineContext::attach_host_registry(std::unique_ptr<host::HostRegistry> r) {
   registry_ = std::move(r);
   live_->header().slot = registry_ ? registry_->slot() : 0;
 }
@@ -242,7 +244,7 @@ bool EngineContext::start_placement() {
     errno = ENOENT;
     return false;
   }
-  placement_ = DirectPlacement::open(*registry_);
+  placement_ = host::DirectPlacement::open(*registry_);
   if (!placement_) return false;
   mrs.set_observer(placement_.get());
   return true;
@@ -250,7 +252,7 @@ bool EngineContext::start_placement() {
 
 transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn) {
   if (!registry_ || dst.port != core::config().udp_port || !is_host_address(core::ip_to_gid(dst.ip.bytes))) return dst;
-  uint16_t port = registry_->port_of(qpn_slot(dest_qpn));
+  uint16_t port = registry_->port_of(host::qpn_slot(dest_qpn));
   return port ? transport::Endpoint{dst.ip, port} : dst;
 }
 
@@ -670,19 +672,19 @@ bool EngineContext::jumbo_ok(const wire::PacketView& pkt) const {
   bool request = (pkt.info->flags & (wire::kOpSend | wire::kOpWrite)) && !(pkt.info->flags & wire::kOpResponse);
   uint32_t qpn = pkt.bth().dest_qp();
   return request && wire::service_of(opcode) == wire::Service::kRc && qpn != kMulticastQpn &&
-         (!registry_ || qpn_slot(qpn) == registry_->slot());
+         (!registry_ || host::qpn_slot(qpn) == registry_->slot());
 }
 
 // Host delivery (host_relay.h): a relayed datagram is unwrapped; one for
 // another engine's QP is passed on. True when `d` is ours to dispatch.
 bool EngineContext::route_to_owner(transport::RxDatagram& d) {
-  if (is_host_relay(d)) {
+  if (host::is_host_relay(d)) {
     if (!unwrap_host_relay(*this, d)) return false;
     return true;  // relayed once at most: a stale slot ends as no_qp below
   }
-  int64_t qpn = dest_qpn_of(d);
-  unsigned slot = qpn < 0 ? 0 : qpn_slot(uint32_t(qpn));
-  if (slot < kFirstHostSlot || slot > kLastHostSlot || slot == registry_->slot()) return true;
+  int64_t qpn = host::dest_qpn_of(d);
+  unsigned slot = qpn < 0 ? 0 : host::qpn_slot(uint32_t(qpn));
+  if (slot < host::kFirstHostSlot || slot > host::kLastHostSlot || slot == registry_->slot()) return true;
   relay_to_slot(*this, d, slot, TxBatch::local());
   return false;
 }

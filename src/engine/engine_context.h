@@ -23,6 +23,12 @@
 #include "transport/datagram.h"
 #include "wire/headers.h"
 
+namespace uroce::host {
+class HostRegistry;
+class HostDirectory;
+class DirectPlacement;
+}  // namespace uroce::host
+
 namespace uroce::engine {
 
 // What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
@@ -45,10 +51,7 @@ struct Tombstone {
   Clock::duration resend_gap{};
 };
 
-class HostRegistry;
-class HostDirectory;
 class TxBatch;
-class DirectPlacement;
 class ProgressPolicy;
 
 class EngineContext : public core::Context {
@@ -65,11 +68,11 @@ class EngineContext : public core::Context {
   // This engine's slot in the host registry (host_registry.h), or null when
   // it has none (tests, or no registry on this host): QP numbers are then
   // random and nothing is relayed.
-  HostRegistry* host_registry() { return registry_.get(); }
+  host::HostRegistry* host_registry() { return registry_.get(); }
   // Gives the engine its slot (open(), or tests before any QP exists).
-  void attach_host_registry(std::unique_ptr<HostRegistry> r);
+  void attach_host_registry(std::unique_ptr<host::HostRegistry> r);
   // Same-host direct placement (direct_placement.h), or null when off.
-  DirectPlacement* placement() { return placement_.get(); }
+  host::DirectPlacement* placement() { return placement_.get(); }
   // Starts it (open(), or tests with a registry attached and no MR yet); false + errno if it cannot.
   bool start_placement();
 
@@ -208,7 +211,8 @@ class EngineContext : public core::Context {
   void end_drain(uint64_t target);  // drain requests up to `target` are answered
   static std::unique_ptr<transport::DatagramTransport> with_capture(std::unique_ptr<transport::DatagramTransport> t);
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
-      std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out);
+      std::unique_ptr<transport::DatagramTransport> t, host::HostRegistry& registry,
+      std::unique_ptr<host::HostDirectory>* out);
   // One receive turn (caller holds rx_mu_), begun at `now`: a burst, then
   // READ responses. True if more is ready to receive or send at once.
   bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
@@ -225,9 +229,9 @@ class EngineContext : public core::Context {
   void print_stats() const;
 
   // Declared before the transport, which uses them until it is destroyed.
-  std::unique_ptr<HostRegistry> registry_;
-  std::unique_ptr<HostDirectory> shm_directory_;
-  std::unique_ptr<DirectPlacement> placement_;  // uses registry_; the MR table's observer
+  std::unique_ptr<host::HostRegistry> registry_;
+  std::unique_ptr<host::HostDirectory> shm_directory_;
+  std::unique_ptr<host::DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
   std::shared_mutex qps_mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;

@@ -4,11 +4,11 @@
 #include "core/cq.h"
 #include "core/device.h"
 #include "core/srq.h"
-#include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
+#include "host/direct_placement.h"
 
 namespace uroce::engine {
 
@@ -69,7 +69,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
     path = resolve_connected_path(*engine(), attr);
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
-  if (DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this);
+  if (host::DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this, relay_proxy);
   counters->state.store(after, std::memory_order_relaxed);
   counters->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
   if (after == before) return 0;
@@ -122,7 +122,7 @@ void EngineQp::enter_error() {
   if (state() == IBV_QPS_ERR) return;
   set_state(IBV_QPS_ERR);
   counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
-  if (DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
+  if (host::DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   completer_stop_timer(*this);
   engine()->count_sender(*this, false);
   flush_send_queue();

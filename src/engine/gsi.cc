@@ -9,10 +9,10 @@
 #include <cstring>
 
 #include "engine/engine_context.h"
-#include "engine/host_registry.h"
-#include "engine/host_relay.h"
+#include "engine/host_delivery.h"
 #include "engine/ip_flow.h"
 #include "engine/tx_batch.h"
+#include "host/host_registry.h"
 #include "wire/byte_order.h"
 
 namespace uroce::engine {
@@ -144,9 +144,9 @@ void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire:
     return;
   }
   std::optional<uint32_t> comm_id = receiver_comm_id(m.mad.data());
-  HostRegistry* registry = ctx.host_registry();
+  host::HostRegistry* registry = ctx.host_registry();
   unsigned slot = comm_id ? comm_id_slot(*comm_id) : 0;
-  if (registry && slot != registry->slot() && slot >= kFirstHostSlot && slot <= kLastHostSlot) {
+  if (registry && slot != registry->slot() && slot >= host::kFirstHostSlot && slot <= host::kLastHostSlot) {
     relay_to_slot(ctx, d, slot, TxBatch::local());
     return;
   }
@@ -200,14 +200,14 @@ int gsi_send(ibv_context* verbs, const transport::Endpoint& dst, const transport
 
 unsigned gsi_slot(ibv_context* verbs) {
   EngineContext* ctx = verbs ? EngineContext::from(verbs) : nullptr;
-  HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
+  host::HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
   return registry ? registry->slot() : 0;
 }
 
 bool gsi_engine_alive(ibv_context* verbs, unsigned slot, uint16_t port) {
   EngineContext* ctx = verbs ? EngineContext::from(verbs) : nullptr;
-  HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
-  if (!registry || slot < kFirstHostSlot || slot > kLastHostSlot) return true;
+  host::HostRegistry* registry = ctx ? ctx->host_registry() : nullptr;
+  if (!registry || slot < host::kFirstHostSlot || slot > host::kLastHostSlot) return true;
   if (slot == registry->slot()) return true;  // this engine's own: the peer is in this process
   if (registry->port_of(slot) == port) return true;
   // The cached liveness may be a previous owner's (a slot claimed again within

@@ -11,8 +11,8 @@
 #include "engine/engine_context.h"
 #include "engine/progress_policy.h"
 #include "engine/roles.h"
-#include "engine/spin_advisor.h"
 #include "engine/tx_batch.h"
+#include "host/spin_advisor.h"
 
 namespace uroce::engine {
 
@@ -60,8 +60,8 @@ void EngineContext::progress_loop() {
   // (docs/architecture.md, "How the progress thread waits").
   const bool spin_auto = core::config().progress_spin_auto;
   ProgressPolicy policy(std::chrono::microseconds(core::config().progress_spin_us), spin_auto, Clock::now());
-  SpinAdvisor advisor;
-  if (spin_auto) SpinAdvisor::note_internal_thread();
+  host::SpinAdvisor advisor;
+  if (spin_auto) host::SpinAdvisor::note_internal_thread();
   while (!stop_.load(std::memory_order_relaxed)) {
     ProgressPolicy::Wait wait = policy.how_to_wait(Clock::now(), poller_active(Clock::now()));
     if (wait == ProgressPolicy::Wait::kNap) {
@@ -92,7 +92,7 @@ void EngineContext::progress_loop() {
     if (policy.timers_due(now)) policy.timers_ran(now, run_timers(now));
     policy.turn_ended(now, received, [&] { return advisor.application_runnable(); });
   }
-  if (spin_auto) SpinAdvisor::forget_internal_thread();
+  if (spin_auto) host::SpinAdvisor::forget_internal_thread();
 }
 
 // Poller mode: an application thread polls a CQ and receives for itself, so

@@ -17,10 +17,10 @@
 #include "core/mr_access.h"
 #include "core/wr_opcode.h"
 #include "engine/ack.h"
-#include "engine/direct_placement.h"
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
 #include "engine/roles.h"
+#include "host/direct_placement.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
 
@@ -28,6 +28,7 @@ namespace uroce::engine {
 
 namespace {
 
+using host::DirectPlacement;
 using wire::Operation;
 
 // At most 512 unacknowledged PSNs (rxe: 128; 2 MiB at MTU 4096 keeps a 5 GB/s

@@ -7,7 +7,7 @@
 // The QP under test (qp) and the target QP (target) are in one engine: the
 // requester places into its own process, through the same window and checks
 // as into another.
-#include "engine/direct_placement.h"
+#include "host/direct_placement.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -20,11 +20,15 @@
 #include <string>
 #include <thread>
 
-#include "engine/host_registry.h"
 #include "engine_harness.h"
+#include "host/host_registry.h"
 
 namespace uroce::engine::test {
 namespace {
+
+using host::DirectPlacement;
+using host::HostRegistry;
+using host::kLastHostSlot;
 
 constexpr uint32_t kLoopback = 0x7F000001;
 

@@ -3,7 +3,7 @@
 // behind a header that keeps its addresses; a relayed datagram is received as
 // if it had arrived here; relays from off the host and packets for a dead
 // slot are dropped and counted.
-#include "engine/host_relay.h"
+#include "host/host_relay.h"
 
 #include <unistd.h>
 
@@ -14,11 +14,16 @@
 #include <thread>
 #include <vector>
 
-#include "engine/host_registry.h"
 #include "engine_harness.h"
+#include "host/host_registry.h"
 
 namespace uroce::engine::test {
 namespace {
+
+using host::HostRegistry;
+using host::kFirstHostSlot;
+using host::kHostRelayMarker;
+using host::kLastHostSlot;
 
 constexpr uint8_t kRcSendOnly = 0x04;
 constexpr uint16_t kOtherPort = 23456;  // the private port of the host's other engine

@@ -40,7 +40,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 # through the public verbs API"; the launcher "also links core for the table
 # of environment variables it prints"). Down means a layer may include the
 # layers it uses and what those stand on, so each row lists that closure:
-#   - verbs: engine and core, and below them wire and transport.
+#   - verbs: engine and core, and below them host, wire and transport.
 #   - rdmacm: core and wire (below core); not the engine (architecture.md's
 #     narrower rule); of transport only datagram.h, for transport::IpAddress,
 #     the address type of "everything above the transport" (architecture.md
@@ -48,6 +48,11 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 #     only gsi.h: QP1, which carries the CM's MADs to a kernel's CM.
 # Folders the two documents' tables do not name, placed by what CMake links
 # them against and what the documents say of them elsewhere:
+#   - src/host (uroce_host, linked by uroce_engine; architecture.md "Layers":
+#     what the engines of one host share): core, transport and wire, below
+#     the engine; the engine, and verbs above it, may include it. Nothing
+#     in host names the engine: the engine passes what host needs (a
+#     core::Qp, its own counters) and does the sending.
 #   - src/rsockets: compiled into liburoce with verbs and rdmacm (which links
 #     uroce_engine), so the build would let it include anything; src/
 #     CMakeLists.txt and architecture.md ("Middleware": "on uroce's own
@@ -65,8 +70,9 @@ cat >"$tmp/table" <<'EOF'
 src/wire: -
 src/transport: -
 src/core: wire
-src/engine: core transport wire
-src/verbs: engine core transport wire
+src/host: core transport wire
+src/engine: host core transport wire
+src/verbs: engine host core transport wire
 src/rdmacm: core wire transport/datagram.h engine/gsi.h
 src/rsockets: -
 include: uroce

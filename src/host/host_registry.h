@@ -42,7 +42,7 @@
 
 #include "core/result.h"
 
-namespace uroce::engine {
+namespace uroce::host {
 
 // 255 would allow QPN 0xFFFFFF (multicast); 0 is the QPs of engines without a slot.
 inline constexpr unsigned kFirstHostSlot = 1, kLastHostSlot = 254;
@@ -102,4 +102,4 @@ class HostRegistry {
   std::array<std::atomic<uint64_t>, kLastHostSlot + 1> liveness_{};
 };
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -3,7 +3,7 @@
 // closed or was killed reads as free; a file that is not a registry is
 // refused with the documented errno, and garbage in the records never makes
 // port_of() read out of bounds.
-#include "engine/host_registry.h"
+#include "host/host_registry.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace uroce::engine {
+namespace uroce::host {
 namespace {
 
 constexpr uint32_t kFileBytes = 4096;  // the registry's size (host_registry.cc)
@@ -258,4 +258,4 @@ TEST(HostRegistryPath, NamedAfterUserAndNetworkNamespace) {
 }
 
 }  // namespace
-}  // namespace uroce::engine
+}  // namespace uroce::host

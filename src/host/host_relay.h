@@ -14,28 +14,33 @@
 
 #include <cstdint>
 
-#include "engine/tx_batch.h"
 #include "transport/datagram.h"
 
-namespace uroce::engine {
-
-class EngineContext;
+namespace uroce::host {
 
 // First byte of a relayed datagram: no opcode uroce accepts (0xFE is
 // manufacturer-specific; the XRC relay has 0xFF).
 inline constexpr uint8_t kHostRelayMarker = 0xFE;
 inline bool is_host_relay(const transport::RxDatagram& d) { return d.len > 0 && d.data[0] == kHostRelayMarker; }
 
+// The address relays are sent to and from: this host's loopback.
+inline constexpr uint32_t kRelayLoopback = 0x7F000001;
+// The largest relay header (an IPv6 datagram's).
+inline constexpr unsigned kMaxRelayHeader = 48;
+
 // The destination QP of a RoCE packet (BTH bytes 5-7), or -1 when too short.
 int64_t dest_qpn_of(const transport::RxDatagram& d);
 
-// Forwards `d` to the engine of the host's slot `slot` (not ours); false,
-// counted as rx_no_qp, when that slot has no live owner.
-bool relay_to_slot(EngineContext& ctx, const transport::RxDatagram& d, unsigned slot, TxBatch& tx);
+// The size of the header that carries `d` to another engine of the host
+// (kMaxRelayHeader at most), and the header itself, written to `out`:
+// `d`'s addresses, `dst_port` the UDP port it arrived at. The sender puts
+// `d` unchanged behind it (the engine's relay_to_slot).
+unsigned relay_header_size(const transport::RxDatagram& d);
+void write_relay_header(const transport::RxDatagram& d, uint16_t dst_port, uint8_t* out);
 
 // Unwraps a relayed datagram in place into the datagram it carries, with its
-// original addresses. False (counted as malformed) unless it came from this
-// host's loopback in this build's format.
-bool unwrap_host_relay(EngineContext& ctx, transport::RxDatagram& d);
+// original addresses. False (malformed) unless it came from this host's
+// loopback in this build's format.
+[[nodiscard]] bool unwrap_relay(transport::RxDatagram& d);
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -1,8 +1,8 @@
-#include "engine/host_directory.h"
+#include "host/host_directory.h"
 
 #include <unistd.h>
 
-namespace uroce::engine {
+namespace uroce::host {
 
 std::string HostDirectory::segment_dir() const {
   const std::string& p = registry_.path();
@@ -40,4 +40,4 @@ bool HostDirectory::lookup(uint16_t port, std::string* segment, unsigned* ring) 
   return false;
 }
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -27,7 +27,7 @@
 #include <mutex>
 #include <thread>
 
-namespace uroce::engine {
+namespace uroce::host {
 
 class CopyHelper {
  public:
@@ -74,4 +74,4 @@ class CopyHelper {
   std::atomic<uint64_t> splits_{0}, taken_back_{0};
 };
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

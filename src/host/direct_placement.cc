@@ -1,4 +1,4 @@
-#include "engine/direct_placement.h"
+#include "host/direct_placement.h"
 
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -17,10 +17,9 @@
 
 #include "core/limits.h"
 #include "core/log.h"
-#include "engine/engine_qp.h"
 #include "transport/shm_transport.h"
 
-namespace uroce::engine {
+namespace uroce::host {
 
 namespace {
 
@@ -204,13 +203,13 @@ void DirectPlacement::mr_removing(const core::Mr& mr) noexcept {
   wait_for_placers();
 }
 
-void DirectPlacement::sync_qp(const EngineQp& qp) noexcept {
+void DirectPlacement::sync_qp(const core::Qp& qp, bool relay_proxy) noexcept {
   uint32_t qpn = qp.qp_num();
   if (qpn_slot(qpn) != registry_.slot()) return;
   Window::QpEntry& e = own_->qps[qpn & 0xFFFF];
   ibv_qp_state s = qp.state();
   bool accepts = s == IBV_QPS_RTR || s == IBV_QPS_RTS;
-  bool want = accepts && (qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC) && qp.pd && !qp.relay_proxy;
+  bool want = accepts && (qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC) && qp.pd && !relay_proxy;
   uint32_t flags = 0, pd = 0;
   if (want) {
     flags = (qp.attr.qp_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) |
@@ -349,4 +348,4 @@ bool DirectPlacement::place(const Op& op) noexcept {
   return true;
 }
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -1,7 +1,7 @@
 // SpinAdvisor (engine/spin_advisor.h): the progress thread keeps polling
 // after traffic only while no application thread of the process is runnable.
 // Each case controls every thread of the test process besides its own.
-#include "engine/spin_advisor.h"
+#include "host/spin_advisor.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace uroce::engine {
+namespace uroce::host {
 namespace {
 
 using namespace std::chrono_literals;
@@ -108,4 +108,4 @@ TEST(SpinAdvisor, SeesThreadsStartedAfterItsFirstLook) {
 }
 
 }  // namespace
-}  // namespace uroce::engine
+}  // namespace uroce::host

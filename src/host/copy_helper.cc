@@ -1,4 +1,4 @@
-#include "engine/copy_helper.h"
+#include "host/copy_helper.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -9,9 +9,9 @@
 #include <chrono>
 
 #include "core/guarded_access.h"
-#include "engine/spin_advisor.h"
+#include "host/spin_advisor.h"
 
-namespace uroce::engine {
+namespace uroce::host {
 
 namespace {
 
@@ -188,4 +188,4 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
   return ssize_t(cut + second_len) + third;
 }
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -1,4 +1,4 @@
-#include "engine/host_registry.h"
+#include "host/host_registry.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <utility>
 
-namespace uroce::engine {
+namespace uroce::host {
 
 struct HostRegistry::Record {
   uint32_t port;  // the owner's private UDP port; 0 = none (written by the lock holder only)
@@ -223,4 +223,4 @@ uint32_t HostRegistry::pid_of(unsigned slot) const noexcept {
   return load(records_[slot].pid, std::memory_order_relaxed);
 }
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -50,13 +50,12 @@
 #include <vector>
 
 #include "core/mr.h"
-#include "engine/copy_helper.h"
-#include "engine/host_registry.h"
+#include "core/qp.h"
+#include "host/copy_helper.h"
+#include "host/host_registry.h"
 #include "transport/datagram.h"
 
-namespace uroce::engine {
-
-class EngineQp;
+namespace uroce::host {
 
 class DirectPlacement final : public core::MrObserver {
  public:
@@ -74,8 +73,9 @@ class DirectPlacement final : public core::MrObserver {
   void mr_added(const core::Mr& mr) noexcept override;
   void mr_removing(const core::Mr& mr) noexcept override;
   // Publishes the QP as its state, type and attributes say, withdrawing what
-  // was published before if it differs (caller holds qp.mu).
-  void sync_qp(const EngineQp& qp) noexcept;
+  // was published before if it differs (caller holds qp.mu). A relay proxy
+  // (the engine's stand-in for other processes' XRC targets) is never published.
+  void sync_qp(const core::Qp& qp, bool relay_proxy) noexcept;
   void withdraw_qp(uint32_t qpn) noexcept;
 
   // Requester side: one RDMA WRITE (or READ) of `len` bytes between the local
@@ -128,4 +128,4 @@ class DirectPlacement final : public core::MrObserver {
   CopyHelper copier_;  // large copies on two CPUs
 };
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -3,7 +3,7 @@
 // meets unmapped memory does not report every byte; concurrent callers each
 // get their own bytes. The "other process" is this one (process_vm_* on
 // one's own pid needs no permission).
-#include "engine/copy_helper.h"
+#include "host/copy_helper.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace uroce::engine {
+namespace uroce::host {
 namespace {
 
 // Whether this process may run on two CPUs (else the helper never splits).
@@ -101,4 +101,4 @@ TEST(CopyHelper, ConcurrentCallersEachGetTheirBytes) {
 }
 
 }  // namespace
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -1,4 +1,4 @@
-#include "engine/spin_advisor.h"
+#include "host/spin_advisor.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace uroce::engine {
+namespace uroce::host {
 
 namespace {
 
@@ -121,4 +121,4 @@ bool SpinAdvisor::application_runnable() {
   return false;
 }
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

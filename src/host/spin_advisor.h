@@ -27,7 +27,7 @@
 #include <chrono>
 #include <vector>
 
-namespace uroce::engine {
+namespace uroce::host {
 
 class SpinAdvisor {
  public:
@@ -64,4 +64,4 @@ class SpinAdvisor {
   bool listed_ok_ = false;
 };
 
-}  // namespace uroce::engine
+}  // namespace uroce::host

@@ -7,10 +7,10 @@
 
 #include <string>
 
-#include "engine/host_registry.h"
+#include "host/host_registry.h"
 #include "transport/shm_transport.h"
 
-namespace uroce::engine {
+namespace uroce::host {
 
 class HostDirectory final : public transport::ShmDirectory {
  public:
@@ -28,4 +28,4 @@ class HostDirectory final : public transport::ShmDirectory {
   HostRegistry& registry_;
 };
 
-}  // namespace uroce::engine
+}  // namespace uroce::host
