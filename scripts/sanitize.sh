@@ -5,8 +5,8 @@
 #         suite run from there (minus the interop tests, label interop: they belong to
 #         their own phase of scripts/test.sh, and the labels in UROCE_ASAN_EXCLUDE_LABELS);
 #   tsan  everything built with -fsanitize=thread in build-tsan/ (only the targets the
-#         engine unit tests and the C tests need), and those tests run: the ones defined
-#         in tests/engine and tests/verbs_c.
+#         host and engine unit tests and the C tests need), and those tests run: the ones
+#         defined in tests/host, tests/engine and tests/verbs_c.
 #
 #   scripts/sanitize.sh [asan|tsan|all] [CTEST_ARGS...]     (default: all)
 #   e.g. scripts/sanitize.sh asan -R conformance -j2
@@ -72,12 +72,12 @@ run_asan() {
 }
 
 run_tsan() {
-  echo "sanitize: tsan: building build-tsan (-fsanitize=thread): engine and C tests"
+  echo "sanitize: tsan: building build-tsan (-fsanitize=thread): host, engine and C tests"
   configure build-tsan thread
   cmake --build build-tsan -j"$jobs" --target uroce_tsan_suite
-  echo "sanitize: tsan: running tests/engine and tests/verbs_c"
+  echo "sanitize: tsan: running tests/host, tests/engine and tests/verbs_c"
   local dir status=0
-  for dir in tests/engine tests/verbs_c; do
+  for dir in tests/host tests/engine tests/verbs_c; do
     TSAN_OPTIONS=$tsan_options ctest --test-dir "build-tsan/$dir" --output-on-failure --timeout 600 -LE interop "$@" ||
       status=1
   done
