@@ -24,6 +24,7 @@
 #include "host/host_registry.h"
 #include "host/host_relay.h"
 #include "transport/capture.h"
+#include "transport/envelope.h"
 #include "transport/fault_injection.h"
 #include "transport/shm_transport.h"
 #include "transport/udp_transport.h"
@@ -675,10 +676,10 @@ bool EngineContext::jumbo_ok(const wire::PacketView& pkt) const {
          (!registry_ || host::qpn_slot(qpn) == registry_->slot());
 }
 
-// Host delivery (host_relay.h): a relayed datagram is unwrapped; one for
+// Host delivery (host_delivery.h): a relayed datagram is unwrapped; one for
 // another engine's QP is passed on. True when `d` is ours to dispatch.
 bool EngineContext::route_to_owner(transport::RxDatagram& d) {
-  if (host::is_host_relay(d)) {
+  if (transport::envelope_of(d) == transport::Envelope::kHostRelay) {
     if (!unwrap_host_relay(*this, d)) return false;
     return true;  // relayed once at most: a stale slot ends as no_qp below
   }
@@ -695,7 +696,9 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
     stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!d.jumbo && is_xrc_relay(d)) {
+  // uroce's internal datagrams (transport/envelope.h): XRC relays here, host
+  // relays in route_to_owner, doorbells never (the transport swallows them).
+  if (transport::envelope_of(d) == transport::Envelope::kXrcRelay) {
     xrc_relay_receive(*this, d, TxBatch::local());
     return;
   }

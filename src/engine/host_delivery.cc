@@ -16,7 +16,7 @@ bool relay_to_slot(EngineContext& ctx, const transport::RxDatagram& d, unsigned 
     ctx.stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  const uint32_t loopback = host::kRelayLoopback;
+  const uint32_t loopback = transport::kEnvelopeLoopback;
   uint8_t* h = tx.begin_packet(transport::Endpoint{loopback, port}, loopback, host::relay_header_size(d));
   host::write_relay_header(d, d.dst_port ? d.dst_port : ctx.lid(), h);
   tx.add_payload(d.data, d.len);

@@ -11,6 +11,7 @@
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
 #include "engine/roles.h"
+#include "transport/envelope.h"
 #include "wire/icrc.h"
 
 namespace uroce::engine {
@@ -19,7 +20,7 @@ namespace {
 
 // Prefix of a relayed request (host byte order: both ends are on this host).
 struct RelayHeader {
-  uint8_t marker;  // kRelayMarker
+  uint8_t marker;  // Envelope::kXrcRelay
   uint8_t version;
   uint16_t home_port;  // the target QP's context (its LID)
   uint32_t qp_num;     // the target QP
@@ -33,12 +34,13 @@ struct RelayHeader {
 };
 static_assert(sizeof(RelayHeader) == 40 && sizeof(RelayHeader) <= TxBatch::kMaxHeader);
 constexpr uint8_t kRelayVersion = 1;
-constexpr uint32_t kLoopback = 0x7F000001;
+constexpr uint8_t kRelayMarker = uint8_t(transport::Envelope::kXrcRelay);
+constexpr uint32_t kLoopback = transport::kEnvelopeLoopback;
 
 // An event of a target QP for the handles of another process's context
 // (host byte order, as RelayHeader).
 struct EventNotice {
-  uint8_t marker;      // kRelayMarker
+  uint8_t marker;      // Envelope::kXrcRelay
   uint8_t version;     // kEventVersion
   uint16_t home_port;  // the target QP
   uint32_t qp_num;

@@ -105,10 +105,8 @@ void xrc_target_receive(EngineQp& qp, const wire::PacketView& pkt, const transpo
 // process and in others (an event datagram to their context's port).
 void xrc_target_defer_event(ibv_event_type type);
 
-// Relayed requests and event notices: recognized by their first byte, which
-// no BTH opcode uroce accepts has (0xFF is manufacturer-specific).
-inline constexpr uint8_t kRelayMarker = 0xFF;
-inline bool is_xrc_relay(const transport::RxDatagram& d) { return d.len > 0 && d.data[0] == kRelayMarker; }
+// Relayed requests and event notices: internal datagrams of kind kXrcRelay
+// (transport/envelope.h).
 void xrc_relay_receive(EngineContext& ctx, const transport::RxDatagram& d, TxBatch& tx);
 
 // The XRC domain an SRQ belongs to (nullptr for other SRQs).

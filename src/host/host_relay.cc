@@ -8,7 +8,7 @@ namespace {
 
 // Prefix of a relayed datagram (host byte order: both ends are on this host).
 struct HostRelayHeader {
-  uint8_t marker;  // kHostRelayMarker
+  uint8_t marker;  // Envelope::kHostRelay
   uint8_t version;
   uint8_t gso_index;  // the datagram's place in its GRO batch (its likely IP identification)
   uint8_t reserved;
@@ -23,7 +23,7 @@ constexpr uint8_t kHostRelayVersion = 1;
 // The prefix of a relayed IPv6 datagram: the same with IPv6 addresses (and
 // the interfaces of link-local ones).
 struct HostRelayHeader6 {
-  uint8_t marker;   // kHostRelayMarker
+  uint8_t marker;   // Envelope::kHostRelay
   uint8_t version;  // kHostRelayVersion6
   uint8_t gso_index;
   uint8_t reserved;
@@ -36,6 +36,7 @@ struct HostRelayHeader6 {
 };
 static_assert(sizeof(HostRelayHeader6) == 48 && sizeof(HostRelayHeader6) <= kMaxRelayHeader);
 constexpr uint8_t kHostRelayVersion6 = 2;
+constexpr uint8_t kMarker = uint8_t(transport::Envelope::kHostRelay);
 constexpr size_t kBthDestQpOffset = 5;
 
 }  // namespace
@@ -52,14 +53,13 @@ unsigned relay_header_size(const transport::RxDatagram& d) {
 
 void write_relay_header(const transport::RxDatagram& d, uint16_t dst_port, uint8_t* out) {
   if (!d.src.ip.is_v4()) {
-    HostRelayHeader6 rh{kHostRelayMarker, kHostRelayVersion6, d.gso_index, 0, d.src.port, dst_port, {}, {},
-                        d.src.ip.scope,   d.dst_ip.scope};
+    HostRelayHeader6 rh{kMarker, kHostRelayVersion6, d.gso_index,   0, d.src.port, dst_port, {},
+                        {},      d.src.ip.scope,     d.dst_ip.scope};
     std::memcpy(rh.src_ip, d.src.ip.bytes.data(), 16);
     std::memcpy(rh.dst_ip, d.dst_ip.bytes.data(), 16);
     std::memcpy(out, &rh, sizeof rh);
   } else {
-    HostRelayHeader rh{kHostRelayMarker, kHostRelayVersion, d.gso_index, 0,
-                       d.src.ip.v4(),    d.dst_ip.v4(),     d.src.port,  dst_port};
+    HostRelayHeader rh{kMarker, kHostRelayVersion, d.gso_index, 0, d.src.ip.v4(), d.dst_ip.v4(), d.src.port, dst_port};
     std::memcpy(out, &rh, sizeof rh);
   }
 }
@@ -83,7 +83,7 @@ bool unwrap_relay6(transport::RxDatagram& d) {
 
 bool unwrap_relay(transport::RxDatagram& d) {
   HostRelayHeader rh;
-  if (d.len <= sizeof rh || d.src.ip != kRelayLoopback) return false;
+  if (d.len <= sizeof rh || d.src.ip != transport::kEnvelopeLoopback) return false;
   std::memcpy(&rh, d.data, sizeof rh);
   if (rh.version == kHostRelayVersion6) return unwrap_relay6(d);
   if (rh.version != kHostRelayVersion) return false;

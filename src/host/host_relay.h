@@ -7,7 +7,8 @@
 // registry (host_registry.h). An engine that receives a packet for another
 // slot forwards it, unchanged and prefixed with a HostRelayHeader that keeps
 // the datagram's addresses (the ICRC and the path checks need them), to the
-// owner's private port on 127.0.0.1. The owner receives it as if it had
+// owner's private port on 127.0.0.1: an internal datagram of kind
+// kHostRelay (transport/envelope.h). The owner receives it as if it had
 // arrived directly. The hop is as lossy as the network, so RC's reliability
 // covers it; a packet for a slot with no live owner is dropped and counted.
 #pragma once
@@ -15,16 +16,10 @@
 #include <cstdint>
 
 #include "transport/datagram.h"
+#include "transport/envelope.h"
 
 namespace uroce::host {
 
-// First byte of a relayed datagram: no opcode uroce accepts (0xFE is
-// manufacturer-specific; the XRC relay has 0xFF).
-inline constexpr uint8_t kHostRelayMarker = 0xFE;
-inline bool is_host_relay(const transport::RxDatagram& d) { return d.len > 0 && d.data[0] == kHostRelayMarker; }
-
-// The address relays are sent to and from: this host's loopback.
-inline constexpr uint32_t kRelayLoopback = 0x7F000001;
 // The largest relay header (an IPv6 datagram's).
 inline constexpr unsigned kMaxRelayHeader = 48;
 

@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/envelope.h"
+
 namespace uroce::transport {
 
 // The inbound segment: this header, then kRings rings of kRingBytes.
@@ -33,7 +35,6 @@ namespace {
 constexpr uint64_t kSegmentMagic = 0x75726f63'65536567ULL;  // "urocSeg"
 constexpr size_t kSegmentHeader = 4096;
 constexpr size_t kSegmentBytes = kSegmentHeader + ShmTransport::kRings * ShmTransport::kRingBytes;
-constexpr uint8_t kDoorbell = 0xFD;  // a one-byte datagram: wake up, nothing to parse
 constexpr uint32_t kLoopback = 0x7F000001;
 constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plus headers
 constexpr auto kRingsActive = std::chrono::milliseconds(1);
@@ -305,9 +306,9 @@ bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const ui
 }
 
 void ShmTransport::ring_doorbell(uint16_t port) noexcept {
-  static const uint8_t kBell = kDoorbell;
+  static const uint8_t kBell = uint8_t(Envelope::kDoorbell);  // one byte: wake up, nothing to parse
   iovec v{const_cast<uint8_t*>(&kBell), 1};
-  TxDatagram bell{Endpoint{kLoopback, port}, kLoopback, 0, 1, &v};
+  TxDatagram bell{Endpoint{kEnvelopeLoopback, port}, kEnvelopeLoopback, 0, 1, &v};
   inner_->send_burst(std::span(&bell, 1));
 }
 
@@ -440,7 +441,7 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
       bool doorbell = false;
       for (size_t i = 0; i < got; ++i) {  // doorbells are not datagrams for the engine
         const RxDatagram d = out[base + i];
-        if (d.len == 1 && d.data[0] == kDoorbell && d.src.ip == kLoopback) {
+        if (envelope_of(d) == Envelope::kDoorbell && d.len == 1 && d.src.ip == kEnvelopeLoopback) {
           doorbell = true;
           continue;
         }

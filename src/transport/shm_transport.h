@@ -27,10 +27,10 @@
 //
 // Waking: a receiver about to block sets its segment's waiting word; a
 // sender that pushed and takes that word sends a one-byte doorbell datagram
-// to the receiver's private port, which the receiver swallows. The thread
-// that swallows it may be another one than the sleeper (the engine's progress
-// thread waits without the receive turn, a CQ poller receives meanwhile):
-// that one passes the wake-up on (wake()).
+// (Envelope::kDoorbell, envelope.h) to the receiver's private port, which the
+// receiver swallows. The thread that swallows it may be another one than the
+// sleeper (the engine's progress thread waits without the receive turn, a CQ
+// poller receives meanwhile): that one passes the wake-up on (wake()).
 //
 // Threads: send_burst is thread-safe (one mutex per outbound ring); one
 // thread at a time receives (the engine's receive turn); one thread at a time

@@ -22,7 +22,6 @@ namespace {
 
 using host::HostRegistry;
 using host::kFirstHostSlot;
-using host::kHostRelayMarker;
 using host::kLastHostSlot;
 
 constexpr uint8_t kRcSendOnly = 0x04;
@@ -59,7 +58,7 @@ class HostRelay : public EngineTest {
   static std::vector<uint8_t> wrap(const std::vector<uint8_t>& packet, uint32_t src_ip, uint32_t dst_ip,
                                    uint16_t src_port, uint16_t dst_port) {
     std::vector<uint8_t> v(kRelayHeader);
-    v[0] = kHostRelayMarker;
+    v[0] = uint8_t(transport::Envelope::kHostRelay);
     v[1] = 1;  // version
     std::memcpy(&v[4], &src_ip, 4);
     std::memcpy(&v[8], &dst_ip, 4);
