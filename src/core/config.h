@@ -36,7 +36,7 @@ struct Config {
   // UROCE_POLL: after a packet the progress thread polls progress_spin_us
   // more (0, "block": it sleeps at once); with progress_spin_auto ("auto",
   // the default: 50 us) only while no application thread is runnable and
-  // after small bursts (engine/spin_advisor.h), with "spin:N" regardless.
+  // after small bursts (host/spin_advisor.h), with "spin:N" regardless.
   uint32_t progress_spin_us = 50;
   bool progress_spin_auto = true;
   // UROCE_PROGRESS_SLICE_US: the scheduler slice the progress thread asks for (0: the default).

@@ -86,7 +86,7 @@ enum class KeyCheck : uint8_t {
 
 // Told of every MR (not window) that becomes valid or is about to stop
 // being valid, under the table's exclusive lock: the same-host placement
-// window (engine/direct_placement.h) publishes MRs to other processes, and
+// window (host/direct_placement.h) publishes MRs to other processes, and
 // mr_removing returns only once none of them can still write through it.
 class MrObserver {
  public:

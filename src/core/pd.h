@@ -16,7 +16,7 @@ class Context;
 struct Pd {
   ibv_pd ibpd{};  // ABI object
   // Unique in the process (a PD's identity in the same-host placement
-  // window, engine/direct_placement.h, where pointers mean nothing).
+  // window, host/direct_placement.h, where pointers mean nothing).
   uint32_t id = next_id();
   Context* ctx = nullptr;
   std::atomic<int> users{0};  // MRs, QPs, AHs, SRQs using this PD

@@ -258,7 +258,7 @@ transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint
 }
 
 // QP numbers are random, so that a blind sender cannot guess them: the low
-// 16 bits behind this engine's host slot (host_relay.h), or 24 bits without
+// 16 bits behind this engine's host slot (host/host_relay.h), or 24 bits without
 // a slot. QP0/QP1 are special.
 //
 // A number is reserved from the moment it is drawn until register_qp takes

@@ -65,13 +65,13 @@ class EngineContext : public core::Context {
   void close();  // stops the thread and deletes this
 
   transport::DatagramTransport& transport() { return *transport_; }
-  // This engine's slot in the host registry (host_registry.h), or null when
+  // This engine's slot in the host registry (host/host_registry.h), or null when
   // it has none (tests, or no registry on this host): QP numbers are then
   // random and nothing is relayed.
   host::HostRegistry* host_registry() { return registry_.get(); }
   // Gives the engine its slot (open(), or tests before any QP exists).
   void attach_host_registry(std::unique_ptr<host::HostRegistry> r);
-  // Same-host direct placement (direct_placement.h), or null when off.
+  // Same-host direct placement (host/direct_placement.h), or null when off.
   host::DirectPlacement* placement() { return placement_.get(); }
   // Starts it (open(), or tests with a registry attached and no MR yet); false + errno if it cannot.
   bool start_placement();

@@ -15,7 +15,7 @@
 //   - every other CM MAD by the communication ID it names as the receiver's
 //     (uroce's communication IDs carry their engine's host slot in the top
 //     8 bits): this engine's go to the process's sink, the connection
-//     manager; another slot's through the host relay (host_relay.h).
+//     manager; another slot's through the host relay (host/host_relay.h).
 // Order: a MAD reaches the sink in its place among a burst's packets (those
 // before it have completed, those after it have not), and a MAD leaves after
 // the ACKs the engine still owes its peers: a CM event neither overtakes the
@@ -102,7 +102,7 @@ class GsiInbox {
 unsigned gsi_slot(ibv_context* verbs);
 
 // Whether the uroce engine whose private UDP port is `port` still owns host
-// slot `slot` (host_registry.h: the slot's lock dies with its process, and a
+// slot `slot` (host/host_registry.h: the slot's lock dies with its process, and a
 // new owner has another port). What the kernel learns when a process's
 // files close, the CM learns here for a peer on this host: its process is
 // gone. True when it cannot be told (no registry, slot 0): a peer elsewhere.

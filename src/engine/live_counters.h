@@ -90,7 +90,7 @@ struct PortCounters {
   std::atomic<uint64_t> rx_bad_path{0};         // RC/UC/XRC packets not from the connected path
   std::atomic<uint64_t> rx_ghost{0};            // responses for PSNs not outstanding
   std::atomic<uint64_t> rx_no_recv_wqe{0};      // UD/UC messages dropped: no receive WQE posted
-  std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host_relay.h)
+  std::atomic<uint64_t> tx_host_relayed{0};     // packets for another engine's QP, passed on (host/host_relay.h)
   std::atomic<uint64_t> rx_host_relayed{0};     // packets another engine passed to us
   std::atomic<uint64_t> rx_gsi{0};              // CM MADs received on QP1 (gsi.h)
   std::atomic<uint64_t> rx_gsi_dropped{0};      // QP1 packets dropped: not a CM MAD, no owner, inbox full

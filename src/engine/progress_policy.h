@@ -20,7 +20,7 @@ class ProgressPolicy {
  public:
   static constexpr auto kTimerTick = std::chrono::milliseconds(1);
   static constexpr auto kQuietBeforeDeepSleep = std::chrono::milliseconds(50);
-  // UROCE_POLL=auto (spin_advisor.h): a polling progress thread looks every
+  // UROCE_POLL=auto (host/spin_advisor.h): a polling progress thread looks every
   // kSpinCheck whether an application thread has become runnable. One found
   // runnable is taken to stay so for kSpinBackoff (a thread spinning on
   // memory): each look costs a few us that would delay it after every datagram.

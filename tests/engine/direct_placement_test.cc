@@ -1,4 +1,4 @@
-// Same-host direct placement (direct_placement.h): a WRITE or READ between
+// Same-host direct placement (host/direct_placement.h): a WRITE or READ between
 // two QPs of this host is copied at once and completes at once, with no
 // packet, when the target's published QP and MR pass the responder's checks
 // and nothing of the QP is in flight; otherwise it goes as packets (so the

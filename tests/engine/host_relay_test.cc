@@ -1,4 +1,4 @@
-// Delivery by QP number behind the host's port (host_relay.h): a packet for
+// Delivery by QP number behind the host's port (host/host_relay.h): a packet for
 // another engine's slot is passed on to that engine's private port, unchanged
 // behind a header that keeps its addresses; a relayed datagram is received as
 // if it had arrived here; relays from off the host and packets for a dead

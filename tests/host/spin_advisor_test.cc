@@ -1,4 +1,4 @@
-// SpinAdvisor (engine/spin_advisor.h): the progress thread keeps polling
+// SpinAdvisor (host/spin_advisor.h): the progress thread keeps polling
 // after traffic only while no application thread of the process is runnable.
 // Each case controls every thread of the test process besides its own.
 #include "host/spin_advisor.h"

@@ -38,8 +38,15 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 # docs/architecture.md "Layers" (the same, with rdmacm narrowed: it "uses
 # core (addresses, configuration, logging) and reaches devices and QPs only
 # through the public verbs API"; the launcher "also links core for the table
-# of environment variables it prints"). Down means a layer may include the
-# layers it uses and what those stand on, so each row lists that closure:
+# of environment variables it prints"; and the engine's same-host part split
+# off below it: "wire <- core <- host <- engine", transport below host and
+# engine). Down means a layer may include the layers it uses and what those
+# stand on, so each row lists that closure:
+#   - host (uroce_host, linked by uroce_engine: what the engines of one host
+#     share): core, transport and wire. Not the engine: the engine passes
+#     what host needs (a core::Qp, a datagram) and does the sending and the
+#     counting.
+#   - engine: host, core and transport, and wire below them.
 #   - verbs: engine and core, and below them host, wire and transport.
 #   - rdmacm: core and wire (below core); not the engine (architecture.md's
 #     narrower rule); of transport only datagram.h, for transport::IpAddress,
@@ -48,11 +55,6 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 #     only gsi.h: QP1, which carries the CM's MADs to a kernel's CM.
 # Folders the two documents' tables do not name, placed by what CMake links
 # them against and what the documents say of them elsewhere:
-#   - src/host (uroce_host, linked by uroce_engine; architecture.md "Layers":
-#     what the engines of one host share): core, transport and wire, below
-#     the engine; the engine, and verbs above it, may include it. Nothing
-#     in host names the engine: the engine passes what host needs (a
-#     core::Qp, its own counters) and does the sending.
 #   - src/rsockets: compiled into liburoce with verbs and rdmacm (which links
 #     uroce_engine), so the build would let it include anything; src/
 #     CMakeLists.txt and architecture.md ("Middleware": "on uroce's own
