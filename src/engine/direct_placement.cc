@@ -18,7 +18,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "engine/engine_qp.h"
-#include "transport/shm_transport.h"
+#include "transport/shared_file.h"
 
 namespace uroce::engine {
 
@@ -103,7 +103,7 @@ std::unique_ptr<DirectPlacement> DirectPlacement::open(HostRegistry& registry) {
   size_t slash = reg.rfind('/');
   std::string dir = slash == std::string::npos ? "." : reg.substr(0, slash);
   std::string name = slash == std::string::npos ? reg : reg.substr(slash + 1);
-  transport::ShmTransport::remove_stale_segments(dir, name + ".place.");
+  transport::remove_stale_files(dir, name + ".place.");
 
   std::string path = reg + ".place." + std::to_string(getpid()) + "." + std::to_string(registry.slot());
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

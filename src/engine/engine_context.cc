@@ -24,6 +24,7 @@
 #include "engine/xrc_target.h"
 #include "transport/capture.h"
 #include "transport/fault_injection.h"
+#include "transport/shared_file.h"
 #include "transport/shm_transport.h"
 #include "transport/udp_transport.h"
 #include "wire/headers.h"
@@ -132,7 +133,7 @@ std::unique_ptr<transport::DatagramTransport> EngineContext::with_capture(
 std::unique_ptr<transport::DatagramTransport> EngineContext::with_same_host_path(
     std::unique_ptr<transport::DatagramTransport> t, HostRegistry& registry, std::unique_ptr<HostDirectory>* out) {
   auto directory = std::make_unique<HostDirectory>(registry);
-  transport::ShmTransport::remove_stale_segments(directory->segment_dir(), directory->segment_prefix());
+  transport::remove_stale_files(directory->segment_dir(), directory->segment_prefix());
   std::unique_ptr<transport::DatagramTransport> back;
   auto shm = transport::ShmTransport::open(std::move(t), directory->own_segment(), directory.get(), &back);
   if (!shm) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "transport/shared_file.h"
 
 namespace uroce::engine {
 
@@ -23,7 +24,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x31444352584F5255ull;  // "UROXRCD1"
 
-bool process_alive(uint32_t pid) { return pid != 0 && (kill(pid_t(pid), 0) == 0 || errno != ESRCH); }
+using transport::process_alive;
 
 void spin_lock(uint32_t& word) {
   std::atomic_ref<uint32_t> lock(word);

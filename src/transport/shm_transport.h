@@ -104,10 +104,6 @@ class ShmTransport final : public DatagramTransport {
     full_drops_ = &full_drops;
   }
 
-  // Removes inbound segments in `dir` named `prefix`<pid>-… whose process is
-  // gone (left behind by killed processes).
-  static void remove_stale_segments(const std::string& dir, const std::string& prefix);
-
   struct Mapping;  // a mapped segment (shm_transport.cc)
 
  private:
