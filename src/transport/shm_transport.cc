@@ -1,7 +1,6 @@
 #include "transport/shm_transport.h"
 
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -58,17 +57,6 @@ bool reserve_pages(int fd, size_t offset, size_t len) {
   int e = posix_fallocate(fd, off_t(offset), off_t(len));
   if (e != 0) errno = e;
   return e == 0;
-}
-
-std::vector<uint32_t> local_addresses() {
-  std::vector<uint32_t> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* a = list; a; a = a->ifa_next)
-    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
-      out.push_back(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
-  freeifaddrs(list);
-  return out;
 }
 
 }  // namespace
@@ -145,7 +133,7 @@ ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string
       map_(own_->addr),
       segment_(static_cast<Segment*>(map_)),
       directory_(directory),
-      local_ips_(local_addresses()),
+      local_(LocalAddresses::snapshot()),
       in_(kRings),
       rx_copy_(size_t(64) * kMaxRecord) {
   held_.reserve(kRings);  // at most one record per ring: no allocation while receiving
@@ -155,13 +143,6 @@ ShmTransport::~ShmTransport() {
   ::unlink(path_.c_str());
   std::lock_guard lock(g_own_mu);
   own_segments().erase(path_);  // senders of this process that hold it keep it mapped
-}
-
-bool ShmTransport::is_local(const IpAddress& addr) const noexcept {
-  if (!addr.is_v4()) return false;  // IPv6 goes through the socket
-  uint32_t ip = addr.v4();
-  if ((ip >> 24) == 127) return true;
-  return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
 }
 
 // The ring into the receiver at `port` (null: not a local transport).
