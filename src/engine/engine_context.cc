@@ -26,6 +26,7 @@
 #include "transport/capture.h"
 #include "transport/envelope.h"
 #include "transport/fault_injection.h"
+#include "transport/shared_file.h"
 #include "transport/shm_transport.h"
 #include "transport/udp_transport.h"
 #include "wire/headers.h"
@@ -135,7 +136,7 @@ std::unique_ptr<transport::DatagramTransport> EngineContext::with_same_host_path
     std::unique_ptr<transport::DatagramTransport> t, host::HostRegistry& registry,
     std::unique_ptr<host::HostDirectory>* out) {
   auto directory = std::make_unique<host::HostDirectory>(registry);
-  transport::ShmTransport::remove_stale_segments(directory->segment_dir(), directory->segment_prefix());
+  transport::remove_stale_files(directory->segment_dir(), directory->segment_prefix());
   std::unique_ptr<transport::DatagramTransport> back;
   auto shm = transport::ShmTransport::open(std::move(t), directory->own_segment(), directory.get(), &back);
   if (!shm) {
@@ -456,91 +457,14 @@ EngineQp& EngineContext::relay_proxy() {
 }
 
 namespace {
-// A tombstone answers while its peer keeps retransmitting: it expires once the
-// peer has been quiet for kTombstoneQuiet, and in any case kTombstoneMaxAge
-// after the QP was destroyed; at most kMaxTombstones exist (the oldest gives
-// way). ibv_close_device waits up to kLingerMax for the quiet period (longer
-// than kTombstoneQuiet once the peer was heard resending: Tombstone::quiet).
-constexpr auto kTombstoneQuiet = std::chrono::milliseconds(30);
-constexpr auto kTombstoneIdle = std::chrono::seconds(1);
-constexpr auto kTombstoneMaxAge = std::chrono::seconds(10);
-constexpr auto kLingerMax = std::chrono::milliseconds(500);
 constexpr auto kPruneInterval = std::chrono::milliseconds(100);
-constexpr size_t kMaxTombstones = 1024;
 }  // namespace
-
-void EngineContext::add_tombstone(const EngineQp& qp) {
-  if (qp.type != IBV_QPT_RC || (qp.state() != IBV_QPS_RTR && qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD))
-    return;
-  std::lock_guard lock(tombstone_mu_);
-  if (tombstones_.size() >= kMaxTombstones) {
-    auto oldest = tombstones_.begin();
-    for (auto it = tombstones_.begin(); it != tombstones_.end(); ++it)
-      if (it->second.created < oldest->second.created) oldest = it;
-    tombstones_.erase(oldest);
-  }
-  auto now = Clock::now();
-  Clock::duration gap = std::min<Clock::duration>(2 * qp.local_ack_timeout(), kLingerMax);
-  tombstones_[qp.qp_num()] = Tombstone{qp.qp_num(),
-                                       qp.attr.dest_qp_num,
-                                       qp.resp.epsn,
-                                       qp.resp.msn,
-                                       qp.path,
-                                       now,
-                                       now,
-                                       kTombstoneQuiet,
-                                       std::max<Clock::duration>(gap, kTombstoneQuiet)};
-  have_tombstones_.store(true, std::memory_order_relaxed);
-}
-
-size_t EngineContext::tombstone_count() {
-  std::lock_guard lock(tombstone_mu_);
-  return tombstones_.size();
-}
-
-void EngineContext::prune_tombstones(Clock::time_point now) {
-  std::lock_guard lock(tombstone_mu_);
-  std::erase_if(tombstones_, [now](const auto& e) {
-    return now - e.second.last_heard >= kTombstoneIdle || now - e.second.created >= kTombstoneMaxAge;
-  });
-  have_tombstones_.store(!tombstones_.empty(), std::memory_order_relaxed);
-}
-
-bool EngineContext::answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt) {
-  std::lock_guard lock(tombstone_mu_);
-  auto it = tombstones_.find(pkt.bth().dest_qp());
-  if (it == tombstones_.end()) return false;
-  Tombstone& t = it->second;
-  // Only the connected peer is heard (as by the live QP).
-  if (d.src.ip != t.path.dst.ip || d.dst_ip != t.path.src_ip) {
-    stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  t.last_heard = Clock::now();
-  t.quiet = t.resend_gap;  // the peer resends: its next resend may be a local ACK timeout away
-  // Only duplicates of what this QP already received are acknowledged.
-  if ((pkt.info->flags & wire::kOpRequest) && !(pkt.info->flags & (wire::kOpRead | wire::kOpAtomic)) &&
-      wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
-    // As the live QP answers a duplicate: PSN ePSN - 1 (roce-facts.md §4.2).
-    build_ack(TxBatch::local(), t.path, wire::Service::kRc, t.dest_qp_num, wire::psn_add(t.epsn, wire::kPsnMask),
-              wire::kAckNoCredit, t.msn);
-  }
-  return true;
-}
 
 void EngineContext::linger() {
   if (!thread_.joinable()) return;
   auto start = Clock::now();
-  for (;;) {
-    {
-      std::lock_guard lock(tombstone_mu_);
-      auto now = Clock::now();
-      bool quiet = true;
-      for (const auto& [num, t] : tombstones_) quiet = quiet && now - t.last_heard >= t.quiet;
-      if (quiet || now - start >= kLingerMax) return;
-    }
+  for (auto now = start; !tombstones_.quiet(now) && now - start < Tombstones::kLingerMax; now = Clock::now())
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 bool EngineContext::any_timer_armed() {
@@ -719,7 +643,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (pkt.bth().dest_qp() == kGsiQpn) return gsi_receive(*this, d, pkt);
   auto it = qps_.find(pkt.bth().dest_qp());
   if (it == qps_.end()) {
-    if (!have_tombstones_.load(std::memory_order_relaxed) || !answer_tombstone(d, pkt))
+    if (!tombstones_.any() || !tombstones_.answer(d, pkt, TxBatch::local(), stats))
       stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -794,7 +718,7 @@ bool EngineContext::run_timers(Clock::time_point now) {
   tx.flush();
   if (now >= next_prune_) {
     next_prune_ = now + kPruneInterval;
-    if (have_tombstones_.load(std::memory_order_relaxed)) prune_tombstones(now);
+    if (tombstones_.any()) tombstones_.prune(now);
     if (have_kept_xrc_.load(std::memory_order_relaxed)) reclaim_xrc_targets(false);
   }
   return armed;

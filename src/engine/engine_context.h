@@ -20,6 +20,7 @@
 #include "engine/engine_qp.h"
 #include "engine/gsi.h"
 #include "engine/live_counters.h"
+#include "engine/tombstones.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
 
@@ -30,26 +31,6 @@ class DirectPlacement;
 }  // namespace uroce::host
 
 namespace uroce::engine {
-
-// What remains of a destroyed RC QP for a short while (like TCP's TIME_WAIT):
-// enough to acknowledge the peer's retransmissions of requests this QP had
-// already received, so that a peer whose last ACK was lost still completes
-// its final WQE after this side tore down (and, typically, exited).
-struct Tombstone {
-  uint32_t qp_num = 0;
-  uint32_t dest_qp_num = 0;
-  uint32_t epsn = 0;
-  uint32_t msn = 0;
-  Path path;
-  Clock::time_point created;
-  Clock::time_point last_heard;
-  // How long the peer must be silent before a closing device stops waiting:
-  // kTombstoneQuiet, and once the peer has been heard retransmitting, the
-  // QP's own local ACK timeout twice over (the peer's longest gap between
-  // resends, if it uses the same timeout: its probes double up to it).
-  Clock::duration quiet{};
-  Clock::duration resend_gap{};
-};
 
 class TxBatch;
 class ProgressPolicy;
@@ -106,8 +87,8 @@ class EngineContext : public core::Context {
   static constexpr uint32_t kMulticastQpn = 0xFFFFFF;
   int attach_mcast(EngineQp* qp, uint32_t group);
   int detach_mcast(EngineQp* qp, uint32_t group);
-  // Keeps answering duplicates for a destroyed connected QP (see Tombstone).
-  void add_tombstone(const EngineQp& qp);
+  // Keeps answering duplicates for a destroyed connected QP (tombstones.h).
+  void add_tombstone(const EngineQp& qp) { tombstones_.add(qp); }
 
   // XRC SRQ numbers: (UDP port << 8) | index (xrc_target.h). register returns
   // the number, or 0 when the context has kXrcSrqsPerContext already.
@@ -193,7 +174,7 @@ class EngineContext : public core::Context {
   // by its application (a disconnect): requests already received are
   // answered, and messages already delivered are acknowledged, first.
   void drain_received();
-  size_t tombstone_count();
+  size_t tombstone_count() { return tombstones_.count(); }
 
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
@@ -239,13 +220,7 @@ class EngineContext : public core::Context {
   std::unordered_map<uint32_t, std::vector<EngineQp*>> mcast_;  // group -> attached QPs; guarded by qps_mu_
   void leave_group_locked(uint32_t group);
   void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, std::vector<EngineQp*>& touched);
-  // Tombstones by QP number, at most kMaxTombstones, each expiring (see
-  // prune_tombstones). Guarded by tombstone_mu_.
-  std::unordered_map<uint32_t, Tombstone> tombstones_;
-  std::atomic<bool> have_tombstones_{false};
-  std::mutex tombstone_mu_;
-  bool answer_tombstone(const transport::RxDatagram& d, const wire::PacketView& pkt);
-  void prune_tombstones(Clock::time_point now);
+  Tombstones tombstones_;
   // Kept XRC targets and opened handles (guarded by xrc_mu_).
   std::mutex xrc_mu_;
   std::vector<EngineQp*> xrc_kept_;

@@ -1,8 +1,5 @@
 #include "engine/live_counters.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,6 +11,7 @@
 #include <new>
 
 #include "core/log.h"
+#include "transport/shared_file.h"
 
 namespace uroce::engine {
 
@@ -21,19 +19,6 @@ namespace {
 std::mutex claim_mu;  // claim_qp / release_qp of every engine: control path only
 
 void copy_name(char* out, size_t size, const char* in) { std::snprintf(out, size, "%s", in ? in : ""); }
-
-// Removes the files of this user's processes that are gone (killed before
-// they could remove their own).
-void remove_stale_files(const std::string& folder, const std::string& prefix) {
-  DIR* d = ::opendir(folder.c_str());
-  if (!d) return;
-  while (dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-    long pid = std::strtol(e->d_name + prefix.size(), nullptr, 10);
-    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) ::unlinkat(::dirfd(d), e->d_name, 0);
-  }
-  ::closedir(d);
-}
 }  // namespace
 
 std::unique_ptr<LiveCounters> LiveCounters::open_private() {
@@ -44,14 +29,9 @@ std::unique_ptr<LiveCounters> LiveCounters::open_private() {
 std::unique_ptr<LiveCounters> LiveCounters::open(const char* device, uint16_t lid, bool shared) {
   std::unique_ptr<LiveCounters> c;
   if (shared) {
-    remove_stale_files(folder(), prefix());
+    transport::remove_stale_files(folder(), prefix());
     std::string path = folder() + "/" + prefix() + std::to_string(getpid()) + "-" + std::to_string(lid);
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    void* map = MAP_FAILED;
-    if (fd >= 0 && ::ftruncate(fd, sizeof(Layout)) == 0)
-      map = ::mmap(nullptr, sizeof(Layout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0) ::close(fd);
-    if (map != MAP_FAILED) {
+    if (void* map = transport::create_shared_file(path, sizeof(Layout), false)) {
       // A fresh file reads as zeros: every atomic starts at 0, as constructed.
       c.reset(new (std::nothrow) LiveCounters(static_cast<Layout*>(map), sizeof(Layout), path, true));
       if (!c) {
@@ -61,7 +41,6 @@ std::unique_ptr<LiveCounters> LiveCounters::open(const char* device, uint16_t li
     } else {
       LOG_INFO("no live counters file %s (%s): UROCE_STATS=1 still prints them at exit", path.c_str(),
                std::strerror(errno));
-      if (fd >= 0) ::unlink(path.c_str());
     }
   }
   if (!c) c = open_private();

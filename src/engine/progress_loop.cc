@@ -109,7 +109,7 @@ void EngineContext::nap_for_poller() {
 // armed meanwhile (timer_armed clears deep_sleep_ and wakes the thread).
 void EngineContext::sleep_on_sockets(const ProgressPolicy& policy) {
   int timeout = int(std::chrono::duration_cast<std::chrono::milliseconds>(ProgressPolicy::kTimerTick).count());
-  bool ticking = have_tombstones_.load(std::memory_order_relaxed) || have_kept_xrc_.load(std::memory_order_relaxed);
+  bool ticking = tombstones_.any() || have_kept_xrc_.load(std::memory_order_relaxed);
   if (policy.may_sleep_deeply(Clock::now(), ticking)) {
     deep_sleep_.store(true);
     if (any_timer_armed())  // armed before the flag was seen: no deep sleep

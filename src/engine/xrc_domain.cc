@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "transport/shared_file.h"
 
 namespace uroce::engine {
 
@@ -23,7 +24,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x31444352584F5255ull;  // "UROXRCD1"
 
-bool process_alive(uint32_t pid) { return pid != 0 && (kill(pid_t(pid), 0) == 0 || errno != ESRCH); }
+using transport::process_alive;
 
 void spin_lock(uint32_t& word) {
   std::atomic_ref<uint32_t> lock(word);
@@ -214,6 +215,36 @@ struct Attempt {
 Attempt failed(int error) { return Attempt{nullptr, error, false}; }
 Attempt again() { return Attempt{nullptr, 0, true}; }
 
+// Counts this process among the openers of the mapped object `name`, which
+// it `created` or found: the creator marks it ready, a later opener waits for
+// that. An object of another build or one being removed: a retry.
+Attempt join(ScopedMapping& map, const char* name, int oflags, size_t bytes, bool created) {
+  auto* h = static_cast<XrcDomain::Header*>(map.get());
+  std::atomic_ref<uint32_t> ready(h->ready);
+  if (created) {
+    // ftruncate zero-filled the segment: zero is the free state of every
+    // slot (no lock holder, no owner).
+    h->magic = kMagic;
+    h->bytes = bytes;
+    ready.store(1, std::memory_order_release);
+  }
+  if (!wait_for_creator([&] { return ready.load(std::memory_order_acquire) != 0; })) return failed(EAGAIN);
+  if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
+    shm_unlink(name);
+    return again();
+  }
+  HeaderLock lock(h->lock);
+  if (h->removed) return again();  // its last user removed it while we opened it
+  // A domain all of whose openers died does not exist any more (the next
+  // O_CREAT open takes it over; target slots and SRQ entries of the dead are
+  // reclaimed as they are needed).
+  bool exists = prune_dead(h) > 0;
+  if (!created && !exists && !(oflags & O_CREAT)) return failed(EAGAIN);
+  if (!created && exists && (oflags & O_EXCL)) return failed(EINVAL);
+  if (!add_opener(h)) return failed(ENOMEM);
+  return Attempt{map.release(), 0, false};
+}
+
 // Opens the object `name`, creating it (sized to `bytes`, zero-filled) when
 // it does not exist and `oflags` has O_CREAT.
 Attempt attach(const char* name, int oflags, size_t bytes) {
@@ -253,30 +284,7 @@ Attempt attach(const char* name, int oflags, size_t bytes) {
   if (size == 0) return failed(EAGAIN);
   ScopedMapping map(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shm.get(), 0), bytes);
   if (!map.get()) return failed(ENOMEM);
-  auto* h = static_cast<XrcDomain::Header*>(map.get());
-  std::atomic_ref<uint32_t> ready(h->ready);
-  if (created) {
-    // ftruncate zero-filled the segment: zero is the free state of every
-    // slot (no lock holder, no owner).
-    h->magic = kMagic;
-    h->bytes = bytes;
-    ready.store(1, std::memory_order_release);
-  }
-  if (!wait_for_creator([&] { return ready.load(std::memory_order_acquire) != 0; })) return failed(EAGAIN);
-  if (h->magic != kMagic || h->bytes != bytes) {  // left behind by another build
-    shm_unlink(name);
-    return again();
-  }
-  HeaderLock lock(h->lock);
-  if (h->removed) return again();  // its last user removed it while we opened it
-  // A domain all of whose openers died does not exist any more (the next
-  // O_CREAT open takes it over; target slots and SRQ entries of the dead are
-  // reclaimed as they are needed).
-  bool exists = prune_dead(h) > 0;
-  if (!created && !exists && !(oflags & O_CREAT)) return failed(EAGAIN);
-  if (!created && exists && (oflags & O_EXCL)) return failed(EINVAL);
-  if (!add_opener(h)) return failed(ENOMEM);
-  return Attempt{map.release(), 0, false};
+  return join(map, name, oflags, bytes, created);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "host/direct_placement.h"
 
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -17,7 +16,7 @@
 
 #include "core/limits.h"
 #include "core/log.h"
-#include "transport/shm_transport.h"
+#include "transport/shared_file.h"
 
 namespace uroce::host {
 
@@ -102,7 +101,7 @@ std::unique_ptr<DirectPlacement> DirectPlacement::open(HostRegistry& registry) {
   size_t slash = reg.rfind('/');
   std::string dir = slash == std::string::npos ? "." : reg.substr(0, slash);
   std::string name = slash == std::string::npos ? reg : reg.substr(slash + 1);
-  transport::ShmTransport::remove_stale_segments(dir, name + ".place.");
+  transport::remove_stale_files(dir, name + ".place.");
 
   std::string path = reg + ".place." + std::to_string(getpid()) + "." + std::to_string(registry.slot());
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -132,15 +131,12 @@ std::unique_ptr<DirectPlacement> DirectPlacement::open(HostRegistry& registry) {
 }
 
 DirectPlacement::DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own)
-    : registry_(registry), path_(std::move(path)), fd_(fd), own_(own), peers_(kLastHostSlot + 1) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a; a = a->ifa_next)
-      if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
-        local_ips_.push_back(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
-    freeifaddrs(list);
-  }
-}
+    : registry_(registry),
+      path_(std::move(path)),
+      fd_(fd),
+      own_(own),
+      local_(transport::LocalAddresses::snapshot()),
+      peers_(kLastHostSlot + 1) {}
 
 DirectPlacement::~DirectPlacement() {
   // Peers that still map the (unlinked) window must not place into memory
@@ -154,13 +150,6 @@ DirectPlacement::~DirectPlacement() {
   ::unlink(path_.c_str());
   munmap(own_, sizeof(Window));
   close(fd_);
-}
-
-bool DirectPlacement::is_local(const transport::IpAddress& addr) const noexcept {
-  if (!addr.is_v4()) return false;  // IPv6 peers of this host are reached by packets
-  uint32_t ip = addr.v4();
-  if ((ip >> 24) == 127) return true;
-  return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
 }
 
 // --- target side -------------------------------------------------------------
@@ -297,13 +286,13 @@ std::shared_ptr<DirectPlacement::Peer> DirectPlacement::peer_for(unsigned slot) 
 }
 
 bool DirectPlacement::reachable(const transport::IpAddress& dst_ip, uint32_t dest_qpn) noexcept {
-  if (!is_local(dst_ip)) return false;
+  if (!local_.contains(dst_ip)) return false;
   std::shared_ptr<Peer> peer = peer_for(qpn_slot(dest_qpn));
   return peer && peer->alive();
 }
 
 bool DirectPlacement::place(const Op& op) noexcept {
-  if (op.len == 0 || (op.rkey >> 8) == 0 || !is_local(op.dst_ip)) return false;
+  if (op.len == 0 || (op.rkey >> 8) == 0 || !local_.contains(op.dst_ip)) return false;
   std::shared_ptr<Peer> peer = peer_for(qpn_slot(op.dest_qpn));
   if (!peer || !peer->alive()) {
     declined_.fetch_add(1, std::memory_order_relaxed);

@@ -54,6 +54,7 @@
 #include "host/copy_helper.h"
 #include "host/host_registry.h"
 #include "transport/datagram.h"
+#include "transport/local_addresses.h"
 
 namespace uroce::host {
 
@@ -113,7 +114,6 @@ class DirectPlacement final : public core::MrObserver {
   DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own);
   std::shared_ptr<Peer> peer_for(unsigned slot) noexcept;
   std::shared_ptr<Peer> attach(unsigned slot, uint32_t pid) noexcept;
-  bool is_local(const transport::IpAddress& ip) const noexcept;  // IPv4 only
   void wait_for_placers() noexcept;
   std::string window_path(uint32_t pid, unsigned slot) const;
 
@@ -121,7 +121,7 @@ class DirectPlacement final : public core::MrObserver {
   std::string path_;
   int fd_;
   Window* own_;
-  std::vector<uint32_t> local_ips_;
+  transport::LocalAddresses local_;
   std::mutex peers_mu_;  // guards peers_ (attach and lookup; the copy runs outside)
   std::vector<std::shared_ptr<Peer>> peers_;
   std::atomic<uint64_t> writes_{0}, reads_{0}, bytes_{0}, declined_{0};

@@ -165,63 +165,72 @@ void FaultyTransport::enter_link(Copy&& c, Clock::time_point now) {
   hold(std::move(c));
 }
 
+FaultyTransport::Outgoing::Outgoing(size_t burst) {
+  out.reserve(2 * burst);
+  copies.reserve(2 * burst);
+  copy_iov.reserve(2 * burst);
+}
+
+void FaultyTransport::Outgoing::send_copy(Copy&& c) {
+  copies.push_back(std::move(c));
+  out.push_back(datagram_of(copies.back(), &copy_iov.emplace_back()));
+}
+
+FaultyTransport::Fate FaultyTransport::draw_fate() {
+  if (next_uniform() < spec_.loss) return {true, false, false, false};
+  bool corrupt = next_uniform() < spec_.corrupt;
+  bool dup = next_uniform() < spec_.dup;
+  bool reorder = next_uniform() < spec_.reorder;
+  return {false, corrupt, dup, reorder};
+}
+
+void FaultyTransport::inject_slow_link(const TxDatagram& d, Fate f, Clock::time_point now) {
+  Copy c = copy_of(d);
+  if (f.corrupt) flip_bit(c);
+  if (f.reorder) hold_back(c, now);
+  enter_link(std::move(c), now);
+  if (f.dup) {
+    counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    enter_link(copy_of(d), now);
+  }
+}
+
+void FaultyTransport::inject_direct(TxDatagram& d, Fate f, Clock::time_point now, Outgoing& o) {
+  if (f.corrupt || f.reorder) {
+    Copy c = copy_of(d);
+    if (f.corrupt) flip_bit(c);
+    if (f.reorder) {
+      hold_back(c, now);
+      hold(std::move(c));
+    } else {
+      o.send_copy(std::move(c));
+    }
+  } else {
+    o.out.push_back(d);
+  }
+  if (f.dup) {
+    o.send_copy(copy_of(d));
+    counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 size_t FaultyTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   try {
     std::lock_guard lock(mu_);
     auto now = Clock::now();
-    // What leaves now, in the burst's order: a corrupted datagram in its own
-    // place and a duplicate right behind its original (only `reorder` moves
-    // one). Copies and their iovecs are reserved up front: `out` points into them.
-    std::vector<TxDatagram> out;
-    std::vector<Copy> copies;
-    std::vector<iovec> copy_iov;
-    out.reserve(2 * burst.size());
-    copies.reserve(2 * burst.size());
-    copy_iov.reserve(2 * burst.size());
-    auto send_copy = [&](Copy c) {
-      copies.push_back(std::move(c));
-      out.push_back(datagram_of(copies.back(), &copy_iov.emplace_back()));
-    };
+    Outgoing o(burst.size());
     for (TxDatagram& d : burst) {
       counters_.sent.fetch_add(1, std::memory_order_relaxed);
-      if (next_uniform() < spec_.loss) {
+      Fate f = draw_fate();
+      if (f.lost) {
         counters_.lost.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      bool corrupt = next_uniform() < spec_.corrupt;
-      bool dup = next_uniform() < spec_.dup;
-      bool reorder = next_uniform() < spec_.reorder;
-      if (spec_.slow_link()) {
-        // Through the slow link, in order (a reordered datagram holds back the
-        // ones behind it too).
-        Copy c = copy_of(d);
-        if (corrupt) flip_bit(c);
-        if (reorder) hold_back(c, now);
-        enter_link(std::move(c), now);
-        if (dup) {
-          counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
-          enter_link(copy_of(d), now);
-        }
-        continue;
-      }
-      if (corrupt || reorder) {
-        Copy c = copy_of(d);
-        if (corrupt) flip_bit(c);
-        if (reorder) {
-          hold_back(c, now);
-          hold(std::move(c));
-        } else {
-          send_copy(std::move(c));
-        }
+      } else if (spec_.slow_link()) {
+        inject_slow_link(d, f, now);
       } else {
-        out.push_back(d);
-      }
-      if (dup) {
-        send_copy(copy_of(d));
-        counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
+        inject_direct(d, f, now, o);
       }
     }
-    if (!out.empty()) inner_->send_burst(out);
+    if (!o.out.empty()) inner_->send_burst(o.out);
     release_due(now);
   } catch (...) {
     // Out of memory while copying: the burst counts as lost, as on a network.

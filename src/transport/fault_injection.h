@@ -89,8 +89,28 @@ class FaultyTransport final : public DatagramTransport {
     Clock::time_point due;
     uint16_t segment_size = 0;  // a GSO message's (latency alone: see FaultSpec::per_packet)
   };
+  // What befalls one datagram, drawn in this order from the seeded stream.
+  struct Fate {
+    bool lost, corrupt, dup, reorder;
+  };
+  // The datagrams that leave now, in the burst's order, and the copies they
+  // point into (reserved up front so that the pointers stay valid).
+  struct Outgoing {
+    explicit Outgoing(size_t burst);
+    void send_copy(Copy&& c);
+    std::vector<TxDatagram> out;
+    std::vector<Copy> copies;
+    std::vector<iovec> copy_iov;
+  };
   static uint64_t mix64(uint64_t z);
   double next_uniform();  // caller holds mu_
+  Fate draw_fate();       // caller holds mu_
+  // `d` through the slow link, in order (a reordered datagram holds back the
+  // ones behind it too). Caller holds mu_.
+  void inject_slow_link(const TxDatagram& d, Fate f, Clock::time_point now);
+  // `d` straight to the inner transport: a corrupted datagram in its own place,
+  // a duplicate right behind its original; only `reorder` moves one. Caller holds mu_.
+  void inject_direct(TxDatagram& d, Fate f, Clock::time_point now, Outgoing& o);
   Copy copy_of(const TxDatagram& d) const;
   void flip_bit(Copy& c);  // caller holds mu_
   // The datagram that sends `c` through `*iov` (both must outlive the send).

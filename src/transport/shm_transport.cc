@@ -1,19 +1,18 @@
 #include "transport/shm_transport.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
 #include "transport/envelope.h"
+#include "transport/shared_file.h"
 
 namespace uroce::transport {
 
@@ -60,17 +59,6 @@ bool reserve_pages(int fd, size_t offset, size_t len) {
   return e == 0;
 }
 
-std::vector<uint32_t> local_addresses() {
-  std::vector<uint32_t> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* a = list; a; a = a->ifa_next)
-    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
-      out.push_back(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
-  freeifaddrs(list);
-  return out;
-}
-
 }  // namespace
 
 // A mapping of a segment, unmapped when its last user lets go.
@@ -106,23 +94,14 @@ std::shared_ptr<ShmTransport::Mapping> own_segment(const std::string& path) {
 std::unique_ptr<ShmTransport> ShmTransport::open(std::unique_ptr<DatagramTransport> inner, std::string segment,
                                                  ShmDirectory* directory,
                                                  std::unique_ptr<DatagramTransport>* inner_back) {
-  int fd = ::open(segment.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  void* map = MAP_FAILED;
   // A sparse file: only the pages written here (header, ring headers) are
-  // allocated now, each sender allocates its ring's (reserve_pages). Pages
-  // are allocated before they are touched, so that a full /dev/shm is an
-  // error here rather than a SIGBUS later.
-  if (fd >= 0 && ftruncate(fd, off_t(kSegmentBytes)) == 0 && reserve_pages(fd, 0, kSegmentHeader)) {
-    bool ok = true;
-    for (unsigned i = 0; i < kRings && ok; ++i) ok = reserve_pages(fd, ring_offset(i), ShmRing::kHeaderBytes);
-    if (ok) map = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  int err = errno;
-  if (fd >= 0) ::close(fd);
-  if (map == MAP_FAILED) {
-    if (fd >= 0) ::unlink(segment.c_str());
+  // allocated now, each sender allocates its ring's (reserve_pages).
+  std::array<ByteRange, kRings + 1> written;
+  written[0] = {0, kSegmentHeader};
+  for (unsigned i = 0; i < kRings; ++i) written[i + 1] = {ring_offset(i), ShmRing::kHeaderBytes};
+  void* map = create_shared_file(segment, kSegmentBytes, true, written);
+  if (!map) {
     *inner_back = std::move(inner);
-    errno = err ? err : EIO;
     return nullptr;
   }
   auto* seg = static_cast<Segment*>(map);  // a new file: zero, as the words start
@@ -154,7 +133,7 @@ ShmTransport::ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string
       map_(own_->addr),
       segment_(static_cast<Segment*>(map_)),
       directory_(directory),
-      local_ips_(local_addresses()),
+      local_(LocalAddresses::snapshot()),
       in_(kRings),
       rx_copy_(size_t(64) * kMaxRecord) {
   held_.reserve(kRings);  // at most one record per ring: no allocation while receiving
@@ -164,24 +143,6 @@ ShmTransport::~ShmTransport() {
   ::unlink(path_.c_str());
   std::lock_guard lock(g_own_mu);
   own_segments().erase(path_);  // senders of this process that hold it keep it mapped
-}
-
-void ShmTransport::remove_stale_segments(const std::string& dir, const std::string& prefix) {
-  DIR* d = opendir(dir.c_str());
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-    long pid = std::strtol(e->d_name + prefix.size(), nullptr, 10);
-    if (pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + e->d_name).c_str());
-  }
-  closedir(d);
-}
-
-bool ShmTransport::is_local(const IpAddress& addr) const noexcept {
-  if (!addr.is_v4()) return false;  // IPv6 goes through the socket
-  uint32_t ip = addr.v4();
-  if ((ip >> 24) == 127) return true;
-  return std::find(local_ips_.begin(), local_ips_.end(), ip) != local_ips_.end();
 }
 
 // The ring into the receiver at `port` (null: not a local transport).

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "transport/datagram.h"
+#include "transport/local_addresses.h"
 #include "transport/shm_ring.h"
 
 namespace uroce::transport {
@@ -104,10 +105,6 @@ class ShmTransport final : public DatagramTransport {
     full_drops_ = &full_drops;
   }
 
-  // Removes inbound segments in `dir` named `prefix`<pid>-… whose process is
-  // gone (left behind by killed processes).
-  static void remove_stale_segments(const std::string& dir, const std::string& prefix);
-
   struct Mapping;  // a mapped segment (shm_transport.cc)
 
  private:
@@ -128,10 +125,11 @@ class ShmTransport final : public DatagramTransport {
 
   ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, std::shared_ptr<Mapping> own,
                ShmDirectory* directory);
-  bool is_local(const IpAddress& ip) const noexcept;  // IPv4 only
   Outbound* outbound_for(uint16_t port) noexcept;
   // The ring a datagram to `dst` goes into (null: it goes to the socket).
-  Outbound* outbound_to(const Endpoint& dst) noexcept { return is_local(dst.ip) ? outbound_for(dst.port) : nullptr; }
+  Outbound* outbound_to(const Endpoint& dst) noexcept {
+    return local_.contains(dst.ip) ? outbound_for(dst.port) : nullptr;
+  }
   bool push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags = 0) noexcept;
   bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,
                     unsigned n, uint32_t align_at) noexcept;
@@ -145,7 +143,7 @@ class ShmTransport final : public DatagramTransport {
   void* map_;
   Segment* segment_;
   ShmDirectory* directory_;
-  std::vector<uint32_t> local_ips_;
+  LocalAddresses local_;
   // Outbound rings by destination port; the map's lock guards lookups and
   // insertions, each ring its own pushes.
   std::mutex out_mu_;
