@@ -4,6 +4,7 @@
 #include "engine/tx_batch.h"
 #include "host/host_registry.h"
 #include "host/host_relay.h"
+#include "transport/envelope.h"
 
 namespace uroce::engine {
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "transport/envelope.h"
+
 namespace uroce::host {
 
 namespace {

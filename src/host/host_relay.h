@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "transport/datagram.h"
-#include "transport/envelope.h"
 
 namespace uroce::host {
 

@@ -16,6 +16,7 @@
 
 #include "engine_harness.h"
 #include "host/host_registry.h"
+#include "transport/envelope.h"
 
 namespace uroce::engine::test {
 namespace {
