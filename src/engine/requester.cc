@@ -4,7 +4,7 @@
 // into path-MTU packets. It stops when the PSN window is full, when a READ
 // has no initiator credit left (max_rd_atomic), when a fenced WQE waits for
 // earlier READs, or while an RNR NAK's timer runs. The completer moves it
-// back (requester_rewind) for go-back-N retransmission.
+// back (RequesterLink::rewind) for go-back-N retransmission.
 #include <endian.h>
 #include <sys/uio.h>
 
@@ -437,9 +437,10 @@ bool run_local_op(EngineQp& qp, core::SendWqe& w) {
   return true;
 }
 
-}  // namespace
-
-core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
+// The started, not yet completed WQE holding `psn` (the first in send-queue
+// order), or null; `*index` is its position, or else where the search ended
+// (the first WQE not started yet).
+core::SendWqe* wqe_holding(EngineQp& qp, uint32_t psn, uint32_t* index) {
   uint32_t i = qp.sq.retired;
   for (; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
@@ -453,12 +454,13 @@ core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
   return nullptr;
 }
 
-void requester_rewind(EngineQp& qp, uint32_t psn) {
+// Go-back-N: the next request packet sent will be `psn` again.
+void rewind_to(EngineQp& qp, uint32_t psn) {
   // Acknowledged PSNs are never sent again (a late NAK may name one).
   if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
   qp.timers.rtt.active = false;  // Karn: a resent packet's ACK times nothing
   uint32_t i;
-  if (const core::SendWqe* w = requester_wqe_at(qp, psn, &i)) {
+  if (const core::SendWqe* w = wqe_holding(qp, psn, &i)) {
     qp.req.index = i;
     qp.req.offset = uint32_t(wire::psn_diff(psn, w->first_psn)) * qp.path.mtu;
     qp.req.psn = psn;
@@ -475,38 +477,53 @@ void requester_rewind(EngineQp& qp, uint32_t psn) {
   }
 }
 
-void requester_read_done(EngineQp& qp) {
-  if (qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
-  requester_read_part_done(qp);
-}
+// The next request packet sent carries AckReq (a tail-loss probe).
+void force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
 
-void requester_read_part_done(EngineQp& qp) {
-  if (qp.req.read_requests > 0) --qp.req.read_requests;
-}
+}  // namespace
 
-void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
+// --- the completer's requests (roles.h, RequesterLink) ---------------------------
 
-void requester_resend_one(EngineQp& qp, uint32_t psn, TxBatch& tx) {
-  const RequesterState before = qp.req;
-  requester_rewind(qp, psn);
-  if (qp.req.psn != psn) return;  // not outstanding
-  requester_force_ack_req(qp);
-  qp.req.single_packet = true;
-  requester_run(qp, tx);
-  qp.req.single_packet = false;
-  if (wire::psn_diff(before.psn, qp.req.psn) <= 0) return;
+void RequesterLink::resume() const { requester_run(qp_, tx_); }
+
+void RequesterLink::rewind(uint32_t psn) const { rewind_to(qp_, psn); }
+
+void RequesterLink::resend_one(uint32_t psn) const {
+  const RequesterState before = qp_.req;
+  rewind_to(qp_, psn);
+  if (qp_.req.psn != psn) return;  // not outstanding
+  force_ack_req(qp_);
+  qp_.req.single_packet = true;
+  requester_run(qp_, tx_);
+  qp_.req.single_packet = false;
+  if (wire::psn_diff(before.psn, qp_.req.psn) <= 0) return;
   // The packets after it are still in flight: back to where the requester was.
-  qp.req.index = before.index;
-  qp.req.offset = before.offset;
-  qp.req.psn = before.psn;
-  qp.req.pkts_since_ack_req = before.pkts_since_ack_req;
+  qp_.req.index = before.index;
+  qp_.req.offset = before.offset;
+  qp_.req.psn = before.psn;
+  qp_.req.pkts_since_ack_req = before.pkts_since_ack_req;
 }
 
-void requester_catch_up(EngineQp& qp) {
+void RequesterLink::catch_up() const {
   // An ACK may acknowledge packets the requester was about to resend after a
   // rewind; never resend what is already acknowledged.
-  if (wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) < 0) requester_rewind(qp, qp.comp.unacked_psn);
+  if (wire::psn_diff(qp_.req.psn, qp_.comp.unacked_psn) < 0) rewind_to(qp_, qp_.comp.unacked_psn);
 }
+
+void RequesterLink::read_done() const {
+  if (qp_.req.reads_outstanding > 0) --qp_.req.reads_outstanding;
+  read_part_done();
+}
+
+void RequesterLink::read_part_done() const {
+  if (qp_.req.read_requests > 0) --qp_.req.read_requests;
+}
+
+uint32_t RequesterLink::next_psn() const { return qp_.req.psn; }
+
+uint32_t RequesterLink::sent_end() const { return qp_.req.psn_end; }
+
+bool RequesterLink::reads_outstanding() const { return qp_.req.reads_outstanding > 0; }
 
 namespace {
 
