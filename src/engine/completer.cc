@@ -529,6 +529,7 @@ void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   shrink_window(qp);
   ++qp.timers.backoff;
+  qp.delivery.recheck();  // a same-host peer may have gone away
   go_back_n(qp, tx);
   restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }

@@ -65,10 +65,11 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   if (int e = apply_modify(a, mask)) return e;
   ibv_qp_state after = state();
 
-  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD)
-    path = resolve_connected_path(*engine(), attr);
+  bool path_changed = (mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD;
+  if (path_changed) path = resolve_connected_path(*engine(), attr);
   // UD: no connected path; messages go by address handle, one packet each.
   if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
+  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR)) delivery.decide(*engine(), *this);
   if (DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this);
   counters->state.store(after, std::memory_order_relaxed);
   counters->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
