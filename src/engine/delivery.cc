@@ -9,8 +9,8 @@ namespace uroce::engine {
 void Delivery::decide(EngineContext& engine, const EngineQp& qp) {
   transport_ = &engine.transport();
   dst_ = qp.path.dst;
-  bool connected = qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC;
-  placement_ = connected ? engine.placement() : nullptr;
+  bool rc_or_uc = qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC;
+  placement_ = rc_or_uc ? engine.placement() : nullptr;
   jumbo_allowed_ = qp.type == IBV_QPT_RC && core::config().shm_jumbo;
   if (qp.type == IBV_QPT_UD) {
     transport_ = nullptr;  // by address handle: nothing to decide

@@ -504,7 +504,7 @@ void requester_catch_up(EngineQp& qp) {
 
 namespace {
 
-// READ and atomic requests a QP may have unanswered (IBA 9.5: max_rd_atomic).
+// READ and atomic requests a QP may have unanswered (max_rd_atomic, its initiator depth).
 uint32_t max_reads(const EngineQp& qp) { return qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1; }
 
 enum class Start { kSend, kPlaced, kStop };
@@ -566,6 +566,7 @@ void plan_jumbo(EngineQp& qp, const core::SendWqe& w, uint32_t senders, Step& st
   step.jumbo = true;
 }
 
+// The next step of the started WQE `w` under the QP's Delivery.
 Step plan_step(EngineQp& qp, core::SendWqe& w) {
   uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
   Step step;
