@@ -661,6 +661,7 @@ void ack_timeout(EngineQp& qp, const RequesterLink& req) {
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
   shrink_window(qp, req);
   ++qp.timers.backoff;
+  qp.delivery.recheck();  // a same-host peer may have gone away
   go_back_n(qp, req);
   restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }

@@ -16,6 +16,7 @@
 
 #include "core/limits.h"
 #include "core/qp.h"
+#include "engine/delivery.h"
 #include "engine/live_counters.h"
 #include "transport/datagram.h"
 #include "wire/icrc.h"
@@ -81,10 +82,6 @@ struct RequesterState {
   bool counted_sending = false;  // counted in EngineContext::senders()
   bool single_packet = false;    // RequesterLink::resend_one: the run sends one packet
   bool jumbo_sent = false;       // by the current post (requester_after_post)
-  // Whether the path goes through shared memory (requester_post), asked of
-  // the transport every kThroughMemoryRecheck posts.
-  bool through_memory = false;
-  uint32_t through_memory_posts = 0;  // posts until it is asked again
 };
 
 // The congestion window of a path through a socket, in PSNs (completer.cc,
@@ -256,6 +253,7 @@ class EngineQp : public core::Qp {
   EngineContext* engine() const;
 
   Path path;
+  Delivery delivery;  // how requests reach the peer, decided at RTR (delivery.h)
   RequesterState req;
   CompleterState comp;
   ResponderState resp;
