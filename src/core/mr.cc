@@ -14,6 +14,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/mr_access.h"
+#include "core/remote_access.h"
 #include "core/work_queue.h"
 
 namespace uroce::core {
@@ -279,12 +280,10 @@ KeyCheck MrTable::check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t
   if (!mr || mr->ibmr.lkey != key) return KeyCheck::kBadKey;
   if (mr->is_window && (!mr->bound || !remote)) return KeyCheck::kBadKey;  // windows: bound, remote keys only
   if (mr->is_window && mr->bound_qpn != 0 && mr->bound_qpn != qpn) return KeyCheck::kBadKey;  // type 2: its QP only
-  if (pd && mr->pd != pd) return KeyCheck::kPdMismatch;
-  uint64_t base = remote ? mr->iova : mr->local_base();
-  if (va < base || len > mr->length || va - base > mr->length - len) return KeyCheck::kOutOfBounds;
-  if ((mr->access & need) != need) return KeyCheck::kNoPermission;
-  *out = mr;
-  return KeyCheck::kOk;
+  RegionGrant grant{mr->ibmr.lkey, mr->pd->id, remote ? mr->iova : mr->local_base(), mr->length, mr->access};
+  KeyCheck c = check_grant(grant, key, pd ? pd->id : grant.pd, va, len, need);  // no PD: any
+  if (c == KeyCheck::kOk) *out = mr;
+  return c;
 }
 
 KeyCheck MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,

@@ -1,9 +1,17 @@
 // Completer (IBA 9.7.5.1, rxe_comp.c): ACK/NAK/READ responses -> send
-// completions, plus the local ACK timeout and the RNR timer.
+// completions, plus the local ACK timeout, the RNR timer, the tail-loss
+// probes and the congestion window.
+//
+// Each response walks an explicit state machine (CompState); every state is
+// one small function named after the IBA check it performs or the outcome it
+// produces. The completer asks things of the requester only through the QP's
+// RequesterLink (roles.h).
 #include <algorithm>
+#include <iterator>
 
 #include "core/context.h"
 #include "core/cq.h"
+#include "core/log.h"
 #include "core/wr_opcode.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
@@ -14,6 +22,8 @@ namespace uroce::engine {
 namespace {
 
 using wire::Operation;
+
+// --- retries and resends ---------------------------------------------------------
 
 // RNR NAK timer codes in microseconds (roce-facts §2.4).
 constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
@@ -29,6 +39,34 @@ bool take_retry(uint8_t count, uint8_t& left) {
   --left;
   return true;
 }
+
+core::SendWqe* oldest_pending(EngineQp& qp) {
+  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
+    core::SendWqe& w = qp.sq.at(i);
+    if (!w.completed) return &w;
+  }
+  return nullptr;
+}
+
+// The PSN of the first response a started READ or atomic `w` still awaits.
+uint32_t first_missing(const EngineQp& qp, const core::SendWqe& w) {
+  return wire::psn_add(w.first_psn, qp.comp.read_offset / qp.path.mtu);
+}
+
+// A resend: a go-back-N, a probe or an RNR retry.
+void count_retransmit(EngineQp& qp) {
+  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
+  qp.count(&QpCounters::retransmits);
+}
+
+// The oldest WQE fails with `status`; the QP goes to ERR, which flushes the
+// others (IBA 10.3.1).
+void fail_oldest(EngineQp& qp, ibv_wc_status status) {
+  if (core::SendWqe* w = oldest_pending(qp)) complete_send_wqe(qp, *w, status);
+  qp.enter_error();
+}
+
+// --- the local ACK timer and the tail-loss probes --------------------------------
 
 // A request is outstanding while a started WQE awaits its acknowledgement or
 // response. (Not `unacked_psn != req.psn`: after a rewind the requester's PSN
@@ -96,86 +134,26 @@ void sample_rtt(EngineQp& qp, uint32_t psn, Clock::time_point now) {
   t.srtt = (7 * t.srtt + rtt) / 8;
 }
 
-// `acked` more PSNs acknowledged: the congestion window grows (slow start
-// below ssthresh, else +1 per window's worth), up to kMaxCwnd.
-void grow_window(CompleterState& c, uint32_t acked) {
-  if (c.recovering && wire::psn_diff(c.unacked_psn, c.recover_psn) >= 0) c.recovering = false;
-  if (c.cwnd < c.ssthresh) {
-    c.cwnd = std::min(c.cwnd + acked, c.ssthresh);
-  } else {
-    c.cwnd_credit += acked;
-    if (c.cwnd_credit >= c.cwnd) {
-      c.cwnd_credit -= c.cwnd;
-      ++c.cwnd;
-    }
-  }
-  c.cwnd = std::min(c.cwnd, kMaxCwnd);
-}
-
-// A loss (sequence NAK, local ACK timeout): the window halves, once for
-// all the losses of one window (those before recover_psn, the PSN the
-// requester had reached), as TCP's NewReno. Half of what was in flight
-// rather than of cwnd (RFC 5681's FlightSize), since slow start may have
-// grown cwnd far past what the path holds by the time the loss is known
-// (but not below half of kInitialCwnd for a QP with less in flight).
-void shrink_window(EngineQp& qp) {
-  CompleterState& c = qp.comp;
-  if (c.recovering) return;
-  uint32_t in_flight = uint32_t(std::max(wire::psn_diff(qp.req.psn_end, c.unacked_psn), 0));
-  c.ssthresh = std::max(std::min(c.cwnd, std::max(in_flight, kInitialCwnd)) / 2, kMinCwnd);
-  c.cwnd = c.ssthresh;
-  c.cwnd_credit = 0;
-  c.recovering = true;
-  c.recover_psn = qp.req.psn_end;
-}
-
-// A sequence NAK. Within a recovery, a NAK for a later PSN than the last one
-// means a resent packet was lost in turn (the responder took the resends up to
-// it: the originals behind the first loss had reached it, and been discarded,
-// before them): the queue that dropped the first is still full, and the window
-// halves again, as TCP's does when a retransmission is lost.
-void shrink_window_on_nak(EngineQp& qp, uint32_t psn) {
-  CompleterState& c = qp.comp;
-  if (c.recovering && wire::psn_diff(psn, c.nak_psn) > 0) c.recovering = false;
-  c.nak_psn = psn;
-  shrink_window(qp);
-}
-
-}  // namespace
-
-void completer_receive_cnp(EngineQp& qp) {
-  qp.engine()->stats.rx_cnps.fetch_add(1, std::memory_order_relaxed);
-  if (qp.type == IBV_QPT_RC || qp.type == IBV_QPT_XRC_SEND) shrink_window(qp);
-}
-
-namespace {
-
-core::SendWqe* oldest_pending(EngineQp& qp) {
-  for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
-    core::SendWqe& w = qp.sq.at(i);
-    if (!w.completed) return &w;
-  }
-  return nullptr;
-}
-
-// A resend: a go-back-N, a probe or an RNR retry.
-void count_retransmit(EngineQp& qp) {
-  qp.engine()->stats.tx_retransmits.fetch_add(1, std::memory_order_relaxed);
-  qp.count(&QpCounters::retransmits);
+// Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
+void progress(EngineQp& qp, Clock::time_point now) {
+  qp.timers.backoff = 0;
+  qp.comp.retry_left = qp.attr.retry_cnt;
+  qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+  qp.comp.rewound = false;
+  restart_timer(qp, now);
 }
 
 // Resends from the oldest unacknowledged PSN (or the first missing READ
 // response).
-void go_back_n(EngineQp& qp, TxBatch& tx) {
+void go_back_n(EngineQp& qp, const RequesterLink& req) {
   count_retransmit(qp);
   qp.timers.probe_open = false;  // duplicates answered from here on are the window's
   qp.comp.rewound = false;
   core::SendWqe* w = oldest_pending(qp);
   uint32_t from = qp.comp.unacked_psn;
-  if (w && core::is_read_or_atomic(w->opcode) && w->started)
-    from = wire::psn_add(w->first_psn, qp.comp.read_offset / qp.path.mtu);
-  requester_rewind(qp, from);
-  requester_run(qp, tx);
+  if (w && core::is_read_or_atomic(w->opcode) && w->started) from = first_missing(qp, *w);
+  req.rewind(from);
+  req.resume();
 }
 
 // The previous probe was acknowledged and drew no second ACK: it was needed
@@ -205,17 +183,17 @@ void note_needed_probe(QpTimers& t, uint32_t unacked_psn) {
 // answers a 64 KiB READ after ~7 ms) adds work it must do before it can
 // answer, and re-sent windows of READs livelocked it. Their losses are found
 // by a sequence NAK (a later request arrived), by a response past a gap
-// (on_read_response), by an ACK past the READ (acknowledge_before), and
+// (read_gap), by an ACK past the READ (acknowledge_before), and
 // otherwise by the local ACK timeout (IBA 9.7.6.1.3), as on a NIC.
-void probe_tail(EngineQp& qp, TxBatch& tx) {
-  if (qp.req.reads_outstanding > 0) return;
+void probe_tail(EngineQp& qp, const RequesterLink& req) {
+  if (req.reads_outstanding()) return;
   const bool first = qp.timers.probes++ == 0;
-  const uint32_t psn = first ? wire::psn_add(qp.req.psn, wire::kPsnMask) : qp.comp.unacked_psn;  // newest: req.psn - 1
+  const uint32_t psn = first ? wire::psn_add(req.next_psn(), wire::kPsnMask) : qp.comp.unacked_psn;  // the newest
   count_retransmit(qp);
   note_needed_probe(qp.timers, qp.comp.unacked_psn);
   qp.timers.probe_psn = psn;
   qp.timers.probe_open = true;
-  requester_resend_one(qp, psn, tx);
+  req.resend_one(psn);
 }
 
 // A plain ACK that acknowledges nothing new but covers the last probe's PSN
@@ -233,22 +211,117 @@ void note_spurious_probe(EngineQp& qp, const wire::PacketView& pkt) {
   t.probe_floor = std::min(2 * t.probe_floor, kMaxProbeFloor);
 }
 
-// Forward progress: the retry budget is restored (as rxe's reset_retry_counters).
-void progress(EngineQp& qp, Clock::time_point now) {
-  qp.timers.backoff = 0;
-  qp.comp.retry_left = qp.attr.retry_cnt;
-  qp.comp.rnr_retry_left = qp.attr.rnr_retry;
-  qp.comp.rewound = false;
-  restart_timer(qp, now);
+// --- the congestion window -------------------------------------------------------
+
+// `acked` more PSNs acknowledged: the congestion window grows (slow start
+// below ssthresh, else +1 per window's worth), up to kMaxCwnd.
+void grow_window(CompleterState& c, uint32_t acked) {
+  if (c.recovering && wire::psn_diff(c.unacked_psn, c.recover_psn) >= 0) c.recovering = false;
+  if (c.cwnd < c.ssthresh) {
+    c.cwnd = std::min(c.cwnd + acked, c.ssthresh);
+  } else {
+    c.cwnd_credit += acked;
+    if (c.cwnd_credit >= c.cwnd) {
+      c.cwnd_credit -= c.cwnd;
+      ++c.cwnd;
+    }
+  }
+  c.cwnd = std::min(c.cwnd, kMaxCwnd);
 }
 
-// Everything before `psn` is acknowledged: complete SEND/WRITE WQEs whose last
-// PSN precedes it. Stops at a READ that has not completed; if the ACK passed
-// such a READ, its responses were lost and the READ is retried.
-// `now`: the response's time (one clock read for the RTT sample, the timer
-// and whatever else the response does).
-void acknowledge_before(EngineQp& qp, uint32_t psn, Clock::time_point now) {
-  sample_rtt(qp, psn, now);
+// A loss (sequence NAK, local ACK timeout): the window halves, once for
+// all the losses of one window (those before recover_psn, the PSN the
+// requester had reached), as TCP's NewReno. Half of what was in flight
+// rather than of cwnd (RFC 5681's FlightSize), since slow start may have
+// grown cwnd far past what the path holds by the time the loss is known
+// (but not below half of kInitialCwnd for a QP with less in flight).
+void shrink_window(EngineQp& qp, const RequesterLink& req) {
+  CompleterState& c = qp.comp;
+  if (c.recovering) return;
+  uint32_t in_flight = uint32_t(std::max(wire::psn_diff(req.sent_end(), c.unacked_psn), 0));
+  c.ssthresh = std::max(std::min(c.cwnd, std::max(in_flight, kInitialCwnd)) / 2, kMinCwnd);
+  c.cwnd = c.ssthresh;
+  c.cwnd_credit = 0;
+  c.recovering = true;
+  c.recover_psn = req.sent_end();
+}
+
+// A sequence NAK. Within a recovery, a NAK for a later PSN than the last one
+// means a resent packet was lost in turn (the responder took the resends up to
+// it: the originals behind the first loss had reached it, and been discarded,
+// before them): the queue that dropped the first is still full, and the window
+// halves again, as TCP's does when a retransmission is lost.
+void shrink_window_on_nak(EngineQp& qp, const RequesterLink& req, uint32_t psn) {
+  CompleterState& c = qp.comp;
+  if (c.recovering && wire::psn_diff(psn, c.nak_psn) > 0) c.recovering = false;
+  c.nak_psn = psn;
+  shrink_window(qp, req);
+}
+
+// --- the response state machine --------------------------------------------------
+
+// rxe's comp_state, for uroce's completer: ACKs are cumulative here (one
+// acknowledges every WQE it covers in one state, acknowledge_before), and a
+// READ response is checked in three steps.
+enum class CompState : uint8_t {
+  kCheckQpState,  // responses are taken in RTS and SQD only
+  kCheckPsn,      // an outstanding PSN, else a ghost
+  kCheckAck,      // what answers: the opcode, then the AETH's syndrome
+  kWriteSend,     // ACK: the SEND/WRITE WQEs it covers complete (rxe: WRITE_SEND, COMP_ACK)
+  kNak,           // NAK: its code says which error
+  kGetWqe,        // READ response or atomic ACK: the oldest WQE, which it must answer
+  kCheckReadPsn,  // READ response: the one expected, a duplicate, or past a gap
+  kCheckReadOp,   // READ response: its place in the message and its length
+  kRead,          // READ response: scattered into the local SGEs
+  kAtomic,        // ATOMIC ACKNOWLEDGE: the original value scattered
+  kUpdateComp,    // the response's PSN acknowledged
+  kReadPart,      // a READ answered in part: its timer and credits
+  kCompWqe,       // the READ's or atomic's last response: the WQE completes
+  kResume,        // the requester sends what the window now allows (and what was rewound)
+  kReadGap,       // READ responses lost: asked for again from the first missing one
+  kErrorRetry,    // sequence NAK: go back N, from the retry_cnt budget
+  kRnrRetry,      // RNR NAK: wait the RNR timer, from the rnr_retry budget
+  kError,         // the oldest WQE fails with Response::status, the QP goes to ERR
+  kDuplicate,     // a READ response already scattered: dropped
+  kGhost,         // answers nothing outstanding: dropped
+  kDropState,     // the QP takes no responses in its state: dropped
+  kDone,
+};
+
+[[maybe_unused]] constexpr const char* kCompStateNames[] = {
+    "CHECK_QP_STATE", "CHECK_PSN",     "CHECK_ACK",  "WRITE_SEND",  "NAK",         "GET_WQE",
+    "CHECK_READ_PSN", "CHECK_READ_OP", "READ",       "ATOMIC",      "UPDATE_COMP", "READ_PART",
+    "COMP_WQE",       "RESUME",        "READ_GAP",   "ERROR_RETRY", "RNR_RETRY",   "ERROR",
+    "DUPLICATE",      "GHOST",         "DROP_STATE", "DONE"};
+static_assert(std::size(kCompStateNames) == size_t(CompState::kDone) + 1);
+
+// What the state functions share while one response is processed.
+struct Response {
+  EngineQp& qp;
+  const wire::PacketView& pkt;
+  RequesterLink requester;
+  uint32_t psn;
+  Operation op;
+  // The response's own time, not its burst's (check_ack): a burst may take
+  // milliseconds (a sanitizer build), and progress dated from its start would
+  // leave the tail-loss probe already due at its end (a spurious resend).
+  Clock::time_point now{};
+  bool read = false;                      // a READ response (else, from kGetWqe on, an atomic ACK)
+  bool ends = false;                      // a READ response that ends a request (LAST/ONLY)
+  uint32_t index = 0;                     // kGetWqe on: the oldest WQE's SQ index
+  core::SendWqe* wqe = nullptr;           // and the WQE
+  uint32_t expected = 0;                  // READ: the PSN of the first missing response
+  ibv_wc_status status = IBV_WC_SUCCESS;  // kError's
+};
+
+// Everything before `psn` is acknowledged — a response acknowledges every
+// request before its own PSN (roce-facts §2.3) — so SEND/WRITE WQEs whose
+// last PSN precedes it complete. Stops at a READ that has not completed; if
+// the response passed such a READ, its responses were lost and the READ is
+// retried.
+void acknowledge_before(Response& r, uint32_t psn) {
+  EngineQp& qp = r.qp;
+  sample_rtt(qp, psn, r.now);
   bool advanced = false;
   for (uint32_t i = qp.sq.retired; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
@@ -257,12 +330,12 @@ void acknowledge_before(EngineQp& qp, uint32_t psn, Clock::time_point now) {
     if (core::is_read_or_atomic(w.opcode)) {
       // Only the READ's (atomic's) own responses acknowledge it: PSNs from its first
       // missing response on are not acknowledged, whatever `psn` says.
-      uint32_t missing = wire::psn_add(w.first_psn, qp.comp.read_offset / qp.path.mtu);
+      uint32_t missing = first_missing(qp, w);
       if (wire::psn_diff(psn, missing) > 0) {
         if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
-          // The ACK passed the whole READ: its responses were lost.
+          // The response passed the whole READ: its responses were lost.
           qp.comp.rewound = true;
-          requester_rewind(qp, missing);
+          r.requester.rewind(missing);
         }
         psn = missing;
       }
@@ -278,171 +351,319 @@ void acknowledge_before(EngineQp& qp, uint32_t psn, Clock::time_point now) {
     advanced = true;
   }
   retire_send_wqes(qp);
-  requester_catch_up(qp);
-  if (advanced) progress(qp, now);
+  r.requester.catch_up();
+  if (advanced) progress(qp, r.now);
 }
 
-void fail_oldest(EngineQp& qp, ibv_wc_status status) {
-  if (core::SendWqe* w = oldest_pending(qp)) complete_send_wqe(qp, *w, status);
-  qp.enter_error();
-}
-
-void on_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, TxBatch& tx, Clock::time_point now) {
-  acknowledge_before(qp, psn, now);
-  switch (wire::NakCode(aeth.code())) {
-    case wire::NakCode::kPsnSeqError:
-      qp.count(&QpCounters::rcvd_seq_err);
-      qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
-      // The responder missed packets: go back to the PSN it expects.
-      if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-      shrink_window_on_nak(qp, psn);
-      count_retransmit(qp);
-      requester_rewind(qp, psn);
-      requester_run(qp, tx);
-      return;
-    case wire::NakCode::kInvalidRequest:
-      return fail_oldest(qp, IBV_WC_REM_INV_REQ_ERR);
-    case wire::NakCode::kRemoteAccess:
-      return fail_oldest(qp, IBV_WC_REM_ACCESS_ERR);
-    default:
-      return fail_oldest(qp, IBV_WC_REM_OP_ERR);
-  }
-}
-
-void on_rnr_nak(EngineQp& qp, uint32_t psn, wire::Aeth aeth, Clock::time_point now) {
-  acknowledge_before(qp, psn, now);
-  qp.count(&QpCounters::rcvd_rnr_err);
-  qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
-  if (!take_retry(qp.attr.rnr_retry, qp.comp.rnr_retry_left)) return fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
-  requester_rewind(qp, psn);
-  qp.timers.rnr_armed = true;
-  qp.timers.rnr_deadline = now + std::chrono::microseconds(kRnrTimerUs[aeth.code()]);
-  qp.engine()->timer_armed();
-  qp.timers.retransmit_armed = false;  // the RNR timer runs instead
-}
-
-void on_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
-  uint32_t psn = pkt.bth().psn();
-  wire::Aeth aeth = pkt.aeth();
-  switch (aeth.type()) {
-    case wire::AckType::kAck:
-      acknowledge_before(qp, wire::psn_add(psn, 1), now);
-      requester_run(qp, tx);
-      return;
-    case wire::AckType::kRnrNak:
-      return on_rnr_nak(qp, psn, aeth, now);
-    case wire::AckType::kNak:
-      return on_nak(qp, psn, aeth, tx, now);
-    default:
-      return;  // reserved syndrome: ignore
-  }
-}
-
-// Scatters a READ response (or an atomic's original value) into the WQE's local buffers.
-bool scatter(EngineQp& qp, uint32_t index, uint32_t offset, const uint8_t* data, uint32_t len) {
-  return qp.ctx->mrs.scatter(qp.pd, qp.sq.sges(index), qp.sq.at(index).num_sge, offset, data, len);
-}
-
-// The last response of a READ or atomic: the WQE completes, and its credit
-// (max_rd_atomic) is free for the requester.
-void finish_response(EngineQp& qp, core::SendWqe& w, TxBatch& tx, Clock::time_point now) {
-  requester_read_done(qp);
-  complete_send_wqe(qp, w, IBV_WC_SUCCESS);
-  retire_send_wqes(qp);
-  requester_catch_up(qp);
-  progress(qp, now);
-  requester_run(qp, tx);
-}
-
-void on_read_response(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
-  uint32_t psn = pkt.bth().psn();
-  acknowledge_before(qp, psn, now);
-  if (qp.state() == IBV_QPS_ERR) return;
-  uint32_t index = qp.sq.retired;
-  if (index == qp.sq.posted) return;
-  core::SendWqe& w = qp.sq.at(index);
-  if (w.opcode != IBV_WR_RDMA_READ || !w.started || w.completed) {
-    requester_run(qp, tx);  // a response for a later request: resend what acknowledge_before rewound
-    return;
-  }
-  uint32_t mtu = qp.path.mtu;
-  uint32_t expected = wire::psn_add(w.first_psn, qp.comp.read_offset / mtu);
-  int32_t d = wire::psn_diff(psn, expected);
-  if (d < 0) return;  // duplicate response
-  if (d > 0) {
-    // A response was lost: ask again from the first missing one.
-    if (!qp.comp.rewound) {
-      qp.comp.rewound = true;
-      requester_rewind(qp, expected);
-      requester_run(qp, tx);
-    }
-    return;
-  }
-  Operation op = wire::operation_of(pkt.bth().opcode());
-  // At offset 0 the response must start a message. Past it, MIDDLE/LAST
-  // continue a request and FIRST/ONLY answer the next one: the WQE's next
-  // part (send_read_request) or a re-request, which restart there. Only the
-  // WQE's last response may be shorter than the MTU: a part ends at a
-  // multiple of it.
-  bool first_expected = qp.comp.read_offset == 0;
-  bool starts = op == Operation::kReadResponseFirst || op == Operation::kReadResponseOnly;
-  bool ends = op == Operation::kReadResponseLast || op == Operation::kReadResponseOnly;
-  uint32_t remaining = w.length - qp.comp.read_offset;
-  bool full = pkt.payload_len == mtu && remaining > mtu;
-  bool size_ok = full || (ends && pkt.payload_len == remaining);
-  if ((first_expected && !starts) || !size_ok) return fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
-  if (!scatter(qp, index, qp.comp.read_offset, pkt.payload(), pkt.payload_len))
-    return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
-  qp.comp.read_offset += pkt.payload_len;
-  qp.comp.unacked_psn = wire::psn_add(psn, 1);
-  grow_window(qp.comp, 1);
-  if (qp.comp.read_offset == w.length) {
-    qp.comp.read_offset = 0;
-    finish_response(qp, w, tx, now);
-  } else {
-    progress(qp, now);
-    if (ends) {  // a part's end: its credit and the window have room for the next
-      requester_read_part_done(qp);
-      requester_run(qp, tx);
-    }
-  }
-}
-
-// ATOMIC_ACKNOWLEDGE: the original remote value goes to the 8-byte local
-// buffer (host byte order), and the atomic completes.
-void on_atomic_ack(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, Clock::time_point now) {
-  uint32_t psn = pkt.bth().psn();
-  acknowledge_before(qp, psn, now);
-  if (qp.state() == IBV_QPS_ERR) return;
-  uint32_t index = qp.sq.retired;
-  if (index == qp.sq.posted) return;
-  core::SendWqe& w = qp.sq.at(index);
-  if (!core::is_atomic(w.opcode) || !w.started || w.completed || w.first_psn != psn) {
-    requester_run(qp, tx);  // a response for a later request: resend what acknowledge_before rewound
-    return;
-  }
-  uint64_t orig = pkt.atomic_ack_eth().orig();
-  if (!scatter(qp, index, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig))
-    return fail_oldest(qp, IBV_WC_LOC_PROT_ERR);
-  qp.comp.unacked_psn = wire::psn_add(psn, 1);
-  grow_window(qp.comp, 1);
-  finish_response(qp, w, tx, now);
+CompState check_qp_state(Response& r) {
+  ibv_qp_state st = r.qp.state();
+  return st == IBV_QPS_RTS || st == IBV_QPS_SQD ? CompState::kCheckPsn : CompState::kDropState;
 }
 
 // IBA 9.7.5.1 (rxe_comp.c check_psn): a response is for a PSN that is
 // outstanding — sent and not yet acknowledged — or it is a ghost, dropped:
 // it answers nothing we sent (a forged or misdirected packet, or one so late
 // that its PSN was acknowledged since). A plain ACK may also repeat the last
-// acknowledged PSN (the answer to a duplicate). A NAK names the PSN the
-// responder expects (sequence error) or the request it refused: one that is
-// outstanding.
-bool is_ghost(const EngineQp& qp, const wire::PacketView& pkt) {
-  uint32_t psn = pkt.bth().psn();
-  if (wire::psn_diff(psn, qp.req.psn_end) >= 0) return true;  // never sent
-  bool plain_ack =
-      wire::operation_of(pkt.bth().opcode()) == Operation::kAcknowledge && pkt.aeth().type() == wire::AckType::kAck;
-  int32_t behind = wire::psn_diff(psn, qp.comp.unacked_psn);
-  return plain_ack ? behind < -1 : behind < 0;
+// acknowledged PSN (the answer to a duplicate, C9-105). A NAK names the PSN
+// the responder expects (sequence error) or the request it refused: one that
+// is outstanding. A spurious probe is told first: its answer is such an ACK.
+CompState check_psn(Response& r) {
+  note_spurious_probe(r.qp, r.pkt);
+  if (wire::psn_diff(r.psn, r.requester.sent_end()) >= 0) return CompState::kGhost;  // never sent
+  bool plain_ack = r.op == Operation::kAcknowledge && r.pkt.aeth().type() == wire::AckType::kAck;
+  int32_t behind = wire::psn_diff(r.psn, r.qp.comp.unacked_psn);
+  bool ghost = plain_ack ? behind < -1 : behind < 0;
+  return ghost ? CompState::kGhost : CompState::kCheckAck;
+}
+
+// READ responses (FIRST/LAST/ONLY carry an AETH, but a NAK comes as an
+// ACKNOWLEDGE) and atomic ACKs answer the oldest WQE; an ACKNOWLEDGE's AETH
+// says ACK, RNR NAK or NAK (IBA 9.7.5.1; a reserved syndrome is ignored).
+CompState check_ack(Response& r) {
+  r.now = Clock::now();
+  if (r.op == Operation::kAtomicAcknowledge) return CompState::kGetWqe;
+  if (r.pkt.info->flags & wire::kOpReadResponse) {
+    r.read = true;
+    return CompState::kGetWqe;
+  }
+  switch (r.pkt.aeth().type()) {
+    case wire::AckType::kAck:
+      return CompState::kWriteSend;
+    case wire::AckType::kRnrNak:
+      return CompState::kRnrRetry;
+    case wire::AckType::kNak:
+      return CompState::kNak;
+    default:
+      return CompState::kDone;
+  }
+}
+
+// An ACK acknowledges its own PSN too; the window it opens is filled.
+CompState write_send(Response& r) {
+  acknowledge_before(r, wire::psn_add(r.psn, 1));
+  return CompState::kResume;
+}
+
+// A NAK acknowledges what precedes its PSN (roce-facts §2.3). A sequence
+// error is retried; the others fail the WQE with the status of their class
+// (an unknown code as a remote operational error, as rxe maps it).
+CompState nak(Response& r) {
+  acknowledge_before(r, r.psn);
+  switch (wire::NakCode(r.pkt.aeth().code())) {
+    case wire::NakCode::kPsnSeqError:
+      return CompState::kErrorRetry;
+    case wire::NakCode::kInvalidRequest:
+      r.status = IBV_WC_REM_INV_REQ_ERR;
+      break;
+    case wire::NakCode::kRemoteAccess:
+      r.status = IBV_WC_REM_ACCESS_ERR;
+      break;
+    default:
+      r.status = IBV_WC_REM_OP_ERR;
+      break;
+  }
+  return CompState::kError;
+}
+
+// READ responses and atomic ACKs answer the oldest WQE, which must be the
+// started, uncompleted READ (atomic, of the response's PSN); anything else
+// answers a later request, past a READ whose responses were lost.
+CompState get_wqe(Response& r) {
+  EngineQp& qp = r.qp;
+  acknowledge_before(r, r.psn);
+  if (qp.state() == IBV_QPS_ERR || qp.sq.retired == qp.sq.posted) return CompState::kDone;
+  r.index = qp.sq.retired;
+  r.wqe = &qp.sq.at(r.index);
+  const core::SendWqe& w = *r.wqe;
+  if (!w.started || w.completed) return CompState::kResume;
+  if (r.read) return w.opcode == IBV_WR_RDMA_READ ? CompState::kCheckReadPsn : CompState::kResume;
+  return core::is_atomic(w.opcode) && w.first_psn == r.psn ? CompState::kAtomic : CompState::kResume;
+}
+
+// READ responses take consecutive PSNs from the request's (IBA 9.7.5.1.3):
+// one before the first missing is a duplicate, one past it tells of a loss.
+CompState check_read_psn(Response& r) {
+  r.expected = first_missing(r.qp, *r.wqe);
+  int32_t d = wire::psn_diff(r.psn, r.expected);
+  if (d < 0) return CompState::kDuplicate;
+  return d > 0 ? CompState::kReadGap : CompState::kCheckReadOp;
+}
+
+// At offset 0 the response must start a message. Past it, MIDDLE/LAST
+// continue a request and FIRST/ONLY answer the next one: the WQE's next part
+// (send_read_request) or a re-request, which restart there. Only the WQE's
+// last response may be shorter than the MTU: a part ends at a multiple of it.
+CompState check_read_op(Response& r) {
+  const uint32_t mtu = r.qp.path.mtu;
+  const uint32_t offset = r.qp.comp.read_offset;
+  bool starts = r.op == Operation::kReadResponseFirst || r.op == Operation::kReadResponseOnly;
+  r.ends = r.op == Operation::kReadResponseLast || r.op == Operation::kReadResponseOnly;
+  uint32_t remaining = r.wqe->length - offset;
+  bool full = r.pkt.payload_len == mtu && remaining > mtu;
+  bool size_ok = full || (r.ends && r.pkt.payload_len == remaining);
+  if ((offset == 0 && !starts) || !size_ok) {
+    r.status = IBV_WC_BAD_RESP_ERR;
+    return CompState::kError;
+  }
+  return CompState::kRead;
+}
+
+// Scatters a READ response (or an atomic's original value) into the WQE's
+// local buffers; a local protection error if they no longer allow it.
+bool scatter(Response& r, uint32_t offset, const uint8_t* data, uint32_t len) {
+  EngineQp& qp = r.qp;
+  if (qp.ctx->mrs.scatter(qp.pd, qp.sq.sges(r.index), r.wqe->num_sge, offset, data, len)) return true;
+  r.status = IBV_WC_LOC_PROT_ERR;
+  return false;
+}
+
+CompState do_read(Response& r) {
+  if (!scatter(r, r.qp.comp.read_offset, r.pkt.payload(), r.pkt.payload_len)) return CompState::kError;
+  r.qp.comp.read_offset += r.pkt.payload_len;
+  return CompState::kUpdateComp;
+}
+
+// ATOMIC_ACKNOWLEDGE: the original remote value goes to the 8-byte local
+// buffer (host byte order).
+CompState do_atomic(Response& r) {
+  uint64_t orig = r.pkt.atomic_ack_eth().orig();
+  if (!scatter(r, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig)) return CompState::kError;
+  return CompState::kUpdateComp;
+}
+
+CompState update_comp(Response& r) {
+  CompleterState& c = r.qp.comp;
+  c.unacked_psn = wire::psn_add(r.psn, 1);
+  grow_window(c, 1);
+  if (!r.read) return CompState::kCompWqe;
+  if (c.read_offset != r.wqe->length) return CompState::kReadPart;
+  c.read_offset = 0;
+  return CompState::kCompWqe;
+}
+
+// Progress within a READ; at a part's end its credit and the window have
+// room for the next.
+CompState read_part(Response& r) {
+  progress(r.qp, r.now);
+  if (!r.ends) return CompState::kDone;
+  r.requester.read_part_done();
+  return CompState::kResume;
+}
+
+// The last response of a READ or atomic: the WQE completes, and its credit
+// (max_rd_atomic) is free for the requester.
+CompState comp_wqe(Response& r) {
+  EngineQp& qp = r.qp;
+  r.requester.read_done();
+  complete_send_wqe(qp, *r.wqe, IBV_WC_SUCCESS);
+  retire_send_wqes(qp);
+  r.requester.catch_up();
+  progress(qp, r.now);
+  return CompState::kResume;
+}
+
+// What the response changed (an open window, a returned credit, a rewind)
+// the requester acts on now. A READ response or atomic ACK for a later
+// request than the oldest WQE comes here too: the requester resends what
+// acknowledge_before rewound.
+CompState resume(Response& r) {
+  r.requester.resume();
+  return CompState::kDone;
+}
+
+// A READ response was lost: ask again from the first missing one, once per loss.
+CompState read_gap(Response& r) {
+  if (r.qp.comp.rewound) return CompState::kDone;
+  r.qp.comp.rewound = true;
+  r.requester.rewind(r.expected);
+  return CompState::kResume;
+}
+
+// The responder missed packets (NAK 0x60): go back to the PSN it expects, as
+// long as retry_cnt allows (roce-facts §2.3), else RETRY_EXC_ERR.
+CompState error_retry(Response& r) {
+  EngineQp& qp = r.qp;
+  qp.count(&QpCounters::rcvd_seq_err);
+  qp.engine()->stats.rx_seq_naks.fetch_add(1, std::memory_order_relaxed);
+  if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) {
+    r.status = IBV_WC_RETRY_EXC_ERR;
+    return CompState::kError;
+  }
+  shrink_window_on_nak(qp, r.requester, r.psn);
+  count_retransmit(qp);
+  r.requester.rewind(r.psn);
+  return CompState::kResume;
+}
+
+// RNR NAK (IBA 9.7.5.2.8): what precedes its PSN is acknowledged; the
+// requester waits the encoded time and then resends from it, as long as
+// rnr_retry allows, else RNR_RETRY_EXC_ERR.
+CompState rnr_retry(Response& r) {
+  EngineQp& qp = r.qp;
+  acknowledge_before(r, r.psn);
+  qp.count(&QpCounters::rcvd_rnr_err);
+  qp.engine()->stats.rx_rnr_naks.fetch_add(1, std::memory_order_relaxed);
+  if (!take_retry(qp.attr.rnr_retry, qp.comp.rnr_retry_left)) {
+    r.status = IBV_WC_RNR_RETRY_EXC_ERR;
+    return CompState::kError;
+  }
+  r.requester.rewind(r.psn);
+  qp.timers.rnr_armed = true;
+  qp.timers.rnr_deadline = r.now + std::chrono::microseconds(kRnrTimerUs[r.pkt.aeth().code()]);
+  qp.engine()->timer_armed();
+  qp.timers.retransmit_armed = false;  // the RNR timer runs instead
+  return CompState::kDone;
+}
+
+CompState do_error(Response& r) {
+  fail_oldest(r.qp, r.status);
+  return CompState::kDone;
+}
+
+CompState count_drop(Response& r, std::atomic<uint64_t> PortCounters::*counter) {
+  (r.qp.engine()->stats.*counter).fetch_add(1, std::memory_order_relaxed);
+  return CompState::kDone;
+}
+
+CompState step(CompState s, Response& r) {
+  switch (s) {
+    case CompState::kCheckQpState:
+      return check_qp_state(r);
+    case CompState::kCheckPsn:
+      return check_psn(r);
+    case CompState::kCheckAck:
+      return check_ack(r);
+    case CompState::kWriteSend:
+      return write_send(r);
+    case CompState::kNak:
+      return nak(r);
+    case CompState::kGetWqe:
+      return get_wqe(r);
+    case CompState::kCheckReadPsn:
+      return check_read_psn(r);
+    case CompState::kCheckReadOp:
+      return check_read_op(r);
+    case CompState::kRead:
+      return do_read(r);
+    case CompState::kAtomic:
+      return do_atomic(r);
+    case CompState::kUpdateComp:
+      return update_comp(r);
+    case CompState::kReadPart:
+      return read_part(r);
+    case CompState::kCompWqe:
+      return comp_wqe(r);
+    case CompState::kResume:
+      return resume(r);
+    case CompState::kReadGap:
+      return read_gap(r);
+    case CompState::kErrorRetry:
+      return error_retry(r);
+    case CompState::kRnrRetry:
+      return rnr_retry(r);
+    case CompState::kError:
+      return do_error(r);
+    case CompState::kGhost:
+      return count_drop(r, &PortCounters::rx_ghost);
+    case CompState::kDropState:
+      return count_drop(r, &PortCounters::rx_dropped_state);
+    case CompState::kDuplicate:
+    case CompState::kDone:
+      return CompState::kDone;
+  }
+  return CompState::kDone;
+}
+
+// --- timer events ----------------------------------------------------------------
+
+// The RNR timer ran out: the requester resends from the NAKed PSN.
+void rnr_timer_expired(EngineQp& qp, const RequesterLink& req) {
+  qp.timers.rnr_armed = false;
+  count_retransmit(qp);
+  req.resume();
+}
+
+// Before the local ACK timeout, a tail-loss probe when one is due; the
+// interval doubles, up to half the timeout.
+void maybe_probe(EngineQp& qp, const RequesterLink& req, Clock::time_point now) {
+  QpTimers& t = qp.timers;
+  if (now < t.probe_deadline || t.probe_interval * 2 >= qp.local_ack_timeout()) return;
+  probe_tail(qp, req);
+  t.probe_interval *= 2;
+  t.probe_deadline = now + t.probe_interval;
+}
+
+// Local ACK timeout (IBA 9.7.6.1.3): retry from the oldest unacknowledged PSN
+// as long as retry_cnt allows, else RETRY_EXC_ERR.
+void ack_timeout(EngineQp& qp, const RequesterLink& req) {
+  qp.count(&QpCounters::local_ack_timeout_err);
+  qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+  if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
+  shrink_window(qp, req);
+  ++qp.timers.backoff;
+  qp.delivery.recheck();  // a same-host peer may have gone away
+  go_back_n(qp, req);
+  restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }
 
 }  // namespace
@@ -470,27 +691,20 @@ void retire_send_wqes(EngineQp& qp) {
 }
 
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
-  if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) {
-    qp.engine()->stats.rx_dropped_state.fetch_add(1, std::memory_order_relaxed);
-    return;
+  Response r{qp, pkt, RequesterLink(qp, tx), pkt.bth().psn(), wire::operation_of(pkt.bth().opcode())};
+  CompState s = CompState::kCheckQpState;
+  while (s != CompState::kDone) {
+    if (s >= CompState::kErrorRetry && s <= CompState::kError)
+      LOG_DEBUG("qp %u completer %s: %s psn %u unacked %u status %d", qp.qp_num(), kCompStateNames[unsigned(s)],
+                wire::opcode_name(pkt.bth().opcode()), r.psn, qp.comp.unacked_psn, int(r.status));
+    s = step(s, r);
   }
-  note_spurious_probe(qp, pkt);
-  if (is_ghost(qp, pkt)) {
-    qp.engine()->stats.rx_ghost.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  // The response's own time, not its burst's: a burst may take milliseconds
-  // (a sanitizer build), and progress dated from its start would leave the
-  // tail-loss probe already due at its end (a spurious resend).
-  auto now = Clock::now();
-  if (wire::operation_of(pkt.bth().opcode()) == Operation::kAtomicAcknowledge) {
-    on_atomic_ack(qp, pkt, tx, now);
-  } else if (pkt.info->flags & wire::kOpReadResponse) {
-    // FIRST/LAST/ONLY carry an AETH; a NAK arrives as an ACKNOWLEDGE.
-    on_read_response(qp, pkt, tx, now);
-  } else {
-    on_ack(qp, pkt, tx, now);
-  }
+}
+
+void completer_receive_cnp(EngineQp& qp) {
+  qp.engine()->stats.rx_cnps.fetch_add(1, std::memory_order_relaxed);
+  if (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_XRC_SEND) return;
+  shrink_window(qp, RequesterLink(qp, TxBatch::local()));  // reads only: this thread's batch stays as it is
 }
 
 void completer_start_timer(EngineQp& qp, Clock::time_point now) {
@@ -505,32 +719,16 @@ void completer_stop_timer(EngineQp& qp) {
 
 void completer_check_timers(EngineQp& qp, Clock::time_point now, TxBatch& tx) {
   if (qp.state() != IBV_QPS_RTS) return;
-  if (qp.timers.rnr_armed && now >= qp.timers.rnr_deadline) {
-    qp.timers.rnr_armed = false;
-    count_retransmit(qp);
-    requester_run(qp, tx);
-  }
+  const RequesterLink req(qp, tx);
+  if (qp.timers.rnr_armed && now >= qp.timers.rnr_deadline) rnr_timer_expired(qp, req);
   if (!qp.timers.retransmit_armed) return;
   if (!has_outstanding(qp)) {
     completer_stop_timer(qp);
-    return;
+  } else if (now < qp.timers.retransmit_deadline) {
+    maybe_probe(qp, req, now);
+  } else {
+    ack_timeout(qp, req);
   }
-  if (now < qp.timers.retransmit_deadline) {
-    if (now >= qp.timers.probe_deadline && qp.timers.probe_interval * 2 < qp.local_ack_timeout()) {
-      probe_tail(qp, tx);
-      qp.timers.probe_interval *= 2;
-      qp.timers.probe_deadline = now + qp.timers.probe_interval;
-    }
-    return;
-  }
-  // Local ACK timeout (IBA 9.7.6.1.3): retry from the oldest unacknowledged PSN.
-  qp.count(&QpCounters::local_ack_timeout_err);
-  qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
-  if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-  shrink_window(qp);
-  ++qp.timers.backoff;
-  go_back_n(qp, tx);
-  restart_timer(qp, Clock::now());  // from when the resend left, not from the tick's `now`
 }
 
 }  // namespace uroce::engine

@@ -62,7 +62,8 @@ EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::Datag
     : core::Context(dev),
       live_(LiveCounters::open(dev->ibdev.name, t->local_port(), publish && core::config().live_stats)),
       stats(live_->port()),
-      transport_(std::move(t)) {
+      transport_(std::move(t)),
+      qps_(transport_.get()) {
   set_lid(transport_->local_port());
   live_->set_paths(transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get()))
@@ -258,32 +259,11 @@ transport::Endpoint EngineContext::direct_endpoint(transport::Endpoint dst, uint
   return port ? transport::Endpoint{dst.ip, port} : dst;
 }
 
-// QP numbers are random, so that a blind sender cannot guess them: the low
-// 16 bits behind this engine's host slot (host/host_relay.h), or 24 bits without
-// a slot. QP0/QP1 are special.
-//
-// A number is reserved from the moment it is drawn until register_qp takes
-// it: two threads creating QPs at once must not draw the same number, which
-// neither has registered yet (with 16 random bits a slot this was seen: a
-// test process gave two of its UD QPs one number, and the QP registered last
-// took both QPs' datagrams). A QP that is never registered (its construction
-// failed) keeps its number reserved: one of 65,536.
-uint32_t EngineContext::allocate_qp_num() {
-  for (;;) {
-    uint32_t n = 0;
-    if (getrandom(&n, sizeof n, 0) != sizeof n) n = uint32_t(Clock::now().time_since_epoch().count() * 2654435761u);
-    n = registry_ ? registry_->slot() << 16 | (n & 0xFFFF) : n & wire::kPsnMask;
-    if (n < 2) continue;
-    std::unique_lock lock(qps_mu_);
-    if (!qps_.count(n) && qpns_reserved_.insert(n).second) return n;
-  }
-}
+uint32_t EngineContext::allocate_qp_num() { return qps_.allocate_num(registry_ ? int(registry_->slot()) : -1); }
 
 void EngineContext::register_qp(EngineQp* qp) {
   qp->counters = live_->claim_qp(qp->qp_num(), qp->type);
-  std::unique_lock lock(qps_mu_);
-  qpns_reserved_.erase(qp->qp_num());
-  qps_[qp->qp_num()] = qp;
+  qps_.insert(qp);
 }
 
 void EngineContext::unregister_qp(EngineQp* qp) {
@@ -300,64 +280,29 @@ void EngineContext::unregister_qp(EngineQp* qp) {
     }
   }
   if (placement_) placement_->withdraw_qp(qp->qp_num());
-  // The progress thread holds qps_mu_ shared for a whole burst, so taking it
+  // The progress thread holds qps_.mu() shared for a whole burst, so taking it
   // exclusively also waits for any use of `qp` to finish.
-  std::unique_lock lock(qps_mu_);
-  qps_.erase(qp->qp_num());
+  std::unique_lock lock(qps_.mu());
+  qps_.erase_locked(qp);  // also leaves the multicast groups it was the last member of
   std::erase(reading_, qp);
   std::erase(deferred_acks_, qp);
   reading_count_.store(reading_.size(), std::memory_order_relaxed);
   deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
   count_sender(*qp, false);
-  std::vector<uint32_t> emptied;  // a destroyed QP leaves its groups
-  for (auto& [group, members] : mcast_)
-    if (std::erase(members, qp) && members.empty()) emptied.push_back(group);
-  for (uint32_t group : emptied) leave_group_locked(group);
   live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
-}
-
-int EngineContext::attach_mcast(EngineQp* qp, uint32_t group) {
-  if (qp->type != IBV_QPT_UD) return EINVAL;
-  std::unique_lock lock(qps_mu_);
-  auto it = mcast_.find(group);
-  if (it != mcast_.end()) {
-    if (std::find(it->second.begin(), it->second.end(), qp) != it->second.end()) return 0;
-    if (it->second.size() >= core::kMaxMcastQpAttach) return ENOMEM;  // max_mcast_qp_attach
-    it->second.push_back(qp);
-    return 0;
-  }
-  if (mcast_.size() >= core::max_mcast_groups()) return ENOMEM;  // max_mcast_grp
-  auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get());
-  if (int e = udp ? udp->set_group(group, true) : ENODEV) return e == ENOBUFS ? ENOMEM : e;  // memberships used up
-  mcast_[group].push_back(qp);
-  return 0;
-}
-
-int EngineContext::detach_mcast(EngineQp* qp, uint32_t group) {
-  std::unique_lock lock(qps_mu_);
-  auto it = mcast_.find(group);
-  if (it == mcast_.end() || std::find(it->second.begin(), it->second.end(), qp) == it->second.end()) return EINVAL;
-  std::erase(it->second, qp);
-  if (it->second.empty()) leave_group_locked(group);
-  return 0;
-}
-
-void EngineContext::leave_group_locked(uint32_t group) {
-  mcast_.erase(group);
-  if (auto* udp = transport::find_layer<transport::UdpTransport>(transport_.get())) (void)udp->set_group(group, false);
 }
 
 // A multicast packet (IBA 10.5.2.4: DQPN 0xFFFFFF) goes to every UD QP of
 // this engine attached to its destination group, each consuming a receive
-// WQE of its own (the progress thread or poller holds qps_mu_ shared).
+// WQE of its own (the progress thread or poller holds qps_.mu() shared).
 void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt,
                                       std::vector<EngineQp*>& touched) {
-  auto it = d.dst_ip.is_v4() ? mcast_.find(d.dst_ip.v4()) : mcast_.end();  // IPv4 groups only
-  if (it == mcast_.end() || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) {
+  const std::vector<EngineQp*>* members = qps_.mcast_members(d.dst_ip);
+  if (!members || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) {
     stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  for (EngineQp* qp : it->second) {
+  for (EngineQp* qp : *members) {
     std::lock_guard ql(qp->mu);
     qp->counters->count_received(d.len);
     responder_receive(*qp, pkt, d.src, d.dst_ip, TxBatch::local());
@@ -366,28 +311,6 @@ void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::Pack
       touched.push_back(qp);
     }
   }
-}
-
-uint32_t EngineContext::register_xrc_srq(core::Srq* srq) {
-  std::unique_lock lock(qps_mu_);
-  if (xrc_srqs_.empty()) xrc_srqs_.assign(kXrcSrqsPerContext, nullptr);
-  for (uint32_t i = 0; i < kXrcSrqsPerContext; ++i) {
-    if (xrc_srqs_[i]) continue;
-    xrc_srqs_[i] = srq;
-    return (uint32_t(lid()) << 8) | i;
-  }
-  return 0;
-}
-
-void EngineContext::unregister_xrc_srq(core::Srq* srq) {
-  std::unique_lock lock(qps_mu_);  // as unregister_qp: waits for the burst using it
-  for (core::Srq*& s : xrc_srqs_)
-    if (s == srq) s = nullptr;
-}
-
-core::Srq* EngineContext::find_xrc_srq(uint32_t srq_num) {
-  if (xrc_srq_port(srq_num) != lid() || xrc_srq_index(srq_num) >= xrc_srqs_.size()) return nullptr;
-  return xrc_srqs_[xrc_srq_index(srq_num)];
 }
 
 void EngineContext::keep_xrc_target(EngineQp* qp) {
@@ -438,12 +361,12 @@ void EngineContext::close_xrc_handles() {
     delete h;
   }
   reclaim_xrc_targets(true);
-  std::shared_lock lock(qps_mu_);
-  for (auto& [num, qp] : qps_) {
-    if (!qp->xrc) continue;
-    qp->xrc->domain->remove_local_handle(qp);
-    qp->xrc->domain->release_slot(qp->xrc->slot, qp->xrc->home_port, qp->xrc->qp_num);
-  }
+  std::shared_lock lock(qps_.mu());
+  qps_.for_each([](EngineQp& qp) {
+    if (!qp.xrc) return;
+    qp.xrc->domain->remove_local_handle(&qp);
+    qp.xrc->domain->release_slot(qp.xrc->slot, qp.xrc->home_port, qp.xrc->qp_num);
+  });
 }
 
 EngineQp& EngineContext::relay_proxy() {
@@ -468,12 +391,13 @@ void EngineContext::linger() {
 }
 
 bool EngineContext::any_timer_armed() {
-  std::shared_lock lock(qps_mu_);
-  for (auto& [num, qp] : qps_) {
-    std::lock_guard ql(qp->mu);
-    if (timer_pending(qp->timers)) return true;
-  }
-  return false;
+  std::shared_lock lock(qps_.mu());
+  bool armed = false;
+  qps_.for_each([&](EngineQp& qp) {
+    std::lock_guard ql(qp.mu);
+    armed = armed || timer_pending(qp.timers);
+  });
+  return armed;
 }
 
 void EngineContext::drain_received() {
@@ -488,7 +412,7 @@ void EngineContext::drain_received() {
 
 bool EngineContext::send_reads() {
   if (reading_count_.load(std::memory_order_relaxed) == 0) return false;
-  std::shared_lock lock(qps_mu_);
+  std::shared_lock lock(qps_.mu());
   if (reading_.empty()) return false;
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
@@ -506,7 +430,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   TxBatch::BurstScope in_burst(tx);  // flushed below
-  std::shared_lock lock(qps_mu_);
+  std::shared_lock lock(qps_.mu());
   uint64_t rx_bytes = 0;  // of packets taken by a QP
   for (auto& d : burst) {
     dispatch(d, touched_, rx_bytes, now);
@@ -641,13 +565,13 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (opcode == wire::kOpCnp) return receive_cnp(d, pkt);
   if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);
   if (pkt.bth().dest_qp() == kGsiQpn) return gsi_receive(*this, d, pkt);
-  auto it = qps_.find(pkt.bth().dest_qp());
-  if (it == qps_.end()) {
+  EngineQp* found = qps_.find(pkt.bth().dest_qp());
+  if (!found) {
     if (!tombstones_.any() || !tombstones_.answer(d, pkt, TxBatch::local(), stats))
       stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  EngineQp& qp = *it->second;
+  EngineQp& qp = *found;
   // rxe: the opcode's service must match the QP type.
   // XRC: initiators only take responses, targets only requests.
   bool response = pkt.info->flags & wire::kOpResponse;
@@ -689,12 +613,12 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
 // A CNP (ecn.h): to a QP of ours that sends on the path it came from, else
 // dropped as any packet for no QP or from elsewhere.
 void EngineContext::receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt) {
-  auto it = qps_.find(pkt.bth().dest_qp());
-  if (it == qps_.end() || it->second->type == IBV_QPT_UD) {
+  EngineQp* found = qps_.find(pkt.bth().dest_qp());
+  if (!found || found->type == IBV_QPT_UD) {
     stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  EngineQp& qp = *it->second;
+  EngineQp& qp = *found;
   std::lock_guard ql(qp.mu);
   if (!from_connected_path(qp, d)) {
     stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
@@ -708,12 +632,12 @@ bool EngineContext::run_timers(Clock::time_point now) {
   tx.use(transport_.get());
   bool armed = false;
   {
-    std::shared_lock lock(qps_mu_);
-    for (auto& [num, qp] : qps_) {
-      std::lock_guard ql(qp->mu);
-      completer_check_timers(*qp, now, tx);
-      armed = armed || timer_pending(qp->timers);
-    }
+    std::shared_lock lock(qps_.mu());
+    qps_.for_each([&](EngineQp& qp) {
+      std::lock_guard ql(qp.mu);
+      completer_check_timers(qp, now, tx);
+      armed = armed || timer_pending(qp.timers);
+    });
   }
   tx.flush();
   if (now >= next_prune_) {

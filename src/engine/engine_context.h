@@ -20,6 +20,7 @@
 #include "engine/engine_qp.h"
 #include "engine/gsi.h"
 #include "engine/live_counters.h"
+#include "engine/qp_table.h"
 #include "engine/tombstones.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
@@ -85,17 +86,18 @@ class EngineContext : public core::Context {
   // it. attach: 0 (also when attached already), EINVAL for a non-UD QP, the
   // errno of the join; detach: 0, or EINVAL when not attached.
   static constexpr uint32_t kMulticastQpn = 0xFFFFFF;
-  int attach_mcast(EngineQp* qp, uint32_t group);
-  int detach_mcast(EngineQp* qp, uint32_t group);
+  int attach_mcast(EngineQp* qp, uint32_t group) { return qps_.attach_mcast(qp, group); }
+  int detach_mcast(EngineQp* qp, uint32_t group) { return qps_.detach_mcast(qp, group); }
   // Keeps answering duplicates for a destroyed connected QP (tombstones.h).
   void add_tombstone(const EngineQp& qp) { tombstones_.add(qp); }
 
   // XRC SRQ numbers: (UDP port << 8) | index (xrc_target.h). register returns
   // the number, or 0 when the context has kXrcSrqsPerContext already.
-  uint32_t register_xrc_srq(core::Srq* srq);
-  void unregister_xrc_srq(core::Srq* srq);  // waits until the progress thread no longer uses it
-  // The XRC SRQ `srq_num` of this context, or null (progress thread, holding qps_mu_).
-  core::Srq* find_xrc_srq(uint32_t srq_num);
+  uint32_t register_xrc_srq(core::Srq* srq) { return qps_.register_xrc_srq(srq, lid()); }
+  // Waits until the progress thread no longer uses it.
+  void unregister_xrc_srq(core::Srq* srq) { qps_.unregister_xrc_srq(srq); }
+  // The XRC SRQ `srq_num` of this context, or null (progress thread, in a burst).
+  core::Srq* find_xrc_srq(uint32_t srq_num) { return qps_.find_xrc_srq(srq_num, lid()); }
   // Runs relayed requests for other processes' target QPs (progress thread only).
   EngineQp& relay_proxy();
   // XRC target QPs whose creator's handle was destroyed while other handles
@@ -214,11 +216,7 @@ class EngineContext : public core::Context {
   std::unique_ptr<host::HostDirectory> shm_directory_;
   std::unique_ptr<host::DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
-  std::shared_mutex qps_mu_;
-  std::unordered_map<uint32_t, EngineQp*> qps_;
-  std::unordered_set<uint32_t> qpns_reserved_;                  // drawn, not yet registered; guarded by qps_mu_
-  std::unordered_map<uint32_t, std::vector<EngineQp*>> mcast_;  // group -> attached QPs; guarded by qps_mu_
-  void leave_group_locked(uint32_t group);
+  QpTable qps_;  // its lock also guards reading_ and deferred_acks_ (qp_table.h)
   void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, std::vector<EngineQp*>& touched);
   Tombstones tombstones_;
   // Kept XRC targets and opened handles (guarded by xrc_mu_).
@@ -229,9 +227,9 @@ class EngineContext : public core::Context {
   void reclaim_xrc_targets(bool all);
   void close_xrc_handles();
   void linger();
-  std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_mu_
+  std::vector<EngineQp*> reading_;  // QPs with READ responses to send; progress thread, under qps_.mu()
   // reading_.size() and deferred_acks_.size() as of their last change, so
-  // that a receive turn with nothing to send skips qps_mu_ (an empty poll
+  // that a receive turn with nothing to send skips qps_.mu() (an empty poll
   // took it twice). Every entry is added under rx_mu_, which the turn holds,
   // so a zero it reads is current; only unregister_qp removes entries
   // without rx_mu_, and a count it leaves stale costs one lock.
@@ -255,7 +253,7 @@ class EngineContext : public core::Context {
   std::vector<EngineQp*> touched_;  // under rx_mu_
   // RC QPs whose ACK an application turn left for the application's next
   // post on the QP to carry (requester_run sends it first), or for the next
-  // turn: see process_burst. Under rx_mu_ and qps_mu_ (shared); each QP's
+  // turn: see process_burst. Under rx_mu_ and qps_.mu() (shared); each QP's
   // in_ack_list says it is here.
   std::vector<EngineQp*> deferred_acks_;
   Clock::time_point acks_deferred_at_{};  // when the oldest entry was added
@@ -271,7 +269,6 @@ class EngineContext : public core::Context {
   // Set (seq_cst) by the progress thread before it naps in poller mode, after
   // which it looks at poll_stamp_ again: poller_leaves then wakes it.
   std::atomic<bool> napping_{false};
-  std::vector<core::Srq*> xrc_srqs_;  // by index; guarded by qps_mu_
   std::unique_ptr<EngineQp> relay_proxy_;
 };
 

@@ -58,6 +58,21 @@ Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr) {
   return path;
 }
 
+namespace {
+
+// A modify's path: the connected one resolved again when the address
+// vector, MTU or destination QP change, and the QP's Delivery decided (again)
+// with it or when the QP goes to RTR.
+void follow_path(EngineQp& qp, int mask, ibv_qp_state before, ibv_qp_state after) {
+  bool path_changed = (mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && qp.type != IBV_QPT_UD;
+  if (path_changed) qp.path = resolve_connected_path(*qp.engine(), qp.attr);
+  // UD: no connected path; messages go by address handle, one packet each.
+  if (qp.type == IBV_QPT_UD) qp.path.mtu = core::mtu_bytes(qp.ctx->active_mtu());
+  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR)) qp.delivery.decide(*qp.engine(), qp);
+}
+
+}  // namespace
+
 int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   // XRC targets (and handles on them): the attributes are the domain's.
   if (xrc) return xrc_target_modify(*this, a, mask);
@@ -65,10 +80,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
   if (int e = apply_modify(a, mask)) return e;
   ibv_qp_state after = state();
 
-  if ((mask & (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN)) && type != IBV_QPT_UD)
-    path = resolve_connected_path(*engine(), attr);
-  // UD: no connected path; messages go by address handle, one packet each.
-  if (type == IBV_QPT_UD) path.mtu = core::mtu_bytes(ctx->active_mtu());
+  follow_path(*this, mask, before, after);
   if (host::DirectPlacement* dp = engine()->placement()) dp->sync_qp(*this, relay_proxy);
   counters->state.store(after, std::memory_order_relaxed);
   counters->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);

@@ -1,7 +1,8 @@
 // The engine's view of a QP: the verbs-level core::Qp plus the state of the
 // three IBA roles acting on it (design §5). Each role owns its own state
 // struct; the only cross-role signals are the explicit calls declared in
-// roles.h (the completer rewinding the requester, the timers in QpTimers).
+// roles.h (the completer's requests to the requester all go through
+// RequesterLink; the timers in QpTimers are the completer's).
 //
 // Lock contract: everything here is guarded by core::Qp::mu.
 #pragma once
@@ -15,6 +16,7 @@
 
 #include "core/limits.h"
 #include "core/qp.h"
+#include "engine/delivery.h"
 #include "engine/live_counters.h"
 #include "transport/datagram.h"
 #include "wire/icrc.h"
@@ -73,17 +75,13 @@ struct RequesterState {
   // share of the window (at most 64), so that an ACK is on its way back
   // before the window is full (requester.cc, send_burst).
   uint32_t ack_req_every = 64;
-  uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (requester_read_done)
+  uint32_t reads_outstanding = 0;  // READ WQEs started and not completed (RequesterLink::read_done)
   // READ and atomic requests sent and not yet answered in full, which
   // max_rd_atomic bounds: each part of a READ is one (send_read_request).
   uint32_t read_requests = 0;
   bool counted_sending = false;  // counted in EngineContext::senders()
-  bool single_packet = false;    // requester_resend_one: the run sends one packet
+  bool single_packet = false;    // RequesterLink::resend_one: the run sends one packet
   bool jumbo_sent = false;       // by the current post (requester_after_post)
-  // Whether the path goes through shared memory (requester_post), asked of
-  // the transport every kThroughMemoryRecheck posts.
-  bool through_memory = false;
-  uint32_t through_memory_posts = 0;  // posts until it is asked again
 };
 
 // The congestion window of a path through a socket, in PSNs (completer.cc,
@@ -255,6 +253,7 @@ class EngineQp : public core::Qp {
   EngineContext* engine() const;
 
   Path path;
+  Delivery delivery;  // how requests reach the peer, decided at RTR (delivery.h)
   RequesterState req;
   CompleterState comp;
   ResponderState resp;

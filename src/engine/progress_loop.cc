@@ -185,7 +185,7 @@ void EngineContext::send_deferred_acks_now(bool wait_for_turn) {
 
 void EngineContext::flush_deferred_acks(Clock::duration older_than) {
   if (deferred_ack_count_.load(std::memory_order_relaxed) == 0) return;  // see its declaration
-  std::shared_lock lock(qps_mu_);  // unregister_qp erases from deferred_acks_ under it
+  std::shared_lock lock(qps_.mu());  // unregister_qp erases from deferred_acks_ under it
   if (deferred_acks_.empty()) return;
   if (older_than != Clock::duration::zero() && Clock::now() - acks_deferred_at_ < older_than) return;
   TxBatch& tx = TxBatch::local();

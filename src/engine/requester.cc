@@ -4,7 +4,10 @@
 // into path-MTU packets. It stops when the PSN window is full, when a READ
 // has no initiator credit left (max_rd_atomic), when a fenced WQE waits for
 // earlier READs, or while an RNR NAK's timer runs. The completer moves it
-// back (requester_rewind) for go-back-N retransmission.
+// back (RequesterLink::rewind) for go-back-N retransmission. How the requests
+// travel — the window, jumbo packets, direct placement, whether a post waits
+// for the next ACK — it asks the QP's Delivery (delivery.h), decided at RTR;
+// it never looks at the transport.
 #include <endian.h>
 #include <sys/uio.h>
 
@@ -31,34 +34,13 @@ namespace {
 using host::DirectPlacement;
 using wire::Operation;
 
-// At most 512 unacknowledged PSNs (rxe: 128; 2 MiB at MTU 4096 keeps a 5 GB/s
-// stream going through ~400 us of ACK delay), shared by the context's QPs that
-// have requests in flight (EngineContext::senders), each keeping at least 32;
-// AckReq at least every 64 packets, and every half of the QP's share (with
-// more than 8 QPs sending, a share of 32 PSNs filled without one would wait
-// for the tail-loss probe: measured, -q 64 ran at a third of -q 1 with 2.7 %
-// of its packets sent twice). Through a socket 1024: eight streaming QPs
-// then keep shares of 128 and send bursts of 64 packets, one system call
-// each, as one QP does (with 512, bursts of 32: ib_write_bw 1 MiB -q 8 made
-// 7.5 sendmmsg a MiB where -q 1 made 4, its receiver 13 recvmmsg where -q 1
-// made 10). Through shared memory the window stays 512: 1024 MTU packets
-// would fill a sender's 4 MiB ring.
-constexpr uint32_t kWindowPsns = 512;
-constexpr uint32_t kSocketWindowPsns = 1024;
+// Each sending QP keeps at least 32 PSNs of the context's window
+// (Delivery::window_psns); AckReq at least every 64 packets, and every half
+// of the QP's share (with more than 8 QPs sending, a share of 32 PSNs filled
+// without one would wait for the tail-loss probe: measured, -q 64 ran at a
+// third of -q 1 with 2.7 % of its packets sent twice).
 constexpr uint32_t kMinWindowPsns = 32;
 constexpr uint32_t kMaxPacketsPerAckReq = 64;
-// A post to an RC QP with at least this many request packets unacknowledged
-// (a stream) through a socket sends nothing itself: the next ACK's handling
-// runs the requester (completer.cc, on_ack), and sends the WQEs posted
-// meanwhile in one burst — GSO messages of up to 64 packets, one system
-// call — rather than one system call per post. If no ACK comes, the
-// retransmit timer that guards the packets in flight runs it. A QP with fewer
-// in flight (a ping-pong, a few requests at a time) sends at once, as does
-// one whose packets go through shared memory (the same-host path: no system
-// call to save, and waiting for the ACK cost 6-12 % there).
-constexpr int32_t kCoalescePackets = 16;
-// A stale answer only decides whether a post waits for an ACK or not.
-constexpr uint32_t kThroughMemoryRecheck = 256;
 // Same-host SEND/WRITE messages from this size on go as jumbo packets
 // (send_jumbo_packet); smaller ones keep the MTU packets' batching.
 constexpr uint32_t kJumboMinBytes = 64 * 1024;
@@ -219,11 +201,38 @@ void sample_rtt(EngineQp& qp) {
   }
 }
 
+// Where a request packet goes: the connected path (RC/UC), or for UD the
+// WQE's address handle.
+struct Destination {
+  transport::Endpoint dst;
+  transport::IpAddress src_ip;
+  uint32_t dest_qp = 0;
+  const wire::IpFlow* flow = nullptr;
+  wire::IpFlow ud_flow;  // UD: `flow` points here
+};
+
+void resolve_destination(EngineQp& qp, const core::SendWqe& w, Destination& d) {
+  if (qp.type != IBV_QPT_UD) {
+    d.dst = qp.path.dst;
+    d.src_ip = qp.path.src_ip;
+    d.dest_qp = qp.attr.dest_qp_num;
+    d.flow = &qp.path.flow;
+    return;
+  }
+  // The AH's source GID (checked by resolve_ah against its own context's table).
+  const core::HostAddress* src = qp.ctx->gid_address(w.ud.sgid_index);
+  uint32_t scope = src ? src->scope() : 0;
+  d.dst = qp.engine()->direct_endpoint(transport::Endpoint{ip_of(w.ud.dgid, scope), w.ud.dst_port}, w.ud.remote_qpn);
+  d.src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
+  d.ud_flow = ip_flow(d.src_ip, d.dst.ip, qp.engine()->lid(), d.dst.port);
+  d.flow = &d.ud_flow;
+  d.dest_qp = w.ud.remote_qpn;
+}
+
 // Builds the next packet of a SEND/WRITE WQE; returns false on a local error.
 bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
-  uint32_t mtu = qp.path.mtu;
   uint32_t offset = qp.req.offset;
-  uint32_t len = std::min(mtu, w.length - offset);
+  uint32_t len = std::min(qp.path.mtu, w.length - offset);
   bool first = offset == 0;
   bool last = offset + len == w.length;
   uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, first, last));
@@ -231,31 +240,16 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   bool ack_req = is_reliable(qp.type) && (last || ++qp.req.pkts_since_ack_req >= qp.req.ack_req_every);
   if (ack_req) qp.req.pkts_since_ack_req = 0;
   bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
-
-  // RC/UC: the connected path; UD: the WQE's address handle.
-  transport::Endpoint dst = qp.path.dst;
-  transport::IpAddress src_ip = qp.path.src_ip;
-  const wire::IpFlow* flow = &qp.path.flow;
-  uint32_t dest_qp = qp.attr.dest_qp_num;
-  wire::IpFlow ud_flow;
-  if (qp.type == IBV_QPT_UD) {
-    // The AH's source GID (checked by resolve_ah against its own context's table).
-    const core::HostAddress* src = qp.ctx->gid_address(w.ud.sgid_index);
-    uint32_t scope = src ? src->scope() : 0;
-    dst = qp.engine()->direct_endpoint(transport::Endpoint{ip_of(w.ud.dgid, scope), w.ud.dst_port}, w.ud.remote_qpn);
-    src_ip = src ? ip_of(src->gid, scope) : transport::IpAddress{};
-    ud_flow = ip_flow(src_ip, dst.ip, qp.engine()->lid(), dst.port);
-    flow = &ud_flow;
-    dest_qp = w.ud.remote_qpn;
-  }
-  uint8_t* h = tx.begin_packet(dst, src_ip, info.header_len);
-  wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, dest_qp, ack_req, qp.req.psn);
+  Destination d;
+  resolve_destination(qp, w, d);
+  uint8_t* h = tx.begin_packet(d.dst, d.src_ip, info.header_len);
+  wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, d.dest_qp, ack_req, qp.req.psn);
   fill_request_headers(qp, info, h, w);
   if (!gather_payload(qp, index, w, offset, len, tx)) {
     tx.abort_packet();
     return false;
   }
-  qp.count_sent_in_burst(tx.end_packet(*flow));  // send_burst publishes
+  qp.count_sent_in_burst(tx.end_packet(*d.flow));  // send_burst publishes
   if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;
@@ -264,46 +258,52 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
 
 enum class Jumbo { kNotUsed, kSent, kLocalError };
 
-// Same-host bulk (transport::DatagramTransport::send_jumbo): the next
-// packets of a large RC SEND/WRITE WQE, up to `psns` of them, as one
-// jumbo packet copied straight from registered memory into the receiver's
-// ring, under the MR table's lock (the lifetime rule, core/mr.h). It takes
-// the PSNs of the MTU packets it stands for, so acknowledgements, rewinds and
-// retransmissions work as for those. kNotUsed: send MTU packets (the peer is
-// not reached through shared memory, or on-demand memory or a page made
-// unreadable since registration, which only the fault-tolerant copy of
-// add_payload_from may read).
-Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, uint32_t psns) {
-  constexpr unsigned kMaxPieces = 16;
-  static const uint8_t kTrailer[8] = {};  // pad and the ICRC's place (not computed)
-  transport::DatagramTransport& t = qp.engine()->transport();
-  uint32_t mtu = qp.path.mtu;
+// A jumbo packet's pieces: its header, then [offset, offset+len) of the
+// WQE's payload in place (at most kJumboPieces in all, with the trailer).
+// kStopped: a piece that may not be read in place, or too many.
+constexpr unsigned kJumboPieces = 16;
+Walk jumbo_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, uint32_t len, iovec* iov, unsigned* n) {
   uint32_t offset = qp.req.offset;
-  uint32_t len = std::min(w.length - offset, psns * mtu);
-  bool first = offset == 0, last = offset + len == w.length;
+  if (w.is_inline) {
+    iov[(*n)++] = iovec{qp.sq.inline_buf(index) + offset, len};
+    return Walk::kDone;
+  }
+  auto point = [iov, n](const core::Mr& mr, uint8_t* host, uint32_t take) {
+    if (*n == kJumboPieces - 1 || !core::readable_in_place(mr, host, take)) return false;
+    iov[(*n)++] = iovec{host, take};
+    return true;
+  };
+  return walk_sges(qp, index, w, offset, len, point);
+}
+
+// Same-host bulk (Delivery::send_jumbo): the next packets of a large RC
+// SEND/WRITE WQE, up to `psns` of them, as one jumbo packet copied straight
+// from registered memory into the receiver's ring, under the MR table's lock
+// (the lifetime rule, core/mr.h). It takes the PSNs of the MTU packets it
+// stands for, so acknowledgements, rewinds and retransmissions work as for
+// those. kNotUsed: send MTU packets (the peer is no longer reached through
+// shared memory, or on-demand memory or a page made unreadable since
+// registration, which only the fault-tolerant copy of add_payload_from may
+// read).
+Jumbo send_jumbo_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, uint32_t psns) {
+  static const uint8_t kTrailer[8] = {};  // pad and the ICRC's place (not computed)
+  uint32_t mtu = qp.path.mtu;
+  uint32_t len = std::min(w.length - qp.req.offset, psns * mtu);
+  bool first = qp.req.offset == 0, last = qp.req.offset + len == w.length;
   uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, first, last));
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   uint8_t h[TxBatch::kMaxHeader] = {};
   wire::Bth(h).fill(opcode, last && (w.send_flags & IBV_SEND_SOLICITED), wire::pad_for(len), wire::kDefaultPkey,
                     qp.attr.dest_qp_num, true, qp.req.psn);
   fill_request_headers(qp, info, h, w);
-  iovec iov[kMaxPieces];
+  iovec iov[kJumboPieces];
   unsigned n = 0;
   iov[n++] = iovec{h, info.header_len};
-  if (w.is_inline) {
-    iov[n++] = iovec{qp.sq.inline_buf(index) + offset, len};
-  } else {
-    auto point = [&iov, &n](const core::Mr& mr, uint8_t* host, uint32_t take) {
-      if (n == kMaxPieces - 1 || !core::readable_in_place(mr, host, take)) return false;
-      iov[n++] = iovec{host, take};
-      return true;
-    };
-    Walk walk = walk_sges(qp, index, w, offset, len, point);
-    if (walk != Walk::kDone) return walk == Walk::kLocalError ? Jumbo::kLocalError : Jumbo::kNotUsed;
-  }
+  Walk walk = jumbo_payload(qp, index, w, len, iov, &n);
+  if (walk != Walk::kDone) return walk == Walk::kLocalError ? Jumbo::kLocalError : Jumbo::kNotUsed;
   iov[n++] = iovec{const_cast<uint8_t*>(kTrailer), wire::pad_for(len) + wire::kIcrcSize};
   if (tx.pending()) tx.flush();  // earlier packets first: they share the receiver's ring
-  if (t.send_jumbo(qp.path.dst, qp.path.src_ip, iov, n) == transport::JumboSend::kNotLocal) return Jumbo::kNotUsed;
+  if (qp.delivery.send_jumbo(qp.path.src_ip, iov, n) == transport::JumboSend::kNotLocal) return Jumbo::kNotUsed;
   qp.req.jumbo_sent = true;
   qp.count_sent(info.header_len + len + wire::pad_for(len) + wire::kIcrcSize);
   qp.req.pkts_since_ack_req = 0;
@@ -319,24 +319,6 @@ void fail_local(EngineQp& qp, core::SendWqe& w, ibv_wc_status status) {
 }
 
 enum class Placement { kPlaced, kPackets, kWait };
-
-// The largest jumbo packet the QP's peer takes (DatagramTransport::jumbo_limit,
-// a lookup under the transport's lock; 0: not reached through shared memory),
-// asked at most once per burst.
-class PeerJumbo {
- public:
-  explicit PeerJumbo(EngineQp& qp) : qp_(qp) {}
-  uint32_t limit() {
-    if (!asked_) limit_ = qp_.engine()->transport().jumbo_limit(qp_.path.dst);
-    asked_ = true;
-    return limit_;
-  }
-
- private:
-  EngineQp& qp_;
-  uint32_t limit_ = 0;
-  bool asked_ = false;
-};
 
 // Whether a large RC WRITE goes as jumbo packets rather than placed. Jumbos
 // are two memcpys pipelined across the two processes (the sender into the
@@ -355,53 +337,37 @@ class PeerJumbo {
 //   retransmissions). Larger or more sources no longer fit the caches: the
 //   copy into the ring then runs at memory speed on one CPU, while placement
 //   reads them on two.
-bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w, PeerJumbo& peer) {
+bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
   if (qp.type != IBV_QPT_RC || w.length < kJumboMinBytes || w.length > kJumboMaxWrite || !core::config().shm_jumbo)
     return false;
   if (qp.engine()->note_large_write(qp.qp_num(), Clock::now()) > kJumboMaxWriters) return false;
   bool stream =
       !w.signaled || qp.sq.posted - index > 1 || index != qp.sq.retired || (qp.send_cq && !qp.send_cq->empty());
-  return stream && peer.limit() >= qp.path.mtu;
+  return stream && qp.delivery.jumbo_limit() >= qp.path.mtu;
 }
 
-// Same-host direct placement (direct_placement.h) of an RDMA WRITE or READ
-// whose predecessors have all completed and with nothing in flight: copied
-// now, completed now, occupying no PSN. kPackets: send it as packets. kWait:
-// a large one behind WQEs in flight to a target that can be placed into waits
-// for their ACKs (the completer runs the requester again).
-Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, PeerJumbo& peer) {
-  DirectPlacement* dp = qp.engine()->placement();
-  if (!dp || (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_UC)) return Placement::kPackets;
-  bool read = w.opcode == IBV_WR_RDMA_READ;
-  if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0) return Placement::kPackets;
-  if (!read && streams_as_jumbo(qp, index, w, peer)) return Placement::kPackets;
-  if (index != qp.sq.retired || (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn)) {
-    bool wait = qp.type == IBV_QPT_RC && w.length >= DirectPlacement::kWaitToPlace &&
-                dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
-    return wait ? Placement::kWait : Placement::kPackets;
-  }
-  std::array<iovec, core::kMaxSge> local;
-  unsigned n = 0;
+// The host addresses of a WQE's local ranges through the MR table (whose
+// lock send_burst holds: a device memory MR's addresses are offsets); false
+// if a key no longer checks.
+bool local_ranges(EngineQp& qp, uint32_t index, const core::SendWqe& w, std::array<iovec, core::kMaxSge>& local,
+                  unsigned* n) {
   if (w.is_inline) {
-    local[n++] = iovec{qp.sq.inline_buf(index), w.length};
-  } else {
-    // Host addresses through the MR table (whose lock send_burst holds): a
-    // device memory MR's addresses are offsets.
-    const core::Sge* sge = qp.sq.sges(index);
-    for (uint16_t i = 0; i < w.num_sge && n < local.size(); ++i) {
-      if (!sge[i].length) continue;
-      const core::Mr* mr = nullptr;
-      if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) !=
-          core::KeyCheck::kOk)
-        return Placement::kPackets;
-      local[n++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
-    }
+    local[(*n)++] = iovec{qp.sq.inline_buf(index), w.length};
+    return true;
   }
-  if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
-  DirectPlacement::Op op{
-      qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
-      n,       read};
-  if (!dp->place(op)) return Placement::kPackets;
+  const core::Sge* sge = qp.sq.sges(index);
+  for (uint16_t i = 0; i < w.num_sge && *n < local.size(); ++i) {
+    if (!sge[i].length) continue;
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) != core::KeyCheck::kOk)
+      return false;
+    local[(*n)++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
+  }
+  return true;
+}
+
+// A placed WQE: counted, completed now, occupying no PSN.
+void complete_placed(EngineQp& qp, core::SendWqe& w) {
   qp.count(&QpCounters::placed_ops);
   qp.counters->placed_bytes.fetch_add(w.length, std::memory_order_relaxed);
   qp.engine()->stats.placed_ops.fetch_add(1, std::memory_order_relaxed);
@@ -412,6 +378,34 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx,
   qp.req.offset = 0;
   complete_send_wqe(qp, w, IBV_WC_SUCCESS);
   retire_send_wqes(qp);
+}
+
+// Same-host direct placement (Delivery::placement, direct_placement.h) of an
+// RDMA WRITE or READ whose predecessors have all completed and with nothing
+// in flight: copied now, completed now, occupying no PSN. kPackets: send it
+// as packets. kWait: a large one behind WQEs in flight to a target that can
+// be placed into waits for their ACKs (the completer runs the requester
+// again).
+Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+  DirectPlacement* dp = qp.delivery.placement();
+  if (!dp) return Placement::kPackets;
+  bool read = w.opcode == IBV_WR_RDMA_READ;
+  if ((!read && w.opcode != IBV_WR_RDMA_WRITE) || w.length == 0) return Placement::kPackets;
+  if (!read && streams_as_jumbo(qp, index, w)) return Placement::kPackets;
+  if (index != qp.sq.retired || (qp.type == IBV_QPT_RC && qp.req.psn != qp.comp.unacked_psn)) {
+    bool wait = qp.type == IBV_QPT_RC && w.length >= DirectPlacement::kWaitToPlace &&
+                dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
+    return wait ? Placement::kWait : Placement::kPackets;
+  }
+  std::array<iovec, core::kMaxSge> local;
+  unsigned n = 0;
+  if (!local_ranges(qp, index, w, local, &n)) return Placement::kPackets;
+  if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
+  DirectPlacement::Op op{
+      qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
+      n,       read};
+  if (!dp->place(op)) return Placement::kPackets;
+  complete_placed(qp, w);
   return Placement::kPlaced;
 }
 
@@ -438,9 +432,10 @@ bool run_local_op(EngineQp& qp, core::SendWqe& w) {
   return true;
 }
 
-}  // namespace
-
-core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
+// The started, not yet completed WQE holding `psn` (the first in send-queue
+// order), or null; `*index` is its position, or else where the search ended
+// (the first WQE not started yet).
+core::SendWqe* wqe_holding(EngineQp& qp, uint32_t psn, uint32_t* index) {
   uint32_t i = qp.sq.retired;
   for (; i != qp.sq.posted; ++i) {
     core::SendWqe& w = qp.sq.at(i);
@@ -454,12 +449,13 @@ core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index) {
   return nullptr;
 }
 
-void requester_rewind(EngineQp& qp, uint32_t psn) {
+// Go-back-N: the next request packet sent will be `psn` again.
+void rewind_to(EngineQp& qp, uint32_t psn) {
   // Acknowledged PSNs are never sent again (a late NAK may name one).
   if (wire::psn_diff(psn, qp.comp.unacked_psn) < 0) return;
   qp.timers.rtt.active = false;  // Karn: a resent packet's ACK times nothing
   uint32_t i;
-  if (const core::SendWqe* w = requester_wqe_at(qp, psn, &i)) {
+  if (const core::SendWqe* w = wqe_holding(qp, psn, &i)) {
     qp.req.index = i;
     qp.req.offset = uint32_t(wire::psn_diff(psn, w->first_psn)) * qp.path.mtu;
     qp.req.psn = psn;
@@ -476,146 +472,202 @@ void requester_rewind(EngineQp& qp, uint32_t psn) {
   }
 }
 
-void requester_read_done(EngineQp& qp) {
-  if (qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
-  requester_read_part_done(qp);
-}
+// The next request packet sent carries AckReq (a tail-loss probe).
+void force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
 
-void requester_read_part_done(EngineQp& qp) {
-  if (qp.req.read_requests > 0) --qp.req.read_requests;
-}
+}  // namespace
 
-void requester_force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAckReq - 1; }
+// --- the completer's requests (roles.h, RequesterLink) ---------------------------
 
-void requester_resend_one(EngineQp& qp, uint32_t psn, TxBatch& tx) {
-  const RequesterState before = qp.req;
-  requester_rewind(qp, psn);
-  if (qp.req.psn != psn) return;  // not outstanding
-  requester_force_ack_req(qp);
-  qp.req.single_packet = true;
-  requester_run(qp, tx);
-  qp.req.single_packet = false;
-  if (wire::psn_diff(before.psn, qp.req.psn) <= 0) return;
+void RequesterLink::resume() const { requester_run(qp_, tx_); }
+
+void RequesterLink::rewind(uint32_t psn) const { rewind_to(qp_, psn); }
+
+void RequesterLink::resend_one(uint32_t psn) const {
+  const RequesterState before = qp_.req;
+  rewind_to(qp_, psn);
+  if (qp_.req.psn != psn) return;  // not outstanding
+  force_ack_req(qp_);
+  qp_.req.single_packet = true;
+  requester_run(qp_, tx_);
+  qp_.req.single_packet = false;
+  if (wire::psn_diff(before.psn, qp_.req.psn) <= 0) return;
   // The packets after it are still in flight: back to where the requester was.
-  qp.req.index = before.index;
-  qp.req.offset = before.offset;
-  qp.req.psn = before.psn;
-  qp.req.pkts_since_ack_req = before.pkts_since_ack_req;
+  qp_.req.index = before.index;
+  qp_.req.offset = before.offset;
+  qp_.req.psn = before.psn;
+  qp_.req.pkts_since_ack_req = before.pkts_since_ack_req;
 }
 
-void requester_catch_up(EngineQp& qp) {
+void RequesterLink::catch_up() const {
   // An ACK may acknowledge packets the requester was about to resend after a
   // rewind; never resend what is already acknowledged.
-  if (wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) < 0) requester_rewind(qp, qp.comp.unacked_psn);
+  if (wire::psn_diff(qp_.req.psn, qp_.comp.unacked_psn) < 0) rewind_to(qp_, qp_.comp.unacked_psn);
 }
 
+void RequesterLink::read_done() const {
+  if (qp_.req.reads_outstanding > 0) --qp_.req.reads_outstanding;
+  read_part_done();
+}
+
+void RequesterLink::read_part_done() const {
+  if (qp_.req.read_requests > 0) --qp_.req.read_requests;
+}
+
+uint32_t RequesterLink::next_psn() const { return qp_.req.psn; }
+
+uint32_t RequesterLink::sent_end() const { return qp_.req.psn_end; }
+
+bool RequesterLink::reads_outstanding() const { return qp_.req.reads_outstanding > 0; }
+
 namespace {
+
+// READ and atomic requests a QP may have unanswered (max_rd_atomic, its initiator depth).
+uint32_t max_reads(const EngineQp& qp) { return qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1; }
+
+enum class Start { kSend, kPlaced, kStop };
+
+// Starts the WQE at `index`: what must hold before its first packet (read
+// credits, the fence, the local keys), then placement; kSend: it goes as
+// packets from here.
+Start start_wqe(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
+  if (is_read(w) && qp.req.read_requests >= max_reads(qp)) return Start::kStop;
+  // Fence: wait until every earlier READ/ATOMIC has completed.
+  if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) return Start::kStop;
+  if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+    fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+    return Start::kStop;
+  }
+  Placement placed = try_place(qp, index, w, tx);
+  if (placed == Placement::kPlaced) return Start::kPlaced;
+  if (placed == Placement::kWait) return Start::kStop;
+  w.started = true;
+  w.first_psn = qp.req.psn;
+  w.last_psn = wire::psn_add(w.first_psn, wire::packets_for(w.length, qp.path.mtu) - 1);
+  qp.req.offset = 0;
+  if (is_read(w)) ++qp.req.reads_outstanding;
+  if (core::is_atomic(w.opcode)) ++qp.req.read_requests;  // a READ's parts count as they go
+  return Start::kSend;
+}
+
+// The next step of a started WQE: the PSNs it takes, as a jumbo packet or
+// not, and the window it must fit.
+struct Step {
+  uint32_t need = 1;
+  bool jumbo = false;
+  uint32_t window = 0;
+};
+
+// The QP's share of its Delivery's window among the context's sending QPs;
+// sets how often a message's packets ask for an ACK.
+uint32_t window_share(EngineQp& qp, uint32_t senders) {
+  uint32_t window = std::max(kMinWindowPsns, qp.delivery.window_psns() / senders);
+  // Through a socket the peer may be slower than this process: the
+  // congestion window bounds what is in flight (CompleterState::cwnd).
+  if (qp.delivery.congestion_controlled()) window = std::min(window, qp.comp.cwnd);
+  qp.req.ack_req_every = std::min(kMaxPacketsPerAckReq, window / 2);
+  return window;
+}
+
+// Jumbo packets (same host): a window of bytes rather than PSNs, and only
+// whole jumbos (or a message's rest) go: partial ones would cut the stream
+// into ever smaller pieces as ACKs free the window bit by bit.
+void plan_jumbo(EngineQp& qp, const core::SendWqe& w, uint32_t senders, Step& step) {
+  uint32_t mtu = qp.path.mtu;
+  uint32_t psns = qp.delivery.jumbo_limit() / mtu;
+  if (is_read(w) || w.length < kJumboMinBytes || psns == 0) return;
+  step.window = std::max(step.window, kJumboWindowBytes / senders / mtu);
+  // At most half the window each, so that a QP always has the next jumbo on
+  // its way while one is acknowledged (eight QPs share 2 MiB).
+  psns = std::max(1u, std::min(psns, step.window / 2));
+  step.need = std::min(psns, wire::packets_for(w.length - qp.req.offset, mtu));
+  step.jumbo = true;
+}
+
+// The next step of the started WQE `w` under the QP's Delivery.
+Step plan_step(EngineQp& qp, core::SendWqe& w) {
+  uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
+  Step step;
+  step.window = window_share(qp, senders);
+  // A READ asks for at most the window's worth of responses at a time
+  // (send_read_request): 64 QPs reading 1 MiB each asked for 64 MiB at
+  // once, more than the receiving socket holds, and collapsed in drops
+  // and re-requests (ib_read_bw -q 64: 2-4 GB/s, 2.4 M ghost responses).
+  if (is_read(w) && !core::is_atomic(w.opcode)) {
+    uint32_t total = wire::packets_for(w.length, qp.path.mtu);
+    if (w.read_part_packets == 0) w.read_part_packets = std::min(total, step.window);
+    step.need = read_part_left(w, qp.req.offset / qp.path.mtu, total);
+  }
+  plan_jumbo(qp, w, senders, step);
+  return step;
+}
+
+// Sends the next READ part or atomic of a started WQE; false: no credit.
+bool send_read_step(EngineQp& qp, core::SendWqe& w, TxBatch& tx, uint32_t need) {
+  if (core::is_atomic(w.opcode)) {
+    send_atomic_request(qp, w, tx);
+  } else {
+    // A new part takes a credit; a request below what was asked for
+    // already repeats one (after a rewind) and takes none.
+    uint32_t done = qp.req.offset / qp.path.mtu;
+    bool new_part = done >= w.read_requested;
+    if (new_part && qp.req.read_requests >= max_reads(qp)) return false;
+    send_read_request(qp, w, tx, need);
+    if (new_part) ++qp.req.read_requests;
+    w.read_requested = std::max(w.read_requested, done + need);
+  }
+  if (core::is_atomic(w.opcode) || qp.req.offset >= w.length) {
+    qp.req.offset = 0;
+    ++qp.req.index;
+  }
+  return true;
+}
+
+// Sends the next packet (or jumbo) of a started SEND/WRITE WQE; false after
+// a local protection error.
+bool send_data_step(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx, const Step& step) {
+  Jumbo jumbo = step.jumbo ? send_jumbo_packet(qp, index, w, tx, step.need) : Jumbo::kNotUsed;
+  if (jumbo == Jumbo::kLocalError || (jumbo == Jumbo::kNotUsed && !send_data_packet(qp, index, w, tx))) {
+    fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
+    return false;
+  }
+  if (qp.req.offset >= w.length) {
+    qp.req.offset = 0;
+    ++qp.req.index;
+    // UC and UD have no acknowledgements: the WQE is done once sent.
+    if (!is_reliable(qp.type)) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
+  }
+  return true;
+}
+
+// Publishes the packets a burst counted (EngineQp::publish_sent) at its end.
+struct PublishSent {
+  EngineQp& qp;
+  ~PublishSent() { qp.publish_sent(); }
+};
 
 // Sends what the window, credits and fences allow, under the MR table's
 // shared lock. Returns true when it stopped at a local operation that may run
 // now (it changes the table, so it runs outside the lock).
 bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
-  struct PublishSent {
-    EngineQp& qp;
-    ~PublishSent() { qp.publish_sent(); }
-  } publish{qp};
+  PublishSent publish{qp};
   auto mr_lock = qp.ctx->mrs.read_lock();
   TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
-  PeerJumbo peer(qp);
-  uint32_t window_psns = 0;  // looked up at the first packet (a placed WRITE needs none)
-  bool through_socket = false;
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
     uint32_t index = qp.req.index;
     core::SendWqe& w = qp.sq.at(index);
-    uint32_t mtu = qp.path.mtu;
     if (!w.started && is_local_op(w)) return !((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0);
-    const uint32_t max_reads = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
     if (!w.started) {
-      if (is_read(w) && qp.req.read_requests >= max_reads) break;
-      // Fence: wait until every earlier READ/ATOMIC has completed.
-      if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
-      if (!w.is_inline && !local_keys_ok(qp, index, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
-        fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
-        break;
-      }
-      Placement placed = try_place(qp, index, w, tx, peer);
-      if (placed == Placement::kPlaced) continue;
-      if (placed == Placement::kWait) break;
-      w.started = true;
-      w.first_psn = qp.req.psn;
-      w.last_psn = wire::psn_add(w.first_psn, wire::packets_for(w.length, mtu) - 1);
-      qp.req.offset = 0;
-      if (is_read(w)) ++qp.req.reads_outstanding;
-      if (core::is_atomic(w.opcode)) ++qp.req.read_requests;  // a READ's parts count as they go
+      Start start = start_wqe(qp, index, w, tx);
+      if (start == Start::kPlaced) continue;
+      if (start == Start::kStop) break;
     }
     uint32_t in_flight = uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn));
-    uint32_t senders = qp.engine()->senders() + (qp.req.counted_sending ? 0 : 1);
-    if (window_psns == 0) {
-      through_socket = !qp.engine()->transport().through_memory(qp.path.dst);
-      window_psns = through_socket ? kSocketWindowPsns : kWindowPsns;
-    }
-    uint32_t window = std::max(kMinWindowPsns, window_psns / senders);
-    // Through a socket the peer may be slower than this process: the
-    // congestion window bounds what is in flight (CompleterState::cwnd).
-    if (through_socket) window = std::min(window, qp.comp.cwnd);
-    qp.req.ack_req_every = std::min(kMaxPacketsPerAckReq, window / 2);
-    // A READ asks for at most the window's worth of responses at a time
-    // (send_read_request): 64 QPs reading 1 MiB each asked for 64 MiB at
-    // once, more than the receiving socket holds, and collapsed in drops
-    // and re-requests (ib_read_bw -q 64: 2-4 GB/s, 2.4 M ghost responses).
-    uint32_t need = 1;
-    if (is_read(w) && !core::is_atomic(w.opcode)) {
-      uint32_t total = wire::packets_for(w.length, mtu);
-      if (w.read_part_packets == 0) w.read_part_packets = std::min(total, window);
-      need = read_part_left(w, qp.req.offset / mtu, total);
-    }
-    // Jumbo packets (same host): a window of bytes rather than PSNs, and
-    // only whole jumbos (or a message's rest) go: partial ones would cut the
-    // stream into ever smaller pieces as ACKs free the window bit by bit.
-    uint32_t jumbo_psns = 0;
-    if (qp.type == IBV_QPT_RC && !is_read(w) && w.length >= kJumboMinBytes && core::config().shm_jumbo) {
-      jumbo_psns = peer.limit() / mtu;
-      if (jumbo_psns > 0) {
-        window = std::max(window, kJumboWindowBytes / senders / mtu);
-        // At most half the window each, so that a QP always has the next
-        // jumbo on its way while one is acknowledged (eight QPs share 2 MiB).
-        jumbo_psns = std::max(1u, std::min(jumbo_psns, window / 2));
-        need = std::min(jumbo_psns, wire::packets_for(w.length - qp.req.offset, mtu));
-      }
-    }
+    Step step = plan_step(qp, w);
     // The window bounds unacknowledged PSNs; UC has no acknowledgements.
-    if (is_reliable(qp.type) && in_flight > 0 && in_flight + need > window) break;
-
-    if (is_read(w)) {
-      if (core::is_atomic(w.opcode)) {
-        send_atomic_request(qp, w, tx);
-      } else {
-        // A new part takes a credit; a request below what was asked for
-        // already repeats one (after a rewind) and takes none.
-        uint32_t done = qp.req.offset / mtu;
-        bool new_part = done >= w.read_requested;
-        if (new_part && qp.req.read_requests >= max_reads) break;
-        send_read_request(qp, w, tx, need);
-        if (new_part) ++qp.req.read_requests;
-        w.read_requested = std::max(w.read_requested, done + need);
-      }
-      if (core::is_atomic(w.opcode) || qp.req.offset >= w.length) {
-        qp.req.offset = 0;
-        ++qp.req.index;
-      }
-    } else {
-      Jumbo jumbo = jumbo_psns ? send_jumbo_packet(qp, index, w, tx, need) : Jumbo::kNotUsed;
-      if (jumbo == Jumbo::kLocalError || (jumbo == Jumbo::kNotUsed && !send_data_packet(qp, index, w, tx))) {
-        fail_local(qp, w, IBV_WC_LOC_PROT_ERR);
-        break;
-      }
-      if (qp.req.offset >= w.length) {
-        qp.req.offset = 0;
-        ++qp.req.index;
-        // UC and UD have no acknowledgements: the WQE is done once sent.
-        if (!is_reliable(qp.type)) complete_send_wqe(qp, w, IBV_WC_SUCCESS);
-      }
-    }
+    if (is_reliable(qp.type) && in_flight > 0 && in_flight + step.need > step.window) break;
+    bool ok = is_read(w) ? send_read_step(qp, w, tx, step.need) : send_data_step(qp, index, w, tx, step);
+    if (!ok) break;
     *sent = true;
     if (qp.req.single_packet) break;
   }
@@ -623,23 +675,17 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
 }
 
 // Whether a post to the QP now sends nothing itself and leaves its WQEs to
-// the next ACK's run (kCoalescePackets): an RC stream through a socket.
+// the next ACK's run (Delivery::coalesce_from): an RC stream through a socket.
 bool post_waits_for_ack(EngineQp& qp) {
-  bool streaming = is_reliable(qp.type) && qp.state() == IBV_QPS_RTS && qp.timers.retransmit_armed &&
-                   wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) >= kCoalescePackets;
-  if (!streaming) return false;
-  RequesterState& r = qp.req;
-  if (r.through_memory_posts == 0) {
-    r.through_memory = qp.engine()->transport().through_memory(qp.path.dst);
-    r.through_memory_posts = kThroughMemoryRecheck;
-  }
-  --r.through_memory_posts;
-  return !r.through_memory;
+  uint32_t from = qp.delivery.coalesce_from();
+  return from != 0 && is_reliable(qp.type) && qp.state() == IBV_QPS_RTS && qp.timers.retransmit_armed &&
+         wire::psn_diff(qp.req.psn, qp.comp.unacked_psn) >= int32_t(from);
 }
 
 }  // namespace
 
 void requester_post(EngineQp& qp, TxBatch& tx) {
+  qp.delivery.count_post();
   if (!post_waits_for_ack(qp)) requester_run(qp, tx);
 }
 
@@ -667,10 +713,19 @@ bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
   if (!tx.gso() || tx.pending() != 0 || qp.req.index + 1 != qp.sq.posted) return false;
   const core::SendWqe& w = qp.sq.at(qp.req.index);
   if (w.started || is_read(w) || is_local_op(w) || w.length > qp.path.mtu) return false;
-  if (w.opcode == IBV_WR_RDMA_WRITE && qp.engine()->placement()) return false;
+  if (w.opcode == IBV_WR_RDMA_WRITE && qp.delivery.placement()) return false;
   const wire::OpcodeInfo& info = wire::opcode_info(opcode_of_qp(qp.type, send_operation(w, true, true)));
   if (info.header_len + w.length + wire::pad_for(w.length) + wire::kIcrcSize < kAckPacketBytes) return false;
-  return !qp.engine()->transport().through_memory(qp.path.dst);
+  return !qp.delivery.through_memory();
+}
+
+// One clock read for a run that sent: the RTT sample it started and the
+// local ACK timer (the packets leave at requester_run's flush, after it).
+void stamp_sent(EngineQp& qp) {
+  auto now = Clock::now();
+  if (qp.timers.rtt.unstamped) qp.timers.rtt.sent = now;
+  qp.timers.rtt.unstamped = false;
+  completer_start_timer(qp, now);
 }
 
 }  // namespace
@@ -700,14 +755,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     retire_send_wqes(qp);
   }
   if (!is_reliable(qp.type)) retire_send_wqes(qp);
-  if (sent) {
-    // One clock read for the post: the RTT sample it started and the local ACK
-    // timer (the packets leave at the flush below, after it).
-    auto now = Clock::now();
-    if (qp.timers.rtt.unstamped) qp.timers.rtt.sent = now;
-    qp.timers.rtt.unstamped = false;
-    completer_start_timer(qp, now);
-  }
+  if (sent) stamp_sent(qp);
   if (is_reliable(qp.type)) qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
   if (ack_behind) responder_flush_ack(qp, tx);
   // In a receive burst a stream's packets may wait for the burst's end

@@ -13,6 +13,7 @@
 #include "core/cq.h"
 #include "core/log.h"
 #include "core/mr_access.h"
+#include "core/remote_access.h"
 #include "core/srq.h"
 #include "engine/ack.h"
 #include "engine/engine_context.h"
@@ -266,17 +267,16 @@ RespState check_op_valid(Request& r) {
     }
     if (!r.qp.srq) return RespState::kErrInvalidRequest;
   }
-  unsigned access = r.qp.attr.qp_access_flags;
+  // The QP's access flags and responder resources (core/remote_access.h).
+  auto accepts = [&a = r.qp.attr](core::RemoteOp op) {
+    return core::qp_accepts(a.qp_access_flags, a.max_dest_rd_atomic, op);
+  };
   // UC has no NAK (IBA 9.8.3): a WRITE the QP does not permit is dropped, as
   // rxe's check_op_valid drops the message.
-  if ((r.flags & wire::kOpWrite) && !(access & IBV_ACCESS_REMOTE_WRITE))
+  if ((r.flags & wire::kOpWrite) && !accepts(core::RemoteOp::kWrite))
     return is_rc(r.qp) ? RespState::kErrInvalidRequest : RespState::kDrop;
-  if (r.flags & wire::kOpRead) {
-    if (!(access & IBV_ACCESS_REMOTE_READ) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
-  }
-  if (r.flags & wire::kOpAtomic) {
-    if (!(access & IBV_ACCESS_REMOTE_ATOMIC) || r.qp.attr.max_dest_rd_atomic == 0) return RespState::kErrInvalidRequest;
-  }
+  if ((r.flags & wire::kOpRead) && !accepts(core::RemoteOp::kRead)) return RespState::kErrInvalidRequest;
+  if ((r.flags & wire::kOpAtomic) && !accepts(core::RemoteOp::kAtomic)) return RespState::kErrInvalidRequest;
   return RespState::kCheckResource;
 }
 
@@ -352,8 +352,8 @@ RespState check_rkey(Request& r) {
     // IBA 9.4.5 (Atomic Operations): an atomic's VA must be 8-byte aligned, else
     // NAK invalid request (rxe: ERR_MISALIGNED_ATOMIC).
     if (a.va() & 7) return RespState::kErrInvalidRequest;
-    if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, IBV_ACCESS_REMOTE_ATOMIC, true, r.qp.qp_num()) !=
-        core::KeyCheck::kOk)
+    unsigned need = core::remote_access_for(core::RemoteOp::kAtomic);
+    if (r.qp.ctx->mrs.check(a.rkey(), access_pd(r.qp), a.va(), 8, need, true, r.qp.qp_num()) != core::KeyCheck::kOk)
       return RespState::kErrRemoteAccess;
     return RespState::kExecute;
   }
@@ -362,7 +362,7 @@ RespState check_rkey(Request& r) {
   wire::Reth reth = r.pkt.reth();
   uint32_t len = reth.dma_len();
   if (len != 0) {
-    unsigned need = (r.flags & wire::kOpRead) ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    unsigned need = core::remote_access_for((r.flags & wire::kOpRead) ? core::RemoteOp::kRead : core::RemoteOp::kWrite);
     if (r.qp.ctx->mrs.check(reth.rkey(), access_pd(r.qp), reth.va(), len, need, true, r.qp.qp_num()) !=
         core::KeyCheck::kOk)
       return is_rc(r.qp) ? RespState::kErrRemoteAccess : RespState::kDrop;

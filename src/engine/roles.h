@@ -15,25 +15,6 @@ void requester_run(EngineQp& qp, TxBatch& tx);
 // A post (verbs): requester_run, unless the QP streams (requester.cc,
 // kCoalescePackets): then the new WQEs go with the next ACK's run.
 void requester_post(EngineQp& qp, TxBatch& tx);
-// The started, not yet completed WQE holding `psn` (the first in send-queue
-// order), or null; `*index` is its position, or else where the search ended
-// (the first WQE not started yet).
-core::SendWqe* requester_wqe_at(EngineQp& qp, uint32_t psn, uint32_t* index);
-// Go-back-N: the next request packet sent will be `psn` again.
-void requester_rewind(EngineQp& qp, uint32_t psn);
-// The next request packet sent carries AckReq (a tail-loss probe).
-void requester_force_ack_req(EngineQp& qp);
-// A tail-loss probe: the packet `psn` (outstanding) sent again, alone and
-// with AckReq; the requester then goes on from where it was.
-void requester_resend_one(EngineQp& qp, uint32_t psn, TxBatch& tx);
-// After an ACK: moves the requester past PSNs that are already acknowledged.
-void requester_catch_up(EngineQp& qp);
-// The last response of a READ or atomic arrived: its credit (max_rd_atomic)
-// is free again.
-void requester_read_done(EngineQp& qp);
-// A READ's part other than its last was answered in full: its request's
-// max_rd_atomic credit is free for the next.
-void requester_read_part_done(EngineQp& qp);
 // The end of a post (verbs; `lock` holds qp.mu and is released here). A post
 // that sent jumbo packets takes a receive turn right after: the stream's ACKs
 // are then taken, and its next jumbos sent, by the posting thread, not by
@@ -63,7 +44,49 @@ void responder_publish(EngineQp& qp, TxBatch& tx);
 // true while some remain (the caller comes back for them).
 bool responder_send_reads(EngineQp& qp, TxBatch& tx, uint32_t budget);
 
-// Completer (completer.cc): one incoming response (ACK/NAK/READ response).
+// The completer's requests to the requester (design §5: cross-role signals go
+// through one per-QP place). completer.cc reaches the requester only through
+// this — go back N, resend one packet, resume sending, move past what is
+// acknowledged, return a READ's credit — and reads of RequesterState only what
+// it offers. One names a QP and the batch its packets join, for one response
+// or timer tick; each request acts at once, in the order made, since what the
+// completer decides next (the outstanding requests, the window) depends on it.
+// Defined in requester.cc, which owns RequesterState.
+class RequesterLink {
+ public:
+  RequesterLink(EngineQp& qp, TxBatch& tx) : qp_(qp), tx_(tx) {}
+
+  // Sends what the window, the credits and the fences allow (requester_run).
+  void resume() const;
+  // Go-back-N: the next request packet sent will be `psn` again (never an
+  // acknowledged one: a late NAK may name it).
+  void rewind(uint32_t psn) const;
+  // A tail-loss probe: the packet `psn` (outstanding) sent again, alone and
+  // with AckReq; the requester then goes on from where it was.
+  void resend_one(uint32_t psn) const;
+  // After an ACK: moves the requester past PSNs that are already acknowledged.
+  void catch_up() const;
+  // The last response of a READ or atomic arrived: its credit (max_rd_atomic)
+  // is free again.
+  void read_done() const;
+  // A READ's part other than its last was answered in full: its request's
+  // max_rd_atomic credit is free for the next.
+  void read_part_done() const;
+
+  // The PSN of the next request packet.
+  uint32_t next_psn() const;
+  // One past the newest PSN ever sent (a rewind does not lower it).
+  uint32_t sent_end() const;
+  // Whether a READ or atomic WQE is started and not completed.
+  bool reads_outstanding() const;
+
+ private:
+  EngineQp& qp_;
+  TxBatch& tx_;
+};
+
+// Completer (completer.cc): one incoming response (ACK/NAK/READ response),
+// walked through the completer's states.
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
 // A CNP for this QP (ecn.h): the reaction point's cut. An RC requester's
 // congestion window halves, once per window as for a loss (nothing is resent);

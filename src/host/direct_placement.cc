@@ -16,6 +16,7 @@
 
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/remote_access.h"
 #include "transport/shared_file.h"
 
 namespace uroce::host {
@@ -302,23 +303,24 @@ bool DirectPlacement::place(const Op& op) noexcept {
   Window::Busy& busy = w.busy[registry_.slot()];
   busy.word.fetch_add(1, std::memory_order_seq_cst);
   bool done = false;
-  // The responder's checks (responder.cc: QP state and access flags, then
-  // the R_Key against the MR table); any failure is left to the responder.
+  // The responder's checks (core/remote_access.h: the QP's state and access
+  // flags, then the R_Key's region) on what the target published; any
+  // failure is left to the responder.
   const Window::QpEntry& q = w.qps[op.dest_qpn & 0xFFFF];
   const Window::MrEntry& m = w.mrs[std::min<uint32_t>(op.rkey >> 8, kMrEntries - 1)];
-  unsigned need = op.read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+  core::RemoteOp rop = op.read ? core::RemoteOp::kRead : core::RemoteOp::kWrite;
   uint32_t flags = q.flags.load(std::memory_order_relaxed);
   bool qp_ok = q.qpn.load(std::memory_order_seq_cst) == op.dest_qpn &&
                q.dest_qpn.load(std::memory_order_relaxed) == op.src_qpn &&
-               bool(flags & kFlagUc) == (op.type == IBV_QPT_UC) && (flags & need) &&
-               (!op.read || (flags & kFlagReadCredit));
-  if (qp_ok && m.key.load(std::memory_order_seq_cst) == op.rkey &&
-      m.pd.load(std::memory_order_relaxed) == q.pd.load(std::memory_order_relaxed)) {
-    uint64_t iova = m.iova.load(std::memory_order_relaxed);
-    uint64_t length = m.length.load(std::memory_order_relaxed);
-    bool in_bounds = op.va >= iova && op.len <= length && op.va - iova <= length - op.len;
-    if (in_bounds && (m.access.load(std::memory_order_relaxed) & need) == need) {
-      iovec remote{reinterpret_cast<void*>(m.host.load(std::memory_order_relaxed) + (op.va - iova)), op.len};
+               bool(flags & kFlagUc) == (op.type == IBV_QPT_UC) &&
+               core::qp_accepts(flags, (flags & kFlagReadCredit) ? 1 : 0, rop);
+  if (qp_ok) {
+    core::RegionGrant region{m.key.load(std::memory_order_seq_cst), m.pd.load(std::memory_order_relaxed),
+                             m.iova.load(std::memory_order_relaxed), m.length.load(std::memory_order_relaxed),
+                             m.access.load(std::memory_order_relaxed)};
+    uint32_t pd = q.pd.load(std::memory_order_relaxed);
+    if (core::check_grant(region, op.rkey, pd, op.va, op.len, core::remote_access_for(rop)) == core::KeyCheck::kOk) {
+      iovec remote{reinterpret_cast<void*>(m.host.load(std::memory_order_relaxed) + (op.va - region.base)), op.len};
       ssize_t n = copier_.copy(pid_t(peer->pid), op.read, op.local, op.nlocal, remote);
       done = n == ssize_t(op.len);
       if (n < 0 && errno == EPERM) {

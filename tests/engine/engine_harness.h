@@ -469,6 +469,10 @@ class EngineTest : public ::testing::Test {
 
   void run_timers(Clock::time_point t) { engine->run_timers(t); }
 
+  // The fake transport's reach changed (memory_path, jumbo_payload): the QP
+  // decides its delivery again, as it did at RTR (Delivery::decide).
+  void redecide_delivery() { qp->delivery.decide(*engine, *qp); }
+
   uint32_t rq(uint32_t n) const { return wire::psn_add(rq_psn, n); }
   uint32_t sq(uint32_t n) const { return wire::psn_add(sq_psn, n); }
 

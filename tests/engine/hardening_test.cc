@@ -398,6 +398,7 @@ TEST_F(Hardening, ReferencedPiecesNeverOutgrowAPacket) {
 // from its header, the sender's region and its ICRC, and the payload in order.
 TEST_F(Hardening, SendPayloadIsReferencedInTheRegion) {
   transport->memory_path = true;
+  redecide_delivery();
   std::vector<uint8_t> src = pattern(3 * kMtu, 7);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
   send(1, src, mr, uint32_t(src.size()));
@@ -633,10 +634,12 @@ TEST_F(Hardening, AckOfSendGoesFirstWhereItCannotCloseTheReply) {
   std::vector<uint8_t> b0(16), b1(16), b2(16);
   transport->gso_segments = 64;
   transport->memory_path = true;
+  redecide_delivery();
   receive_in_application_turn(b0, 0);
   expect_reply_carries_ack(1, src, mr, rq(0), /*ack_first=*/true);
 
   transport->memory_path = false;
+  redecide_delivery();
   receive_in_application_turn(b1, 1);
   // (the shorter reply joins the ACK's message)
   expect_reply_carries_ack(2, src, mr, rq(1), /*ack_first=*/true, /*one_message=*/true, /*len=*/0);

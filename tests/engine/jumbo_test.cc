@@ -170,6 +170,7 @@ TEST_F(Jumbo, DuplicateIsAckedNotReexecuted) {
 // last PSN (+68) completes it. A NAK sequence error at +32 resends from +32.
 TEST_F(Jumbo, RequesterSendsLargeWritesAsJumbos) {
   transport->jumbo_payload = 16 * kMtu;
+  redecide_delivery();
   std::vector<uint8_t> src = pattern(70000, 3);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};
@@ -216,6 +217,7 @@ TEST_F(Jumbo, RequesterSendsLargeWritesAsJumbos) {
 // with its ICRC: small messages keep the batched MTU packets.
 TEST_F(Jumbo, SmallMessagesStayMtuPackets) {
   transport->jumbo_payload = 16 * kMtu;
+  redecide_delivery();
   std::vector<uint8_t> src = pattern(1000, 3);
   core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};

@@ -1058,6 +1058,7 @@ TEST_F(RequesterWindow, QpsStreamingAtOnceShareTheWindow) { expect_shared_window
 // sender's ring.
 TEST_F(RequesterWindow, QpsStreamingThroughMemoryShareASmallerWindow) {
   transport->memory_path = true;
+  redecide_delivery();
   expect_shared_window(512);
 }
 
@@ -1138,6 +1139,7 @@ TEST_F(Requester, CongestionWindowStartsAtRxesGrowsAndHalvesOnLoss) {
 // Through shared memory / Expect no congestion window: the whole 512.
 TEST_F(Requester, NoCongestionWindowThroughMemory) {
   transport->memory_path = true;
+  redecide_delivery();
   std::vector<uint8_t> big(2 << 20, 3);
   core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
   ibv_send_wr wr{};

@@ -1,0 +1,42 @@
+#include "engine/delivery.h"
+
+#include "core/config.h"
+#include "engine/engine_context.h"
+#include "engine/engine_qp.h"
+
+namespace uroce::engine {
+
+void Delivery::decide(EngineContext& engine, const EngineQp& qp) {
+  transport_ = &engine.transport();
+  dst_ = qp.path.dst;
+  bool rc_or_uc = qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC;
+  placement_ = rc_or_uc ? engine.placement() : nullptr;
+  jumbo_allowed_ = qp.type == IBV_QPT_RC && core::config().shm_jumbo;
+  if (qp.type == IBV_QPT_UD) {
+    transport_ = nullptr;  // by address handle: nothing to decide
+    path_ = DeliveryPath::kSocket;
+    jumbo_limit_ = 0;
+    return;
+  }
+  recheck();
+}
+
+void Delivery::recheck() {
+  posts_left_ = kRecheckPosts;
+  if (!transport_) return;
+  path_ = transport_->through_memory(dst_) ? DeliveryPath::kSharedMemory : DeliveryPath::kSocket;
+  jumbo_limit_ = jumbo_allowed_ ? transport_->jumbo_limit(dst_) : 0;
+}
+
+transport::JumboSend Delivery::send_jumbo(const transport::IpAddress& src_ip, const iovec* iov, unsigned iovcnt) {
+  if (!transport_) return transport::JumboSend::kNotLocal;
+  transport::JumboSend sent = transport_->send_jumbo(dst_, src_ip, iov, iovcnt);
+  if (sent == transport::JumboSend::kNotLocal) recheck();
+  return sent;
+}
+
+void Delivery::count_post() {
+  if (--posts_left_ == 0) recheck();
+}
+
+}  // namespace uroce::engine

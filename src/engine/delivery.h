@@ -1,0 +1,108 @@
+// How a QP's requests reach its peer, decided once for the QP when it goes
+// to RTR (EngineQp::modify) rather than for every work request: the
+// requester asks the QP's Delivery and never looks at the transport.
+//
+// - Through a socket (UDP: a peer on another host, UROCE_SHM=0, no shared
+//   memory to the peer): a window of kSocketWindowPsns, bounded by the
+//   congestion window (CompleterState::cwnd), and a post to an RC stream
+//   waits for the next ACK to send it (coalesce_from: one system call for
+//   the WQEs posted meanwhile).
+// - Through the same-host shared-memory ring: a window of kWindowPsns
+//   (1024 MTU packets would fill the sender's 4 MiB ring), no congestion
+//   window, every post sent at once (no system call to save). Large RC
+//   SEND/WRITEs may go as jumbo packets (jumbo_limit), and RC/UC WRITE/READ
+//   may be placed straight into the peer's memory (placement,
+//   direct_placement.h).
+//
+// The path is decided again where the engine notices that a same-host peer
+// may have gone away — the transport no longer takes a jumbo to it as local
+// (send_jumbo), a local ACK timeout (completer.cc) — and every kRecheckPosts
+// posts (count_post), so that a peer that is gone stops holding the
+// same-host choices. A stale answer costs speed, never
+// correctness: packets to a peer that is gone fall back to the socket in the
+// transport itself.
+//
+// UD QPs have no connected path (their packets go by address handle): their
+// Delivery is the socket's, used for no choice.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+
+#include "transport/datagram.h"
+
+namespace uroce::host {
+class DirectPlacement;
+}  // namespace uroce::host
+
+namespace uroce::engine {
+
+class EngineContext;
+class EngineQp;
+
+enum class DeliveryPath : uint8_t { kSocket, kSharedMemory };
+
+class Delivery {
+ public:
+  // At most 512 unacknowledged PSNs (rxe: 128; 2 MiB at MTU 4096 keeps a
+  // 5 GB/s stream going through ~400 us of ACK delay), shared by the
+  // context's QPs that have requests in flight (requester.cc, window_share).
+  // Through a socket 1024: eight streaming QPs then keep shares of 128 and
+  // send bursts of 64 packets, one system call each, as one QP does (with
+  // 512, bursts of 32: ib_write_bw 1 MiB -q 8 made 7.5 sendmmsg a MiB where
+  // -q 1 made 4, its receiver 13 recvmmsg where -q 1 made 10). Through
+  // shared memory the window stays 512: 1024 MTU packets would fill a
+  // sender's 4 MiB ring.
+  static constexpr uint32_t kWindowPsns = 512;
+  static constexpr uint32_t kSocketWindowPsns = 1024;
+  // A post to an RC QP with at least this many request packets
+  // unacknowledged (a stream) through a socket sends nothing itself: the
+  // next ACK's handling runs the requester (completer.cc, on_ack), and sends
+  // the WQEs posted meanwhile in one burst — GSO messages of up to 64
+  // packets, one system call — rather than one system call per post. If no
+  // ACK comes, the retransmit timer that guards the packets in flight runs
+  // it. A QP with fewer in flight (a ping-pong, a few requests at a time)
+  // sends at once, as does one whose packets go through shared memory (no
+  // system call to save, and waiting for the ACK cost 6-12 % there).
+  static constexpr uint32_t kCoalescePackets = 16;
+  static constexpr uint32_t kRecheckPosts = 256;
+
+  // Decides for `qp`'s connected path as `engine` reaches it now (caller
+  // holds qp.mu; at RTR, or when the path changes).
+  void decide(EngineContext& engine, const EngineQp& qp);
+
+  DeliveryPath path() const { return path_; }
+  bool through_memory() const { return path_ == DeliveryPath::kSharedMemory; }
+  uint32_t window_psns() const { return through_memory() ? kWindowPsns : kSocketWindowPsns; }
+  // Whether the congestion window bounds what is in flight.
+  bool congestion_controlled() const { return !through_memory(); }
+  // Packets in flight from which a post to an RC stream waits for the next
+  // ACK; 0: never.
+  uint32_t coalesce_from() const { return through_memory() ? 0 : kCoalescePackets; }
+  // The largest jumbo payload the peer takes (0: no jumbo packets: not RC,
+  // not through shared memory, or UROCE_SHM_JUMBO=0).
+  uint32_t jumbo_limit() const { return jumbo_limit_; }
+  // Same-host direct placement of WRITE/READ (RC/UC), or null.
+  host::DirectPlacement* placement() const { return placement_; }
+
+  // Sends `iov` as one jumbo packet to the peer (DatagramTransport::send_jumbo);
+  // kNotLocal re-decides the path (the peer went away).
+  transport::JumboSend send_jumbo(const transport::IpAddress& src_ip, const iovec* iov, unsigned iovcnt);
+  // A post to the QP: every kRecheckPosts, the path is asked again.
+  void count_post();
+  // Asks the transport again how the peer is reached (a local ACK timeout:
+  // the peer may have gone away).
+  void recheck();
+
+ private:
+  transport::DatagramTransport* transport_ = nullptr;
+  transport::Endpoint dst_{};
+  host::DirectPlacement* placement_ = nullptr;
+  DeliveryPath path_ = DeliveryPath::kSocket;
+  bool jumbo_allowed_ = false;  // RC with jumbo packets configured
+  uint32_t jumbo_limit_ = 0;
+  uint32_t posts_left_ = kRecheckPosts;
+};
+
+}  // namespace uroce::engine

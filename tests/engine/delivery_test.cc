@@ -1,0 +1,104 @@
+// A QP's Delivery (engine/delivery.h): decided when the QP goes to RTR from
+// how the transport reaches the peer, and again when a same-host peer goes
+// away (the transport no longer takes a jumbo to it as local, or a local ACK
+// timeout); the requester follows it.
+#include "engine_harness.h"
+
+namespace uroce::engine::test {
+namespace {
+
+class DeliveryTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    EngineTest::SetUp();
+    bring_up();
+  }
+  // RESET, then connected again (RTR decides the delivery anew).
+  void reconnect() {
+    {
+      std::lock_guard lock(qp->mu);
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_RESET;
+      ASSERT_EQ(qp->modify(a, IBV_QP_STATE), 0);
+    }
+    bring_up();
+  }
+  void post_write(std::vector<uint8_t>& src, core::Mr* mr) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = 0x900000;
+    wr.wr.rdma.rkey = 0x1234;
+    post_send(wr, {sge(src.data(), uint32_t(src.size()), mr)});
+  }
+};
+
+// Connected over a socket; the peer then becomes reachable through shared
+// memory with jumbos, and the QP connects again / Expect a socket's delivery
+// first (the transport's later answers change nothing by themselves), then
+// the same-host one with its jumbo limit, its window of 512 and no coalescing.
+TEST_F(DeliveryTest, DecidedWhenTheQpGoesToRtr) {
+  EXPECT_EQ(qp->delivery.path(), DeliveryPath::kSocket);
+  EXPECT_EQ(qp->delivery.window_psns(), Delivery::kSocketWindowPsns);
+  EXPECT_EQ(qp->delivery.coalesce_from(), Delivery::kCoalescePackets);
+  transport->memory_path = true;
+  transport->jumbo_payload = 16 * kMtu;
+  EXPECT_EQ(qp->delivery.path(), DeliveryPath::kSocket);
+  EXPECT_EQ(qp->delivery.jumbo_limit(), 0u);
+
+  reconnect();
+  EXPECT_EQ(qp->delivery.path(), DeliveryPath::kSharedMemory);
+  EXPECT_EQ(qp->delivery.jumbo_limit(), 16 * kMtu);
+  EXPECT_EQ(qp->delivery.window_psns(), Delivery::kWindowPsns);
+  EXPECT_FALSE(qp->delivery.congestion_controlled());
+  EXPECT_EQ(qp->delivery.coalesce_from(), 0u);
+}
+
+// Connected to a same-host peer that takes jumbos; the peer goes away (the
+// transport takes nothing through memory any more); post a 70000-byte WRITE /
+// Expect it sent whole as 69 MTU packets at consecutive PSNs (the refused
+// jumbo's place taken by the first of them), and the delivery decided again:
+// through a socket, no jumbos.
+TEST_F(DeliveryTest, PeerGoneMidwayIsDecidedAgain) {
+  transport->memory_path = true;
+  transport->jumbo_payload = 16 * kMtu;
+  reconnect();
+  ASSERT_EQ(qp->delivery.jumbo_limit(), 16 * kMtu);
+  transport->memory_path = false;
+  transport->jumbo_payload = 0;
+
+  std::vector<uint8_t> src = pattern(70000, 3);
+  post_write(src, reg(src, IBV_ACCESS_LOCAL_WRITE));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 69u);
+  for (unsigned i = 0; i < tx.size(); ++i) {
+    EXPECT_FALSE(tx[i].jumbo);
+    EXPECT_EQ(tx[i].psn, sq(i));
+  }
+  EXPECT_EQ(qp->delivery.path(), DeliveryPath::kSocket);
+  EXPECT_EQ(qp->delivery.jumbo_limit(), 0u);
+}
+
+// Connected through shared memory; the peer goes away; the local ACK timer
+// of a SEND in flight expires / Expect the delivery decided again (a socket's)
+// and the SEND resent.
+TEST_F(DeliveryTest, LocalAckTimeoutDecidesAgain) {
+  transport->memory_path = true;
+  reconnect();
+  ASSERT_TRUE(qp->delivery.through_memory());
+  std::vector<uint8_t> src = pattern(100, 4);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  post_send(wr, {sge(src.data(), uint32_t(src.size()), mr)});
+  ASSERT_EQ(take().size(), 1u);
+  transport->memory_path = false;
+  EXPECT_TRUE(qp->delivery.through_memory()) << "nothing noticed yet";
+  run_timers(Clock::now() + std::chrono::seconds(10));
+  EXPECT_FALSE(qp->delivery.through_memory());
+  auto tx = take();
+  ASSERT_GE(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(0));
+}
+
+}  // namespace
+}  // namespace uroce::engine::test
