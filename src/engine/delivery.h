@@ -12,7 +12,7 @@
 //   window, every post sent at once (no system call to save). Large RC
 //   SEND/WRITEs may go as jumbo packets (jumbo_limit), and RC/UC WRITE/READ
 //   may be placed straight into the peer's memory (placement,
-//   direct_placement.h).
+//   host/direct_placement.h).
 //
 // The path is decided again where the engine notices that a same-host peer
 // may have gone away — the transport no longer takes a jumbo to it as local
