@@ -69,11 +69,6 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     uint64_t addr = reinterpret_cast<uintptr_t>(at(pos)) + sizeof(RecordHeader) + align_at;
     return uint32_t((kLineBytes - addr % kLineBytes) % kLineBytes);
   };
-  uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
-  if (tail % kAlign || tail > head_ || head_ - tail > capacity_) {
-    corrupt_ = true;
-    return false;
-  }
   uint32_t pad = pad_at(head_);
   uint64_t need = sizeof(RecordHeader) + align_up(pad + len);
   uint64_t to_end = capacity_ - head_ % capacity_;
@@ -82,7 +77,20 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     pad = pad_at(head_ + wrap);
     need = sizeof(RecordHeader) + align_up(pad + len);
   }
-  if (capacity_ - (head_ - tail) < wrap + need) return false;
+  // The consumer's tail is read only when the one last read leaves too
+  // little room (or was never read): its line then stays with the consumer,
+  // which writes it after every record, instead of crossing to this core at
+  // every push (a cache miss in each same-host message's path).
+  if (!tail_read_ || capacity_ - (head_ - tail_seen_) < wrap + need) {
+    uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
+    if (tail % kAlign || tail > head_ || head_ - tail > capacity_ || tail < tail_seen_) {
+      corrupt_ = true;
+      return false;
+    }
+    tail_seen_ = tail;
+    tail_read_ = true;
+    if (capacity_ - (head_ - tail) < wrap + need) return false;
+  }
   if (wrap) {
     // to_end >= 8 always (positions are 8-aligned): room for the marker's len.
     uint32_t marker = kWrap;

@@ -15,7 +15,8 @@
 //   consumer waits) after the record is complete; the consumer reads it with
 //   acquire.
 // - tail (bytes consumed) is written only by the consumer, with release after
-//   it is done with the record; the producer reads it with acquire.
+//   it is done with the record; the producer reads it with acquire, and only
+//   when the tail it read last leaves too little room for a record.
 // - Neither side trusts the other's words: a head or tail that is not
 //   8-aligned, moves backwards or claims more than the capacity, and a record
 //   whose length does not fit, mark the ring corrupt on the side that saw it,
@@ -102,6 +103,10 @@ class ShmRing {
   // their side; the shared words only publish them).
   uint64_t head_ = 0;
   uint64_t tail_ = 0;
+  // The producer's last read of the shared tail (a lower bound of the
+  // consumer's: room it shows is there).
+  uint64_t tail_seen_ = 0;
+  bool tail_read_ = false;
   uint32_t peeked_ = 0;  // bytes the record returned by peek() occupies (0: none)
 };
 

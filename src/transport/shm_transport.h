@@ -116,7 +116,8 @@ class ShmTransport final : public DatagramTransport {
     uint16_t port = 0;
     unsigned index = 0;
     std::string segment;  // its path; re-looked-up every kRecheck
-    std::chrono::steady_clock::time_point checked{};
+    // coarse_now() (shm_transport.cc) of the last look-up.
+    std::chrono::nanoseconds checked = std::chrono::nanoseconds::min();
     // After a push timed out (a receiver that stopped reading, e.g. died),
     // pushes to a full ring fail at once until then.
     std::chrono::steady_clock::time_point stalled_until{};

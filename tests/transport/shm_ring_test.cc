@@ -158,6 +158,25 @@ TEST(ShmRing, CorruptTailStopsTheProducer) {
   EXPECT_TRUE(prod.corrupt());
 }
 
+// The producer reads the tail only when the tail it read last leaves too
+// little room: a tail corrupted later is seen when the ring seems full, and
+// nothing is written over records the consumer may still read meanwhile.
+TEST(ShmRing, CorruptTailIsSeenWhenTheProducerNeedsRoom) {
+  Mem mem;
+  ShmRing prod = ShmRing::create(mem.p(), kBytes);
+  ShmRing cons = ShmRing::attach(mem.p(), kBytes);
+  ASSERT_TRUE(push_one(prod, 0, 1000));
+  ShmRing::Record rec;
+  ASSERT_TRUE(cons.peek(&rec));
+  cons.pop();
+  auto* tail = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem.p()) + 128);
+  *tail = 1;  // not 8-aligned
+  uint32_t n = 1;
+  while (push_one(prod, n, 1000)) ++n;
+  EXPECT_LE(n, 17u);  // at most the room the consumer had made
+  EXPECT_TRUE(prod.corrupt());
+}
+
 TEST(ShmRing, EmptyIsSeenByTheConsumer) {
   Mem mem;
   ShmRing prod = ShmRing::create(mem.p(), kBytes);
