@@ -524,13 +524,10 @@ bool EngineContext::jumbo_ok(const wire::PacketView& pkt) const {
          (!registry_ || host::qpn_slot(qpn) == registry_->slot());
 }
 
-// Host delivery (host_delivery.h): a relayed datagram is unwrapped; one for
-// another engine's QP is passed on. True when `d` is ours to dispatch.
-bool EngineContext::route_to_owner(transport::RxDatagram& d) {
-  if (transport::envelope_of(d) == transport::Envelope::kHostRelay) {
-    if (!unwrap_host_relay(*this, d)) return false;
-    return true;  // relayed once at most: a stale slot ends as no_qp below
-  }
+// Host delivery (host_delivery.h): a RoCE packet for a QP of another engine
+// of this host (its number's slot) is passed on to that engine. True when
+// it is ours.
+bool EngineContext::ours_or_relayed(const transport::RxDatagram& d) {
   int64_t qpn = host::dest_qpn_of(d);
   unsigned slot = qpn < 0 ? 0 : host::qpn_slot(uint32_t(qpn));
   if (slot < host::kFirstHostSlot || slot > host::kLastHostSlot || slot == registry_->slot()) return true;
@@ -538,75 +535,80 @@ bool EngineContext::route_to_owner(transport::RxDatagram& d) {
   return false;
 }
 
+// One datagram of a burst, by kind (transport/envelope.h): a RoCE packet
+// (the common case) is ours or passed on to its engine; a relayed one is
+// unwrapped once (a stale slot then ends as no_qp); an XRC relay goes to its
+// handler; a doorbell never comes here (the transport swallows it).
 void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
                              Clock::time_point now) {
-  if (d.truncated) {
-    stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
-    return;
+  if (d.truncated) return count(stats.rx_malformed);
+  switch (transport::envelope_of(d)) {
+    case transport::Envelope::kNone:
+      if (registry_ && !d.jumbo && !ours_or_relayed(d)) return;
+      break;
+    case transport::Envelope::kHostRelay:
+      if (!registry_) return count(stats.rx_malformed);
+      if (!unwrap_host_relay(*this, d)) return;  // (counted)
+      break;
+    case transport::Envelope::kXrcRelay:
+      return xrc_relay_receive(*this, d, TxBatch::local());
+    case transport::Envelope::kDoorbell:
+      return count(stats.rx_malformed);
   }
-  // uroce's internal datagrams (transport/envelope.h): XRC relays here, host
-  // relays in route_to_owner, doorbells never (the transport swallows them).
-  if (transport::envelope_of(d) == transport::Envelope::kXrcRelay) {
-    xrc_relay_receive(*this, d, TxBatch::local());
-    return;
-  }
-  if (!d.jumbo && registry_ && !route_to_owner(d)) return;
+  receive_packet(d, touched, rx_bytes, now);
+}
+
+// A RoCE packet for this engine: parsed and checked, then to what its
+// destination QP number names (CNP, multicast, QP1, a QP, a tombstone).
+void EngineContext::receive_packet(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
+                                   Clock::time_point now) {
   wire::PacketView pkt;
-  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt))) {
-    stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (!d.jumbo && core::config().icrc_check && !icrc_ok(d, pkt, lid())) {
-    stats.rx_bad_icrc.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt)))
+    return count(stats.rx_malformed);
+  if (!d.jumbo && core::config().icrc_check && !icrc_ok(d, pkt, lid())) return count(stats.rx_bad_icrc);
   pkt.jumbo = d.jumbo;
-  uint8_t opcode = pkt.bth().opcode();
-  if (opcode == wire::kOpCnp) return receive_cnp(d, pkt);
-  if (pkt.bth().dest_qp() == kMulticastQpn) return deliver_multicast(d, pkt, touched);
-  if (pkt.bth().dest_qp() == kGsiQpn) return gsi_receive(*this, d, pkt);
-  EngineQp* found = qps_.find(pkt.bth().dest_qp());
-  if (!found) {
-    if (!tombstones_.any() || !tombstones_.answer(d, pkt, TxBatch::local(), stats))
-      stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  EngineQp& qp = *found;
+  uint32_t qpn = pkt.bth().dest_qp();
+  if (pkt.bth().opcode() == wire::kOpCnp) return receive_cnp(d, pkt);
+  if (qpn == kMulticastQpn) return deliver_multicast(d, pkt, touched);
+  if (qpn == kGsiQpn) return gsi_receive(*this, d, pkt);
+  if (EngineQp* qp = qps_.find(qpn)) return deliver_to_qp(*qp, d, pkt, touched, rx_bytes, now);
+  if (!tombstones_.any() || !tombstones_.answer(d, pkt, TxBatch::local(), stats)) count(stats.rx_no_qp);
+}
+
+// A packet for `qp`: checked against the QP (service, XRC handles, path),
+// counted, and run by the role it is for.
+void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, const wire::PacketView& pkt,
+                                  std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now) {
   // rxe: the opcode's service must match the QP type.
   // XRC: initiators only take responses, targets only requests.
   bool response = pkt.info->flags & wire::kOpResponse;
-  if (wire::service_of(opcode) != service_of_qp(qp.type) || (qp.type == IBV_QPT_XRC_SEND && !response) ||
-      (qp.type == IBV_QPT_XRC_RECV && response)) {
-    stats.rx_wrong_service.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (wire::service_of(pkt.bth().opcode()) != service_of_qp(qp.type) || (qp.type == IBV_QPT_XRC_SEND && !response) ||
+      (qp.type == IBV_QPT_XRC_RECV && response))
+    return count(stats.rx_wrong_service);
   std::lock_guard ql(qp.mu);
-  if (qp.xrc && !xrc_target_sync(qp)) {  // an XRC target whose last handle is gone
-    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (!from_connected_path(qp, d)) {
-    stats.rx_bad_path.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (qp.xrc && !xrc_target_sync(qp)) return count(stats.rx_no_qp);  // an XRC target whose last handle is gone
+  if (!from_connected_path(qp, d)) return count(stats.rx_bad_path);
   qp.counters->count_received(d.len);
   rx_bytes += d.len;
   if (d.ce && qp.type != IBV_QPT_UD) answer_congestion_mark(qp, TxBatch::local(), now);  // a burst's marks: one CNP
-  if (qp.type == IBV_QPT_XRC_RECV) {
-    xrc_target_receive(qp, pkt, d, TxBatch::local());
-  } else if (response) {
-    completer_receive(qp, pkt, TxBatch::local());
-  } else {
-    responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
-    if ((qp.resp.ack_pending || qp.deferred_count) && !qp.in_touched_list) {
-      qp.in_touched_list = true;
-      touched.push_back(&qp);
-    }
-    if (qp.resp.read_count && !qp.in_read_list) {
-      qp.in_read_list = true;
-      reading_.push_back(&qp);
-      reading_count_.store(reading_.size(), std::memory_order_relaxed);
-    }
+  if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, TxBatch::local());
+  if (response) return completer_receive(qp, pkt, TxBatch::local());
+  responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
+  note_responder_work(qp, touched);
+}
+
+// After the responder ran: a QP with an ACK or completions waiting joins the
+// burst's touched list (settle_burst), one with READ responses to send the
+// reading list (send_reads).
+void EngineContext::note_responder_work(EngineQp& qp, std::vector<EngineQp*>& touched) {
+  if ((qp.resp.ack_pending || qp.deferred_count) && !qp.in_touched_list) {
+    qp.in_touched_list = true;
+    touched.push_back(&qp);
+  }
+  if (qp.resp.read_count && !qp.in_read_list) {
+    qp.in_read_list = true;
+    reading_.push_back(&qp);
+    reading_count_.store(reading_.size(), std::memory_order_relaxed);
   }
 }
 

@@ -203,8 +203,14 @@ class EngineContext : public core::Context {
   // One datagram of a burst that arrived at `now`; adds the length of a packet a
   // QP takes to `rx_bytes`.
   void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
+  void receive_packet(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
+                      Clock::time_point now);
+  void deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, const wire::PacketView& pkt,
+                     std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
+  void note_responder_work(EngineQp& qp, std::vector<EngineQp*>& touched);
   void receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt);
-  bool route_to_owner(transport::RxDatagram& d);
+  bool ours_or_relayed(const transport::RxDatagram& d);
+  static void count(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
   // The end of a burst, or of its part before a CM message: ACKs, then the
   // receive completions of the QPs it touched.
   void settle_burst(TxBatch& tx, Turn turn, Clock::time_point now);
