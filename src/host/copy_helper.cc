@@ -109,11 +109,53 @@ void CopyHelper::run() noexcept {
   }
 }
 
+// The local ranges of bytes [from, from + len) of `local` and the remote
+// range they go to or come from, as one job; false if they do not fit.
+bool CopyHelper::make_job(Job& j, pid_t pid, bool read, const iovec* local, unsigned nlocal, size_t from,
+                          uint64_t remote, size_t len) noexcept {
+  j.pid = pid;
+  j.read = read;
+  j.remote = iovec{reinterpret_cast<void*>(remote), len};
+  j.nlocal = slice(local, nlocal, from, len, j.local, kMaxIov);
+  return j.nlocal != 0;
+}
+
+// Claims the helper and fills both parts: `own` [0, cut) for the caller, the
+// helper's [cut, cut + second_len). False (helper left idle) if it is busy,
+// cannot start, or a part does not fit in kMaxIov ranges.
+bool CopyHelper::claim_split(Job& own, pid_t pid, bool read, const iovec* local, unsigned nlocal, uint64_t base,
+                             size_t cut, size_t second_len) noexcept {
+  uint32_t idle = kIdle;
+  if (!start() || !state_.compare_exchange_strong(idle, kClaimed, std::memory_order_acquire)) return false;
+  // Ours while claimed: fill the helper's part, then post it.
+  if (make_job(job_, pid, read, local, nlocal, cut, base + cut, second_len) &&
+      make_job(own, pid, read, local, nlocal, 0, base, cut))
+    return true;
+  state_.store(kIdle, std::memory_order_release);
+  return false;
+}
+
+// The helper's part: taken back if it has not started, else waited for. Its
+// result, with errno set when negative; the helper is idle again.
+ssize_t CopyHelper::collect_helper_part() noexcept {
+  uint32_t posted = kPosted;
+  ssize_t n;
+  int error;
+  if (state_.compare_exchange_strong(posted, kClaimed, std::memory_order_acquire)) {
+    taken_back_.fetch_add(1, std::memory_order_relaxed);
+    n = copy_one(job_);
+    error = n < 0 ? errno : 0;
+  } else {
+    while (state_.load(std::memory_order_acquire) != kDone) cpu_relax();
+    n = job_.result;
+    error = job_.error;
+  }
+  state_.store(kIdle, std::memory_order_release);
+  errno = error;
+  return n;
+}
+
 ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nlocal, iovec remote) noexcept {
-  Job own;
-  own.pid = pid;
-  own.read = read;
-  own.remote = remote;
   const size_t len = remote.iov_len;
   const uint64_t base = reinterpret_cast<uint64_t>(remote.iov_base);
   // The cut: the page boundary nearest the middle of the remote range. A
@@ -123,47 +165,17 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
   const size_t cut = len >= kSplitBytes ? size_t(((base + len / 2) & ~(kPage - 1)) - base) : 0;
   const size_t tail = read ? 0 : kTailBytes;
   const size_t second_len = len - cut - tail;
-  uint32_t idle = kIdle;
-  bool split =
-      cut > 0 && cut < len && start() && state_.compare_exchange_strong(idle, kClaimed, std::memory_order_acquire);
-  if (split) {
-    // Ours while claimed: fill the helper's part, then post it.
-    job_.pid = pid;
-    job_.read = read;
-    job_.remote = iovec{reinterpret_cast<void*>(base + cut), second_len};
-    job_.nlocal = slice(local, nlocal, cut, second_len, job_.local, kMaxIov);
-    own.nlocal = slice(local, nlocal, 0, cut, own.local, kMaxIov);
-    if (job_.nlocal == 0 || own.nlocal == 0) {
-      state_.store(kIdle, std::memory_order_release);
-      split = false;
-    }
-  }
-  if (!split)
+  Job own;
+  if (cut == 0 || cut >= len || !claim_split(own, pid, read, local, nlocal, base, cut, second_len))
     return read ? process_vm_readv(pid, local, nlocal, &remote, 1, 0)
                 : process_vm_writev(pid, local, nlocal, &remote, 1, 0);
   splits_.fetch_add(1, std::memory_order_relaxed);
   state_.store(kPosted, std::memory_order_release);
   state_.notify_one();
-
-  own.remote.iov_len = cut;
   ssize_t first = copy_one(own);
   int first_error = first < 0 ? errno : 0;
-
-  // The helper's part: take it back if it has not started, else wait for it.
-  uint32_t posted = kPosted;
-  ssize_t second;
-  int second_error = 0;
-  if (state_.compare_exchange_strong(posted, kClaimed, std::memory_order_acquire)) {
-    taken_back_.fetch_add(1, std::memory_order_relaxed);
-    second = copy_one(job_);
-    second_error = second < 0 ? errno : 0;
-  } else {
-    while (state_.load(std::memory_order_acquire) != kDone) cpu_relax();
-    second = job_.result;
-    second_error = job_.error;
-  }
-  state_.store(kIdle, std::memory_order_release);
-
+  ssize_t second = collect_helper_part();
+  int second_error = errno;
   if (first < 0) {
     errno = first_error;
     return -1;
@@ -175,17 +187,12 @@ ssize_t CopyHelper::copy(pid_t pid, bool read, const iovec* local, unsigned nloc
   }
   if (size_t(second) != second_len || tail == 0) return ssize_t(cut) + second;
   Job last;
-  last.pid = pid;
-  last.read = read;
-  last.remote = iovec{reinterpret_cast<void*>(base + len - tail), tail};
-  last.nlocal = slice(local, nlocal, len - tail, tail, last.local, kMaxIov);
-  if (last.nlocal == 0) {
+  if (!make_job(last, pid, read, local, nlocal, len - tail, base + len - tail, tail)) {
     errno = EINVAL;
     return -1;
   }
   ssize_t third = copy_one(last);
-  if (third < 0) return -1;
-  return ssize_t(cut + second_len) + third;
+  return third < 0 ? -1 : ssize_t(cut + second_len) + third;
 }
 
 }  // namespace uroce::host

@@ -65,6 +65,11 @@ class CopyHelper {
   bool start() noexcept;
   void run() noexcept;
   static ssize_t copy_one(const Job& j) noexcept;
+  static bool make_job(Job& j, pid_t pid, bool read, const iovec* local, unsigned nlocal, size_t from, uint64_t remote,
+                       size_t len) noexcept;
+  bool claim_split(Job& own, pid_t pid, bool read, const iovec* local, unsigned nlocal, uint64_t base, size_t cut,
+                   size_t second_len) noexcept;
+  ssize_t collect_helper_part() noexcept;
 
   std::atomic<uint32_t> state_{kIdle};
   Job job_;  // written by the caller in kIdle -> kPosted, by the helper in kRunning
