@@ -93,8 +93,8 @@ struct DirectPlacement::Peer {
   }
 };
 
-std::string DirectPlacement::window_path(uint32_t pid, unsigned slot) const {
-  return registry_.path() + ".place." + std::to_string(pid) + "." + std::to_string(slot);
+std::string DirectPlacement::window_path(const HostRegistry& registry, uint32_t pid, unsigned slot) {
+  return registry.path() + ".place." + std::to_string(pid) + "." + std::to_string(slot);
 }
 
 std::unique_ptr<DirectPlacement> DirectPlacement::open(HostRegistry& registry) {
@@ -104,37 +104,25 @@ std::unique_ptr<DirectPlacement> DirectPlacement::open(HostRegistry& registry) {
   std::string name = slash == std::string::npos ? reg : reg.substr(slash + 1);
   transport::remove_stale_files(dir, name + ".place.");
 
-  std::string path = reg + ".place." + std::to_string(getpid()) + "." + std::to_string(registry.slot());
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return nullptr;
-  void* map = MAP_FAILED;
-  if (ftruncate(fd, off_t(sizeof(Window))) == 0)
-    map = mmap(nullptr, sizeof(Window), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) {
-    int e = errno;
-    ::unlink(path.c_str());
-    close(fd);
-    errno = e;
-    return nullptr;
-  }
+  std::string path = window_path(registry, uint32_t(getpid()), registry.slot());
+  void* map = transport::create_shared_file(path, sizeof(Window), false);
+  if (!map) return nullptr;
   auto* w = static_cast<Window*>(map);  // a new file: all zero
   w->owner_pid = uint32_t(getpid());
   w->slot = registry.slot();
   std::atomic_ref<uint64_t>(w->magic).store(kWindowMagic, std::memory_order_release);
   try {
-    return std::unique_ptr<DirectPlacement>(new DirectPlacement(registry, std::move(path), fd, w));
+    return std::unique_ptr<DirectPlacement>(new DirectPlacement(registry, std::move(path), w));
   } catch (...) {
     munmap(map, sizeof(Window));
-    close(fd);
     errno = ENOMEM;
     return nullptr;
   }
 }
 
-DirectPlacement::DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own)
+DirectPlacement::DirectPlacement(HostRegistry& registry, std::string path, Window* own)
     : registry_(registry),
       path_(std::move(path)),
-      fd_(fd),
       own_(own),
       local_(transport::LocalAddresses::snapshot()),
       peers_(kLastHostSlot + 1) {}
@@ -150,7 +138,6 @@ DirectPlacement::~DirectPlacement() {
   peers_.clear();
   ::unlink(path_.c_str());
   munmap(own_, sizeof(Window));
-  close(fd_);
 }
 
 // --- target side -------------------------------------------------------------
@@ -244,7 +231,7 @@ std::shared_ptr<DirectPlacement::Peer> DirectPlacement::attach(unsigned slot, ui
     if (pid == uint32_t(getpid())) p->window = own_;  // not in a forked child
     return p;
   }
-  int fd = ::open(window_path(pid, slot).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open(window_path(registry_, pid, slot).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return p;
   struct stat st {};
   void* map = MAP_FAILED;

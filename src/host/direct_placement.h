@@ -111,15 +111,14 @@ class DirectPlacement final : public core::MrObserver {
 
  private:
   struct Peer;
-  DirectPlacement(HostRegistry& registry, std::string path, int fd, Window* own);
+  DirectPlacement(HostRegistry& registry, std::string path, Window* own);
   std::shared_ptr<Peer> peer_for(unsigned slot) noexcept;
   std::shared_ptr<Peer> attach(unsigned slot, uint32_t pid) noexcept;
   void wait_for_placers() noexcept;
-  std::string window_path(uint32_t pid, unsigned slot) const;
+  static std::string window_path(const HostRegistry& registry, uint32_t pid, unsigned slot);
 
   HostRegistry& registry_;
   std::string path_;
-  int fd_;
   Window* own_;
   transport::LocalAddresses local_;
   std::mutex peers_mu_;  // guards peers_ (attach and lookup; the copy runs outside)
