@@ -298,18 +298,12 @@ void EngineContext::unregister_qp(EngineQp* qp) {
 void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt,
                                       std::vector<EngineQp*>& touched) {
   const std::vector<EngineQp*>* members = qps_.mcast_members(d.dst_ip);
-  if (!members || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) {
-    stats.rx_no_qp.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (!members || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) return count(stats.rx_no_qp);
   for (EngineQp* qp : *members) {
     std::lock_guard ql(qp->mu);
     qp->counters->count_received(d.len);
     responder_receive(*qp, pkt, d.src, d.dst_ip, TxBatch::local());
-    if (qp->deferred_count && !qp->in_touched_list) {
-      qp->in_touched_list = true;
-      touched.push_back(qp);
-    }
+    note_responder_work(*qp, touched);  // (a UD QP: receive completions only)
   }
 }
 

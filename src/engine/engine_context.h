@@ -80,11 +80,9 @@ class EngineContext : public core::Context {
   transport::Endpoint direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn);
   void register_qp(EngineQp* qp);
   void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
-  // UD multicast (ibv_attach_mcast): packets for QPN 0xFFFFFF sent to the
-  // IPv4 group `group` reach every UD QP attached to it. The first attach
-  // joins the group on the host socket, the last detach (or destroy) leaves
-  // it. attach: 0 (also when attached already), EINVAL for a non-UD QP, the
-  // errno of the join; detach: 0, or EINVAL when not attached.
+  // UD multicast (ibv_attach_mcast): packets for QPN 0xFFFFFF reach every
+  // UD QP attached to their IPv4 group (QpTable::attach_mcast: the rules and
+  // errors).
   static constexpr uint32_t kMulticastQpn = 0xFFFFFF;
   int attach_mcast(EngineQp* qp, uint32_t group) { return qps_.attach_mcast(qp, group); }
   int detach_mcast(EngineQp* qp, uint32_t group) { return qps_.detach_mcast(qp, group); }
