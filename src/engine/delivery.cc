@@ -12,6 +12,7 @@ void Delivery::decide(EngineContext& engine, const EngineQp& qp) {
   bool rc_or_uc = qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC;
   placement_ = rc_or_uc ? engine.placement() : nullptr;
   jumbo_allowed_ = qp.type == IBV_QPT_RC && core::config().shm_jumbo;
+  bare_ = rc_or_uc && core::config().pcap.empty() && core::config().fault.empty();
   if (qp.type == IBV_QPT_UD) {
     transport_ = nullptr;  // by address handle: nothing to decide
     path_ = DeliveryPath::kSocket;

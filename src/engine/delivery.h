@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "engine/tx_batch.h"
 #include "transport/datagram.h"
 
 namespace uroce::host {
@@ -83,6 +84,12 @@ class Delivery {
   // The largest jumbo payload the peer takes (0: no jumbo packets: not RC,
   // not through shared memory, or UROCE_SHM_JUMBO=0).
   uint32_t jumbo_limit() const { return jumbo_limit_; }
+  // Whether the QP's packets carry their ICRC: not through shared memory
+  // (RC/UC), where nothing corrupts them and the peer is a process of the
+  // same user, which takes a ring's packet without checking it (~30 ns a
+  // packet each way, in a same-host one-way's path). Kept where packets are
+  // captured (UROCE_PCAP) or faults injected (UROCE_FAULT corrupts bytes).
+  TxBatch::Icrc icrc() const { return bare_ && through_memory() ? TxBatch::Icrc::kOmit : TxBatch::Icrc::kCompute; }
   // Same-host direct placement of WRITE/READ (RC/UC), or null.
   host::DirectPlacement* placement() const { return placement_; }
 
@@ -101,6 +108,7 @@ class Delivery {
   host::DirectPlacement* placement_ = nullptr;
   DeliveryPath path_ = DeliveryPath::kSocket;
   bool jumbo_allowed_ = false;  // RC with jumbo packets configured
+  bool bare_ = false;           // RC/UC, neither captured nor faulty: icrc()
   uint32_t jumbo_limit_ = 0;
   uint32_t posts_left_ = kRecheckPosts;
 };

@@ -197,30 +197,31 @@ void EngineContext::close() {
 
 void EngineContext::print_stats() const {
   const auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get());
-  std::fprintf(
-      stderr,
-      "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
-      "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
-      "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
-      "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
-      "same_host_full_drops %llu, same_host_jumbo %llu, qp1_in %llu, qp1_out %llu, qp1_dropped %llu, ecn_ce %llu, "
-      "cnps_out %llu, cnps_in %llu, tx_path %s, rx_path %s\n",
-      device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
-      (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
-      (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
-      (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
-      (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
-      (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
-      (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
-      (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
-      (unsigned long long)stats.rx_no_recv_wqe.load(), transport_->host_port(), registry_ ? registry_->slot() : 0u,
-      (unsigned long long)stats.tx_host_relayed.load(), (unsigned long long)stats.rx_host_relayed.load(),
-      (unsigned long long)(shm ? shm->shm_sent() : 0), (unsigned long long)(shm ? shm->shm_received() : 0),
-      (unsigned long long)(shm ? shm->full_drops() : 0), (unsigned long long)(shm ? shm->jumbo_sent() : 0),
-      (unsigned long long)stats.rx_gsi.load(), (unsigned long long)stats.tx_gsi.load(),
-      (unsigned long long)stats.rx_gsi_dropped.load(), (unsigned long long)stats.rx_ecn_ce.load(),
-      (unsigned long long)stats.tx_cnps.load(), (unsigned long long)stats.rx_cnps.load(),
-      transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
+  std::fprintf(stderr,
+               "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
+               "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, naks %llu, "
+               "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
+               "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
+               "same_host_full_drops %llu, same_host_jumbo %llu, same_host_bare_drops %llu, qp1_in %llu, qp1_out %llu, "
+               "qp1_dropped %llu, ecn_ce %llu, "
+               "cnps_out %llu, cnps_in %llu, tx_path %s, rx_path %s\n",
+               device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
+               (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
+               (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
+               (unsigned long long)stats.rx_dropped_state.load(), (unsigned long long)stats.rx_duplicates.load(),
+               (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
+               (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
+               (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
+               (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
+               (unsigned long long)stats.rx_no_recv_wqe.load(), transport_->host_port(),
+               registry_ ? registry_->slot() : 0u, (unsigned long long)stats.tx_host_relayed.load(),
+               (unsigned long long)stats.rx_host_relayed.load(), (unsigned long long)(shm ? shm->shm_sent() : 0),
+               (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
+               (unsigned long long)(shm ? shm->jumbo_sent() : 0), (unsigned long long)(shm ? shm->bare_drops() : 0),
+               (unsigned long long)stats.rx_gsi.load(), (unsigned long long)stats.tx_gsi.load(),
+               (unsigned long long)stats.rx_gsi_dropped.load(), (unsigned long long)stats.rx_ecn_ce.load(),
+               (unsigned long long)stats.tx_cnps.load(), (unsigned long long)stats.rx_cnps.load(),
+               transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
     std::fprintf(stderr,
                  "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
@@ -455,7 +456,8 @@ void EngineContext::settle_burst(TxBatch& tx, Turn turn, Clock::time_point now) 
     std::lock_guard ql(qp->mu);
     bool rc_ack = qp->type == IBV_QPT_RC && qp->resp.ack_pending;
     bool reply_expected = rc_ack && responder_reply_expected(*qp);
-    if (rc_ack && (turn == Turn::kApplication || reply_expected)) {
+    bool wait_for_post = turn == Turn::kApplication && !qp->delivery.through_memory();
+    if (rc_ack && (wait_for_post || reply_expected)) {
       if (!qp->in_ack_list) {
         if (deferred_acks_.empty()) acks_deferred_at_ = now;
         qp->in_ack_list = true;
@@ -518,6 +520,16 @@ bool EngineContext::jumbo_ok(const wire::PacketView& pkt) const {
          (!registry_ || host::qpn_slot(qpn) == registry_->slot());
 }
 
+// A same-host bare packet (TxDatagram::bare) is an RC or UC packet a QP's
+// Delivery sent straight to the engine that owns its peer QP: it is never
+// relayed, and nothing else comes without an ICRC.
+bool EngineContext::bare_ok(const wire::PacketView& pkt) const {
+  wire::Service service = wire::service_of(pkt.bth().opcode());
+  uint32_t qpn = pkt.bth().dest_qp();
+  return (service == wire::Service::kRc || service == wire::Service::kUc) && qpn != kMulticastQpn && qpn != kGsiQpn &&
+         (!registry_ || host::qpn_slot(qpn) == registry_->slot());
+}
+
 // Host delivery (host_delivery.h): a RoCE packet for a QP of another engine
 // of this host (its number's slot) is passed on to that engine. True when
 // it is ours.
@@ -538,7 +550,7 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
   if (d.truncated) return count(stats.rx_malformed);
   switch (transport::envelope_of(d)) {
     case transport::Envelope::kNone:
-      if (registry_ && !d.jumbo && !ours_or_relayed(d)) return;
+      if (registry_ && !d.jumbo && !d.bare && !ours_or_relayed(d)) return;
       break;
     case transport::Envelope::kHostRelay:
       if (!registry_) return count(stats.rx_malformed);
@@ -557,9 +569,10 @@ void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& t
 void EngineContext::receive_packet(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
                                    Clock::time_point now) {
   wire::PacketView pkt;
-  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt)))
+  if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt)) ||
+      (d.bare && !bare_ok(pkt)))
     return count(stats.rx_malformed);
-  if (!d.jumbo && core::config().icrc_check && !icrc_ok(d, pkt, lid())) return count(stats.rx_bad_icrc);
+  if (!d.jumbo && !d.bare && core::config().icrc_check && !icrc_ok(d, pkt, lid())) return count(stats.rx_bad_icrc);
   pkt.jumbo = d.jumbo;
   uint32_t qpn = pkt.bth().dest_qp();
   if (pkt.bth().opcode() == wire::kOpCnp) return receive_cnp(d, pkt);

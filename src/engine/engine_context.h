@@ -213,6 +213,7 @@ class EngineContext : public core::Context {
   // receive completions of the QPs it touched.
   void settle_burst(TxBatch& tx, Turn turn, Clock::time_point now);
   bool jumbo_ok(const wire::PacketView& pkt) const;
+  bool bare_ok(const wire::PacketView& pkt) const;
   void print_stats() const;
 
   // Declared before the transport, which uses them until it is destroyed.

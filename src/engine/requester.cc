@@ -150,7 +150,7 @@ void send_read_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx, uint32
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, true, qp.req.psn);
   fill_xrceth(info, h, w);
   wire::Reth(h + info.offset[unsigned(wire::Hdr::kReth)]).fill(w.remote_addr + qp.req.offset, w.rkey, len);
-  qp.count_sent(tx.end_packet(qp.path.flow));
+  qp.count_sent(tx.end_packet(qp.path.flow, qp.delivery.icrc()));
   advance_psn(qp, wire::packets_for(len, qp.path.mtu));
   qp.req.offset += len;
   qp.req.pkts_since_ack_req = 0;
@@ -168,7 +168,7 @@ void send_atomic_request(EngineQp& qp, const core::SendWqe& w, TxBatch& tx) {
   // AtomicETH: Swap (CmpSwap) or Add (FetchAdd) data, then Compare data.
   wire::AtomicEth(h + info.offset[unsigned(wire::Hdr::kAtomicEth)])
       .fill(w.remote_addr, w.rkey, cas ? w.swap : w.compare_add, cas ? w.compare_add : 0);
-  qp.count_sent(tx.end_packet(qp.path.flow));
+  qp.count_sent(tx.end_packet(qp.path.flow, qp.delivery.icrc()));
   advance_psn(qp, 1);
   qp.req.pkts_since_ack_req = 0;
 }
@@ -249,7 +249,8 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     tx.abort_packet();
     return false;
   }
-  qp.count_sent_in_burst(tx.end_packet(*d.flow));  // send_burst publishes
+  TxBatch::Icrc icrc = qp.type == IBV_QPT_UD ? TxBatch::Icrc::kCompute : qp.delivery.icrc();
+  qp.count_sent_in_burst(tx.end_packet(*d.flow, icrc));  // send_burst publishes
   if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;

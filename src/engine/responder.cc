@@ -103,7 +103,8 @@ const core::Pd* access_pd(const EngineQp& qp) {
 }
 
 void send_ack_packet(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
-  qp.count_sent(build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, syndrome, qp.resp.msn));
+  qp.count_sent(build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, syndrome, qp.resp.msn,
+                          qp.delivery.icrc()));
 }
 
 void send_nak(EngineQp& qp, TxBatch& tx, uint8_t syndrome, uint32_t psn) {
@@ -170,7 +171,7 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
         failed = true;
         break;
       }
-      qp.count_sent(tx.end_packet(qp.path.flow));
+      qp.count_sent(tx.end_packet(qp.path.flow, qp.delivery.icrc()));
       job.sent += n;
     }
   }
@@ -191,8 +192,8 @@ uint32_t send_read_slice(EngineQp& qp, TxBatch& tx, uint32_t budget) {
 }
 
 void send_atomic_ack(EngineQp& qp, TxBatch& tx, uint32_t psn, uint64_t orig) {
-  qp.count_sent(
-      build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, wire::kAckNoCredit, qp.resp.msn, orig));
+  qp.count_sent(build_ack(tx, qp.path, service_of_qp(qp.type), qp.attr.dest_qp_num, psn, wire::kAckNoCredit,
+                          qp.resp.msn, qp.delivery.icrc(), orig));
 }
 
 // --- the checks -------------------------------------------------------------

@@ -62,7 +62,7 @@ bool Tombstones::answer(const transport::RxDatagram& d, const wire::PacketView& 
       wire::psn_diff(pkt.bth().psn(), t.epsn) < 0) {
     // As the live QP answers a duplicate: PSN ePSN - 1 (roce-facts.md §4.2).
     build_ack(tx, t.path, wire::Service::kRc, t.dest_qp_num, wire::psn_add(t.epsn, wire::kPsnMask), wire::kAckNoCredit,
-              t.msn);
+              t.msn, TxBatch::Icrc::kCompute);
   }
   return true;
 }

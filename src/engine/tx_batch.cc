@@ -124,18 +124,18 @@ void TxBatch::refresh_gso_limit() {
   max_segments_ = transport_ ? std::min(transport_->max_gso_segments(), unsigned(wire::kMaxGsoIpId) + 1) : 1;
 }
 
-unsigned TxBatch::place(uint32_t len, bool joinable) {
+unsigned TxBatch::place(uint32_t len, bool joinable, bool bare) {
   if (run_count_ > 0) {
     Run& r = runs_[run_count_ - 1];
     if (joinable && r.open && r.count < max_segments_ && len <= r.segment && r.bytes + len <= transport::kMaxGsoBytes &&
-        r.dst == dst_ && r.src_ip == src_ip_) {
+        r.dst == dst_ && r.src_ip == src_ip_ && r.bare == bare) {
       r.open = len == r.segment;  // a shorter packet ends the message
       r.bytes += len;
       return r.count++;
     }
     r.open = false;
   }
-  runs_[run_count_++] = Run{dst_, src_ip_, count_, first_piece_, 0, 1, len, len, joinable && max_segments_ > 1};
+  runs_[run_count_++] = Run{dst_, src_ip_, count_, first_piece_, 0, 1, len, len, joinable && max_segments_ > 1, bare};
   return 0;
 }
 
@@ -158,14 +158,20 @@ void TxBatch::coalesce(Run& r) {
   r.pieces = n;
 }
 
-uint32_t TxBatch::end_packet(const wire::IpFlow& flow) {
+uint32_t TxBatch::end_packet(const wire::IpFlow& flow, Icrc icrc) {
   if (overflow_) return 0;  // dropped: the next packet overwrites its bytes
   uint8_t* p = packet();
   unsigned pad = wire::pad_for(payload_len_);
   std::memset(p + packet_used_, 0, pad + wire::kIcrcSize);  // the ICRC covers the pad
   grow_arena_piece(pad);
   uint32_t len = header_len_ + payload_len_ + pad;
-  unsigned index = place(len + wire::kIcrcSize, true);
+  unsigned index = place(len + wire::kIcrcSize, true, icrc == Icrc::kOmit);
+  if (icrc == Icrc::kOmit) {
+    if (copy_.src) store_deferred_copy();
+    grow_arena_piece(wire::kIcrcSize);  // zero
+    finish();
+    return len + wire::kIcrcSize;
+  }
   std::span<const iovec> pieces(&pieces_[first_piece_], piece_count_ - first_piece_);
   // The copying ICRC needs the packet in one buffer; through shared memory a
   // later piece may have been referenced instead: copy first, then gather.
@@ -204,8 +210,8 @@ void TxBatch::flush() {
     for (unsigned i = 0; i < run_count_; ++i) {
       Run& r = runs_[i];
       coalesce(r);
-      datagrams_[i] = transport::TxDatagram{r.dst, r.src_ip, uint16_t(r.count > 1 ? r.segment : 0), uint16_t(r.pieces),
-                                            &pieces_[r.first_piece]};
+      datagrams_[i] = transport::TxDatagram{
+          r.dst, r.src_ip, uint16_t(r.count > 1 ? r.segment : 0), uint16_t(r.pieces), &pieces_[r.first_piece], r.bare};
     }
     transport_->send_burst(std::span(datagrams_.data(), run_count_));
     refresh_gso_limit();  // GSO may have been refused

@@ -116,10 +116,14 @@ class TxBatch {
   // (above). False if the memory cannot be read; the caller then abandons the
   // packet.
   bool add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len);
+  // Whether a packet gets its ICRC: always, but for a connected QP's
+  // packets to a peer reached through the same-host ring (Delivery::icrc),
+  // which go bare (transport::TxDatagram::bare): its room is left zero.
+  enum class Icrc : uint8_t { kCompute, kOmit };
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`. Returns the packet's length (0:
   // dropped, the batch had no room).
-  uint32_t end_packet(const wire::IpFlow& flow);
+  uint32_t end_packet(const wire::IpFlow& flow, Icrc icrc = Icrc::kCompute);
   // Ends the packet as it is: no pad, no ICRC (uroce-internal datagrams).
   void end_datagram();
   // Drops the packet begun last (nothing of it is sent).
@@ -146,6 +150,7 @@ class TxBatch {
     uint32_t segment;
     uint32_t bytes;
     bool open;  // a further packet of `segment` bytes or fewer may join
+    bool bare;  // its packets carry no ICRC
   };
 
   // The packet being built, in the arena.
@@ -153,7 +158,7 @@ class TxBatch {
   // Places the packet being built (`len` bytes) in a run; returns its index
   // in the run (its IP identification). `joinable`: false for datagrams that
   // must go alone.
-  unsigned place(uint32_t len, bool joinable);
+  unsigned place(uint32_t len, bool joinable, bool bare = false);
   void finish();
   // Whether `len` more payload bytes fit the packet; if not, it is dropped
   // at its end.

@@ -102,6 +102,11 @@ struct TxDatagram {
   uint16_t segment_size = 0;
   uint16_t iovcnt = 0;
   const iovec* iov = nullptr;
+  // Built without its ICRC, for a peer on this host reached through shared
+  // memory (engine::Delivery::icrc): only a same-host ring may carry it. A
+  // transport that would put it on a socket instead (the peer's ring went
+  // away since) drops it, and RC resends it, decided anew.
+  bool bare = false;
 };
 
 // One received datagram; `data` points into the transport's receive buffers
@@ -125,6 +130,8 @@ struct RxDatagram {
   // with the sender (which may still write to it: nothing read from it may
   // be trusted twice).
   bool jumbo = false;
+  // A same-host packet sent bare (TxDatagram::bare): it carries no ICRC.
+  bool bare = false;
 };
 
 // What became of a jumbo packet (DatagramTransport::send_jumbo).

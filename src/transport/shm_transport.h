@@ -66,6 +66,7 @@ class ShmTransport final : public DatagramTransport {
   static constexpr size_t kRingBytes = 4u << 20;       // per sender, allocated when it first sends
   static constexpr uint32_t kJumboBytes = 256u << 10;  // payload of one jumbo packet, at most
   static constexpr uint16_t kJumboRecord = 1;          // ShmRing::Meta::flags: a jumbo packet
+  static constexpr uint16_t kBareRecord = 2;           // ShmRing::Meta::flags: a packet without ICRC
   static constexpr auto kJumboLinger = std::chrono::microseconds(50);
 
   // Creates the inbound segment `segment` (a path under /dev/shm) and wraps
@@ -96,6 +97,8 @@ class ShmTransport final : public DatagramTransport {
   uint64_t shm_received() const { return received_->load(std::memory_order_relaxed); }
   uint64_t full_drops() const { return full_drops_->load(std::memory_order_relaxed); }
   uint64_t jumbo_sent() const { return jumbo_sent_.load(std::memory_order_relaxed); }
+  // Bare datagrams (TxDatagram::bare) dropped for want of a ring to their destination.
+  uint64_t bare_drops() const { return bare_drops_.load(std::memory_order_relaxed); }
   // Counts into the caller's counters from now on (e.g. ones in shared
   // memory; set before any traffic, they must outlive this transport).
   void count_into(std::atomic<uint64_t>& sent, std::atomic<uint64_t>& received,
@@ -109,6 +112,7 @@ class ShmTransport final : public DatagramTransport {
 
  private:
   struct Outbound {
+    uint16_t key = 0;                  // the destination port it is kept for
     std::mutex mu;                     // guards the ring's producer side and the mapping
     std::shared_ptr<Mapping> mapping;  // the receiver's segment, at least up to our ring's end
     void* map = nullptr;               // mapping's address
@@ -118,6 +122,8 @@ class ShmTransport final : public DatagramTransport {
     std::string segment;  // its path; re-looked-up every kRecheck
     // coarse_now() (shm_transport.cc) of the last look-up.
     std::chrono::nanoseconds checked = std::chrono::nanoseconds::min();
+    // checked + kRecheck while the ring is valid, as last_ may return it.
+    std::atomic<int64_t> fresh_until{0};
     // After a push timed out (a receiver that stopped reading, e.g. died),
     // pushes to a full ring fail at once until then.
     std::chrono::steady_clock::time_point stalled_until{};
@@ -127,6 +133,7 @@ class ShmTransport final : public DatagramTransport {
   ShmTransport(std::unique_ptr<DatagramTransport> inner, std::string path, std::shared_ptr<Mapping> own,
                ShmDirectory* directory);
   Outbound* outbound_for(uint16_t port) noexcept;
+  Outbound* look_up_locked(uint16_t port, std::chrono::nanoseconds now) noexcept;
   // The ring a datagram to `dst` goes into (null: it goes to the socket).
   Outbound* outbound_to(const Endpoint& dst) noexcept {
     return local_.contains(dst.ip) ? outbound_for(dst.port) : nullptr;
@@ -136,6 +143,10 @@ class ShmTransport final : public DatagramTransport {
                     unsigned n, uint32_t align_at) noexcept;
   void ring_doorbell(uint16_t port) noexcept;
   size_t take_from_rings(std::span<RxDatagram> out) noexcept;
+  // recv_burst's time: read anew after a receive that found records and on
+  // every kClockEvery-th empty one, else the last read.
+  std::chrono::steady_clock::time_point poll_clock() noexcept;
+  static constexpr unsigned kClockEvery = 8;
   bool rings_have_records() const noexcept;  // any thread: the shared words alone
 
   std::unique_ptr<DatagramTransport> inner_;
@@ -149,9 +160,11 @@ class ShmTransport final : public DatagramTransport {
   // insertions, each ring its own pushes.
   std::mutex out_mu_;
   std::unordered_map<uint16_t, std::unique_ptr<Outbound>> out_;
+  std::atomic<Outbound*> last_{nullptr};  // outbound_for's latest ring (never freed before this)
   // Datagrams sent and received through the rings, and lost to a full ring.
   std::atomic<uint64_t> own_sent_{0}, own_received_{0}, own_full_drops_{0};
   std::atomic<uint64_t> jumbo_sent_{0};  // of the datagrams sent: jumbo packets
+  std::atomic<uint64_t> bare_drops_{0};
   std::atomic<uint64_t>* sent_ = &own_sent_;
   std::atomic<uint64_t>* received_ = &own_received_;
   std::atomic<uint64_t>* full_drops_ = &own_full_drops_;
@@ -166,6 +179,8 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
   unsigned rotate_ = 0;                                      // which active ring is read first
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
+  unsigned empty_receives_ = 0;                              // in a row (poll_clock)
+  std::chrono::steady_clock::time_point clock_{};            // poll_clock's last read
   std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
   std::chrono::steady_clock::time_point inner_delivered_{};  // when the socket last had a datagram

@@ -479,6 +479,7 @@ size_t UdpTransport::take_received(std::span<RxDatagram> out) noexcept {
     d.truncated = m.truncated || len > max_datagram_;
     d.ce = m.ce;      // (GRO merges no datagrams whose TOS differ)
     d.jumbo = false;  // (the slot may have held one of the same-host path's)
+    d.bare = false;
     d.gso_index = uint8_t(std::min<uint32_t>(m.offset / m.segment, 255));
     m.offset += len;
     if (m.offset >= m.len) ++rx_next_;

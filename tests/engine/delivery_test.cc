@@ -100,5 +100,83 @@ TEST_F(DeliveryTest, LocalAckTimeoutDecidesAgain) {
   EXPECT_EQ(tx[0].psn, sq(0));
 }
 
+// Connected through shared memory; post a SEND, then receive a SEND / Expect
+// both the request and the ACK sent bare (no ICRC, the datagram marked so);
+// over a socket, with its ICRC.
+TEST_F(DeliveryTest, PacketsThroughSharedMemoryGoBare) {
+  transport->memory_path = true;
+  reconnect();
+  EXPECT_EQ(qp->delivery.icrc(), TxBatch::Icrc::kOmit);
+  std::vector<uint8_t> src = pattern(64, 5), dst(64);
+  core::Mr* mr = reg(src, IBV_ACCESS_LOCAL_WRITE);
+  recv_buf(dst, 9);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  post_send(wr, {sge(src.data(), 64, mr)});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(64, 6), .bare = true});
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_TRUE(sent[0].bare);
+  EXPECT_TRUE(sent[1].bare);
+  auto tx = take();  // (checks the ICRC's room is zero)
+  EXPECT_EQ(tx[0].opcode, kSendOnly);
+  EXPECT_EQ(tx[1].opcode, kAck);
+  EXPECT_EQ(dst, pattern(64, 6));
+
+  transport->memory_path = false;
+  reconnect();
+  EXPECT_EQ(qp->delivery.icrc(), TxBatch::Icrc::kCompute);
+  post_send(wr, {sge(src.data(), 64, mr)});
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_FALSE(sent[0].bare);
+  take();  // (checks the ICRC)
+}
+
+// Receive bare packets (no ICRC) that no QP's Delivery sends bare: a UD SEND,
+// one for QP1 / Expect both dropped and counted as malformed; a bare RC
+// packet with a wrong ICRC is taken (nothing checks it).
+TEST_F(DeliveryTest, OnlyRcAndUcPacketsMayComeBare) {
+  uint64_t before = engine->stats.rx_malformed.load();
+  deliver(Craft{.opcode = 0x64, .psn = rq(0), .dest_qp = 5, .deth_qkey = 1, .payload = pattern(8, 1), .bare = true});
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .dest_qp = 1, .payload = pattern(8, 1), .bare = true});
+  EXPECT_EQ(engine->stats.rx_malformed.load(), before + 2);
+
+  std::vector<uint8_t> dst(16);
+  recv_buf(dst, 3);
+  uint64_t bad_icrc = engine->stats.rx_bad_icrc.load();
+  deliver(Craft{.opcode = kSendOnly,
+                .psn = rq(0),
+                .ack_req = true,
+                .payload = pattern(16, 2),
+                .corrupt_icrc = true,
+                .bare = true});
+  EXPECT_EQ(engine->stats.rx_bad_icrc.load(), bad_icrc);
+  EXPECT_EQ(dst, pattern(16, 2));
+  EXPECT_EQ(poll(*rcq).size(), 1u);
+}
+
+// Through shared memory, receive a SEND in an application's turn / Expect the
+// ACK sent at the burst's end, before the completion is visible (it does not
+// wait for the application's reply, as through a socket).
+TEST_F(DeliveryTest, AckThroughSharedMemoryLeavesAtTheBurstsEnd) {
+  transport->memory_path = true;
+  reconnect();
+  std::vector<uint8_t> dst(16);
+  recv_buf(dst, 4);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(16, 3), .bare = true},
+          EngineContext::Turn::kApplication);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(poll(*rcq).size(), 1u);
+
+  transport->memory_path = false;
+  reconnect();
+  recv_buf(dst, 5);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(16, 4)},
+          EngineContext::Turn::kApplication);
+  EXPECT_TRUE(take().empty());  // through a socket it waits for the reply
+  EXPECT_EQ(poll(*rcq).size(), 1u);
+}
+
 }  // namespace
 }  // namespace uroce::engine::test

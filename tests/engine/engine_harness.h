@@ -45,6 +45,7 @@ struct Sent {
   uint16_t segment_size = 0;
   uint16_t ip_id = 0;
   bool jumbo = false;   // sent with send_jumbo (no ICRC)
+  bool bare = false;    // TxDatagram::bare (no ICRC)
   unsigned pieces = 0;  // buffers the packet was gathered from
 };
 
@@ -71,6 +72,7 @@ class FakeTransport : public transport::DatagramTransport {
         s.ip_id = id;
         s.bytes.assign(bytes.begin() + long(off), bytes.begin() + long(std::min(bytes.size(), off + seg)));
         s.pieces = pieces_within(d, off, off + s.bytes.size());
+        s.bare = d.bare;
         sink_->push_back(std::move(s));
         if (bytes.empty()) break;
       }
@@ -173,6 +175,7 @@ struct Craft {
   uint8_t gso_index = 0;             // place in a GRO batch, as the transport reports it
   std::optional<uint16_t> dst_port;  // the UDP port it was sent to (default: our LID)
   bool jumbo = false;                // a same-host jumbo packet (no ICRC; RxDatagram::jumbo)
+  bool bare = false;                 // a same-host bare packet (no ICRC; RxDatagram::bare)
   bool ce = false;                   // marked Congestion Experienced on the way (RxDatagram::ce)
 };
 
@@ -369,7 +372,7 @@ class EngineTest : public ::testing::Test {
     if (!c.payload.empty()) std::memcpy(p.data() + info.header_len, c.payload.data(), c.payload.size());
     wire::Ipv4Flow flow{c.src_ip.value_or(kPeerIp), local_ip, c.src_port.value_or(kPeerPort),
                         c.dst_port.value_or(kLocalPort), c.ip_id};
-    uint32_t crc = c.jumbo ? 0 : wire::icrc_ipv4(flow, p.data(), p.size());  // jumbo: none
+    uint32_t crc = c.jumbo || c.bare ? 0 : wire::icrc_ipv4(flow, p.data(), p.size());  // jumbo, bare: none
     if (c.corrupt_icrc) crc ^= 1;
     std::memcpy(p.data() + p.size() - 4, &crc, 4);
     return p;
@@ -391,6 +394,7 @@ class EngineTest : public ::testing::Test {
       d.gso_index = burst[i].gso_index;
       d.dst_port = burst[i].dst_port.value_or(kLocalPort);
       d.jumbo = burst[i].jumbo;
+      d.bare = burst[i].bare;
       d.ce = burst[i].ce;
       rx.push_back(d);
     }
@@ -401,7 +405,7 @@ class EngineTest : public ::testing::Test {
   }
 
   // Decodes (and clears) the capture; checks addressing, parse and ICRC of
-  // each.
+  // each (none in a bare one).
   std::vector<Pkt> take() {
     std::vector<Pkt> out;
     for (Sent& s : sent) {
@@ -412,7 +416,9 @@ class EngineTest : public ::testing::Test {
       EXPECT_EQ(wire::PacketView::parse(s.bytes.data(), s.bytes.size(), v), wire::ParseError::kNone);
       if (!v.info) continue;
       wire::Ipv4Flow flow{s.src_ip, s.dst.ip.v4(), kLocalPort, s.dst.port, s.ip_id};
-      if (!s.jumbo) {
+      if (s.bare) {  // through shared memory: no ICRC (Delivery::icrc)
+        EXPECT_EQ(v.icrc_wire(), 0u) << "a bare packet's ICRC room is zero";
+      } else if (!s.jumbo) {
         EXPECT_EQ(wire::icrc_ipv4(flow, s.bytes.data(), s.bytes.size()), v.icrc_wire()) << "bad ICRC on the wire";
       }
       EXPECT_LE(s.pieces, transport::kMaxPacketPieces);

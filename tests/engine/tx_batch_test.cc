@@ -110,3 +110,37 @@ TEST(TxBatchTest, UseAnotherTransportFlushesFirst) {
 
 }  // namespace
 }  // namespace uroce::engine::test
+
+namespace uroce::engine::test {
+namespace {
+
+// Two packets ended with Icrc::kOmit (a same-host peer, Delivery::icrc), then
+// one with its ICRC / Expect the ICRC's room zero in the first two, their
+// datagram marked bare, and the third not in their GSO message.
+TEST(TxBatchTest, BarePacketHasNoIcrcAndTravelsApart) {
+  std::vector<Sent> sent;
+  FakeTransport t(&sent, 5000);
+  t.gso_segments = 64;
+  TxBatch tx;
+  tx.use(&t);
+  wire::Ipv4Flow flow{1, 2, 3, 4};
+  for (unsigned i = 0; i < 3; ++i) {
+    uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
+    wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, i);
+    wire::Aeth(h + 12).fill(0x1F, i);
+    tx.end_packet(flow, i == 2 ? TxBatch::Icrc::kCompute : TxBatch::Icrc::kOmit);
+  }
+  tx.flush();
+  ASSERT_EQ(sent.size(), 3u);
+  for (unsigned i = 0; i < 3; ++i) {
+    uint32_t crc;
+    std::memcpy(&crc, sent[i].bytes.data() + 16, 4);
+    EXPECT_EQ(sent[i].bare, i != 2);
+    EXPECT_EQ(crc, i == 2 ? wire::icrc_ipv4(flow, sent[i].bytes.data(), 20) : 0u);
+  }
+  EXPECT_EQ(sent[0].message, sent[1].message);
+  EXPECT_NE(sent[1].message, sent[2].message);
+}
+
+}  // namespace
+}  // namespace uroce::engine::test

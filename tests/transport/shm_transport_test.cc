@@ -2,8 +2,9 @@
 // shared-memory segment (whole, with their addressing; GSO messages as one
 // record per segment, each with its place), others through the socket; a
 // receiver asleep in recv_burst is woken by the doorbell, also when another
-// thread swallowed it; jumbo packets go whole and are delivered in place; a
-// scribbled ring loses datagrams, never the process.
+// thread swallowed it; jumbo packets go whole and are delivered in place;
+// bare datagrams (no ICRC) go only through a ring; a scribbled ring loses
+// datagrams, never the process.
 #include "transport/shm_transport.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,36 @@ TEST_F(ShmTransportTest, UnknownDestinationGoesThroughTheSocket) {
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(rx[0].len, 40u);
   EXPECT_EQ(nodes[0].t->shm_sent(), 0u);
+}
+
+// A bare datagram (no ICRC) goes through the ring and arrives marked so;
+// one the ring cannot take (no segment at its destination) is dropped and
+// counted, never put on the socket, while its plain neighbours still go.
+TEST_F(ShmTransportTest, BareDatagramGoesOnlyThroughARing) {
+  std::vector<uint8_t> a(40, 0x3C);
+  iovec v{a.data(), a.size()};
+  TxDatagram plain{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &v};
+  TxDatagram bare = plain;
+  bare.bare = true;
+  TxDatagram both[2] = {bare, plain};
+  ASSERT_EQ(nodes[0].t->send_burst(both), 2u);
+  auto got = receive(*nodes[1].t, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].first.bare);
+  EXPECT_FALSE(got[1].first.bare);
+  EXPECT_EQ(got[0].second, a);
+
+  auto other = udp();  // a plain transport: no segment
+  TxDatagram to_socket[3] = {plain, bare, plain};
+  for (auto& d : to_socket) d.dst = Endpoint{kLoopback, other->local_port()};
+  ASSERT_EQ(nodes[0].t->send_burst(to_socket), 3u);
+  std::vector<RxDatagram> rx(4);
+  size_t n = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (n < 2 && std::chrono::steady_clock::now() < deadline) n += other->recv_burst(std::span(rx).subspan(n), 50);
+  EXPECT_EQ(n, 2u);  // the two plain ones
+  EXPECT_EQ(other->recv_burst(rx, 100), 0u);
+  EXPECT_EQ(nodes[0].t->bare_drops(), 1u);
 }
 
 // A receiver whose rings deliver on every receive asks its socket only now
