@@ -401,7 +401,7 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
   }
   rings_ready_.store(more, std::memory_order_relaxed);
   if (!active_.empty()) ++rotate_;
-  received_->fetch_add(n, std::memory_order_relaxed);
+  if (n) received_->fetch_add(n, std::memory_order_relaxed);
   return n;
 }
 
