@@ -1,19 +1,18 @@
 #include "engine/delivery.h"
 
 #include "core/config.h"
-#include "engine/engine_context.h"
-#include "engine/engine_qp.h"
 
 namespace uroce::engine {
 
-void Delivery::decide(EngineContext& engine, const EngineQp& qp) {
-  transport_ = &engine.transport();
-  dst_ = qp.path.dst;
-  bool rc_or_uc = qp.type == IBV_QPT_RC || qp.type == IBV_QPT_UC;
-  placement_ = rc_or_uc ? engine.placement() : nullptr;
-  jumbo_allowed_ = qp.type == IBV_QPT_RC && core::config().shm_jumbo;
+void Delivery::decide(transport::DatagramTransport& transport, host::DirectPlacement* placement, ibv_qp_type type,
+                      const transport::Endpoint& dst) {
+  transport_ = &transport;
+  dst_ = dst;
+  bool rc_or_uc = type == IBV_QPT_RC || type == IBV_QPT_UC;
+  placement_ = rc_or_uc ? placement : nullptr;
+  jumbo_allowed_ = type == IBV_QPT_RC && core::config().shm_jumbo;
   bare_ = rc_or_uc && core::config().pcap.empty() && core::config().fault.empty();
-  if (qp.type == IBV_QPT_UD) {
+  if (type == IBV_QPT_UD) {
     transport_ = nullptr;  // by address handle: nothing to decide
     path_ = DeliveryPath::kSocket;
     jumbo_limit_ = 0;

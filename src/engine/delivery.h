@@ -26,6 +26,7 @@
 // Delivery is the socket's, used for no choice.
 #pragma once
 
+#include <infiniband/verbs.h>
 #include <sys/uio.h>
 
 #include <cstdint>
@@ -38,9 +39,6 @@ class DirectPlacement;
 }  // namespace uroce::host
 
 namespace uroce::engine {
-
-class EngineContext;
-class EngineQp;
 
 enum class DeliveryPath : uint8_t { kSocket, kSharedMemory };
 
@@ -69,9 +67,11 @@ class Delivery {
   static constexpr uint32_t kCoalescePackets = 16;
   static constexpr uint32_t kRecheckPosts = 256;
 
-  // Decides for `qp`'s connected path as `engine` reaches it now (caller
-  // holds qp.mu; at RTR, or when the path changes).
-  void decide(EngineContext& engine, const EngineQp& qp);
+  // Decides for a QP of `type` whose connected path leads to `dst`, as
+  // `transport` reaches it now, with the engine's direct `placement` (or
+  // null); at RTR, or when the path changes (caller holds the QP's lock).
+  void decide(transport::DatagramTransport& transport, host::DirectPlacement* placement, ibv_qp_type type,
+              const transport::Endpoint& dst);
 
   DeliveryPath path() const { return path_; }
   bool through_memory() const { return path_ == DeliveryPath::kSharedMemory; }

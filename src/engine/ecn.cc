@@ -1,6 +1,5 @@
 #include "engine/ecn.h"
 
-#include "engine/engine_context.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
 
@@ -15,14 +14,14 @@ uint32_t build_cnp(TxBatch& tx, const Path& path, uint32_t dest_qp) {
   return tx.end_packet(path.flow);
 }
 
-void answer_congestion_mark(EngineQp& qp, TxBatch& tx, Clock::time_point now) {
-  qp.engine()->stats.rx_ecn_ce.fetch_add(1, std::memory_order_relaxed);
+void answer_congestion_mark(EngineQp& qp, TxBatch& tx, Clock::time_point now, PortCounters& stats) {
+  stats.rx_ecn_ce.fetch_add(1, std::memory_order_relaxed);
   if (now - qp.cnp_sent_at < kCnpInterval) return;  // (the first: cnp_sent_at is the clock's epoch)
   uint32_t bytes = build_cnp(tx, qp.path, qp.attr.dest_qp_num);
   if (!bytes) return;
   qp.cnp_sent_at = now;
   qp.count_sent(bytes);
-  qp.engine()->stats.tx_cnps.fetch_add(1, std::memory_order_relaxed);
+  stats.tx_cnps.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace uroce::engine

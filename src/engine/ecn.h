@@ -25,8 +25,8 @@ inline constexpr Clock::duration kCnpInterval = std::chrono::microseconds(50);
 uint32_t build_cnp(TxBatch& tx, const Path& path, uint32_t dest_qp);
 
 // A packet of connected QP `qp` (caller holds qp.mu) arrived marked Congestion
-// Experienced at `now`: counted, and answered with a CNP to the peer QP unless
-// one went less than kCnpInterval ago.
-void answer_congestion_mark(EngineQp& qp, TxBatch& tx, Clock::time_point now);
+// Experienced at `now`: counted in `stats`, and answered with a CNP to the
+// peer QP unless one went less than kCnpInterval ago.
+void answer_congestion_mark(EngineQp& qp, TxBatch& tx, Clock::time_point now, PortCounters& stats);
 
 }  // namespace uroce::engine

@@ -597,7 +597,8 @@ void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, 
   if (!from_connected_path(qp, d)) return count(stats.rx_bad_path);
   qp.counters->count_received(d.len);
   rx_bytes += d.len;
-  if (d.ce && qp.type != IBV_QPT_UD) answer_congestion_mark(qp, TxBatch::local(), now);  // a burst's marks: one CNP
+  if (d.ce && qp.type != IBV_QPT_UD)
+    answer_congestion_mark(qp, TxBatch::local(), now, stats);  // a burst's marks: one CNP
   if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, TxBatch::local());
   if (response) return completer_receive(qp, pkt, TxBatch::local());
   responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());

@@ -68,7 +68,8 @@ void follow_path(EngineQp& qp, int mask, ibv_qp_state before, ibv_qp_state after
   if (path_changed) qp.path = resolve_connected_path(*qp.engine(), qp.attr);
   // UD: no connected path; messages go by address handle, one packet each.
   if (qp.type == IBV_QPT_UD) qp.path.mtu = core::mtu_bytes(qp.ctx->active_mtu());
-  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR)) qp.delivery.decide(*qp.engine(), qp);
+  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR))
+    qp.delivery.decide(qp.engine()->transport(), qp.engine()->placement(), qp.type, qp.path.dst);
 }
 
 }  // namespace

@@ -477,7 +477,7 @@ class EngineTest : public ::testing::Test {
 
   // The fake transport's reach changed (memory_path, jumbo_payload): the QP
   // decides its delivery again, as it did at RTR (Delivery::decide).
-  void redecide_delivery() { qp->delivery.decide(*engine, *qp); }
+  void redecide_delivery() { qp->delivery.decide(engine->transport(), engine->placement(), qp->type, qp->path.dst); }
 
   uint32_t rq(uint32_t n) const { return wire::psn_add(rq_psn, n); }
   uint32_t sq(uint32_t n) const { return wire::psn_add(sq_psn, n); }
