@@ -16,6 +16,7 @@
 
 #include "core/limits.h"
 #include "core/qp.h"
+#include "engine/clock.h"
 #include "engine/delivery.h"
 #include "engine/live_counters.h"
 #include "transport/datagram.h"
@@ -26,7 +27,6 @@ namespace uroce::engine {
 
 class EngineContext;
 struct XrcTarget;
-using Clock = std::chrono::steady_clock;
 
 // The transport service of a QP type's packets (the opcode's upper bits).
 inline wire::Service service_of_qp(ibv_qp_type t) {

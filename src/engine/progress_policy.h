@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/engine_qp.h"  // Clock
+#include "engine/clock.h"
 
 namespace uroce::engine {
 

@@ -1,13 +1,24 @@
 // The IBA roles acting on a QP (one file each), called with the QP's mutex held.
 #pragma once
 
+#include <infiniband/verbs.h>
+
+#include <cstdint>
 #include <mutex>
 
-#include "engine/engine_qp.h"
+#include "engine/clock.h"
 #include "engine/tx_batch.h"
+#include "transport/datagram.h"
 #include "wire/headers.h"
 
+namespace uroce::core {
+struct SendWqe;
+}
+
 namespace uroce::engine {
+
+// Declared, not included: engine_qp.cc calls the roles.
+class EngineQp;
 
 // Requester (requester.cc): turns send WQEs into request packets while the
 // PSN window and the read/atomic credits allow.

@@ -23,7 +23,6 @@
 
 #include "core/result.h"
 #include "core/xrcd.h"
-#include "engine/engine_qp.h"
 #include "engine/tx_batch.h"
 #include "engine/xrc_domain.h"
 #include "transport/datagram.h"
@@ -36,6 +35,7 @@ class Srq;
 namespace uroce::engine {
 
 class EngineContext;
+class EngineQp;  // declared, not included: engine_qp.cc calls the handles
 
 struct EngineXrcd : core::Xrcd {
   std::shared_ptr<XrcDomain> domain;
