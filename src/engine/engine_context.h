@@ -18,7 +18,7 @@
 
 #include "core/context.h"
 #include "engine/engine_qp.h"
-#include "engine/gsi.h"
+#include "engine/gsi_inbox.h"
 #include "engine/live_counters.h"
 #include "engine/qp_table.h"
 #include "engine/tombstones.h"

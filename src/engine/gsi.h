@@ -32,6 +32,7 @@
 #include <span>
 
 #include "core/config.h"
+#include "engine/gsi_inbox.h"
 #include "transport/datagram.h"
 #include "wire/headers.h"
 
@@ -40,15 +41,6 @@ namespace uroce::engine {
 class EngineContext;
 
 inline constexpr uint32_t kGsiQpn = 1;
-inline constexpr size_t kMadBytes = 256;
-
-// A MAD received on QP1.
-struct GsiMad {
-  transport::Endpoint src;      // the sender's address and UDP port
-  transport::IpAddress dst_ip;  // the address it was sent to
-  uint32_t src_qpn = 0;
-  std::array<uint8_t, kMadBytes> mad{};
-};
 
 // Where the MADs this process owns go: its connection manager (rdmacm/),
 // which sets it once. Called from an engine's receiving thread, which holds
@@ -77,21 +69,6 @@ void gsi_receive(EngineContext& ctx, const transport::RxDatagram& d, const wire:
 // (EINVAL: no route for that address pair; ENOBUFS: the batch dropped it).
 [[nodiscard]] int gsi_send(EngineContext& ctx, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
                            std::span<const uint8_t, kMadBytes> mad);
-
-// The MADs for the sink received in the current burst (under the engine's
-// receive turn), delivered in their place in it: nothing is allocated per MAD.
-class GsiInbox {
- public:
-  static constexpr size_t kMax = 32;  // per burst; beyond, dropped and counted (the CM retries)
-  // False when full or when the process has no sink.
-  bool push(const GsiMad& m);
-  bool pending() const { return count_ != 0; }
-  void deliver();  // to the sink, then empty
-
- private:
-  std::array<GsiMad, kMax> mads_{};
-  size_t count_ = 0;
-};
 
 // The same for the connection manager, which knows a device by its verbs
 // context (a uroce one: EINVAL otherwise, and slot 0).
