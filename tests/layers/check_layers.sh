@@ -199,7 +199,49 @@ END {
 }
 ' $files || status=$?
 
+# Within a layer's folder, no two modules include each other. A module is a
+# file's name without its extension (engine_qp.h and engine_qp.cc are module
+# engine_qp); modules A and B are a pair when some file of A includes
+# "layer/B.h" and some file of B includes "layer/A.h". Such a pair is one
+# concept cut in two, or a caller and its callee that each know the other:
+# pass what is needed, declare instead of including, or move the function to
+# the module that owns what it touches (a third module may include both).
+# Checked for the layers whose modules call each other most: engine and host.
+for layer in engine host; do
+    dir=src/$layer
+    [ -d "$dir" ] || continue
+    # shellcheck disable=SC2046 # one argument per file (the paths have no spaces)
+    awk -v layer="$layer" '
+function module_of(path,    name) {
+    name = path
+    sub(/.*\//, "", name)
+    sub(/\.[^.]*$/, "", name)
+    return name
+}
+/^[ \t]*#[ \t]*include[ \t]*"/ {
+    line = $0
+    sub(/^[ \t]*#[ \t]*include[ \t]*"/, "", line)
+    inc = substr(line, 1, index(line, "\"") - 1)
+    if (index(inc, layer "/") != 1) next
+    a = module_of(FILENAME)
+    b = module_of(inc)
+    if (a == b || ((a " " b) in by)) next
+    by[a " " b] = FILENAME ":" FNR " includes " inc
+}
+END {
+    for (k in by) {
+        split(k, ab, " ")
+        if (ab[1] < ab[2] && ((ab[2] " " ab[1]) in by)) {
+            printf "src/%s: modules %s and %s include each other (%s; %s): one of them must not know the other (see check_layers.sh)\n", layer, ab[1], ab[2], by[k], by[ab[2] " " ab[1]]
+            bad = 1
+        }
+    }
+    exit bad
+}
+' $(find "$dir" -type f \( -name '*.h' -o -name '*.cc' \) | LC_ALL=C sort) || status=1
+done
+
 if [ "$status" -eq 0 ]; then
-    echo "check_layers: $(echo "$files" | wc -l) files, every project include points down"
+    echo "check_layers: $(echo "$files" | wc -l) files, every project include points down, no module pair of src/engine or src/host includes each other"
 fi
 exit $status
