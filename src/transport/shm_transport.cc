@@ -32,7 +32,11 @@ struct ShmTransport::Segment {
 
 namespace {
 
-constexpr uint64_t kSegmentMagic = 0x75726f63'65536567ULL;  // "urocSeg"
+// The segment's layout and its records' meaning, version included: a process
+// of another uroce build whose rings would not mean the same (records sent
+// bare, without ICRC, since "urocSeg2") does not attach, and its packets go
+// through the socket.
+constexpr uint64_t kSegmentMagic = 0x75726f63'53656732ULL;  // "urocSeg2"
 constexpr size_t kSegmentHeader = 4096;
 constexpr size_t kSegmentBytes = kSegmentHeader + ShmTransport::kRings * ShmTransport::kRingBytes;
 constexpr uint32_t kLoopback = 0x7F000001;

@@ -3,10 +3,12 @@
 // record per segment, each with its place), others through the socket; a
 // receiver asleep in recv_burst is woken by the doorbell, also when another
 // thread swallowed it; jumbo packets go whole and are delivered in place;
-// bare datagrams (no ICRC) go only through a ring; a scribbled ring loses
-// datagrams, never the process.
+// bare datagrams (no ICRC) go only through a ring; a segment of another
+// layout version is not attached to; a scribbled ring loses datagrams, never
+// the process.
 #include "transport/shm_transport.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -162,6 +164,26 @@ TEST_F(ShmTransportTest, BareDatagramGoesOnlyThroughARing) {
   EXPECT_EQ(n, 2u);  // the two plain ones
   EXPECT_EQ(other->recv_burst(rx, 100), 0u);
   EXPECT_EQ(nodes[0].t->bare_drops(), 1u);
+}
+
+// A segment of another uroce build (its magic, which carries the layout's
+// version, differs) / Expect no ring attached to it: the datagram goes
+// through the socket, and arrives.
+TEST_F(ShmTransportTest, SegmentOfAnotherVersionIsReachedThroughTheSocket) {
+  int fd = ::open(nodes[1].segment.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t older = 0x75726f63'65536567ULL;  // the layout before bare records
+  ASSERT_EQ(::pwrite(fd, &older, sizeof older, 0), ssize_t(sizeof older));
+  ::close(fd);
+  std::vector<uint8_t> a(40, 0x77);
+  iovec v{a.data(), a.size()};
+  TxDatagram d{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &v};
+  EXPECT_FALSE(nodes[0].t->through_memory(d.dst));
+  ASSERT_EQ(nodes[0].t->send_burst(std::span(&d, 1)), 1u);
+  auto got = receive(*nodes[1].t, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].second, a);
+  EXPECT_EQ(nodes[0].t->shm_sent(), 0u);
 }
 
 // A receiver whose rings deliver on every receive asks its socket only now
