@@ -249,8 +249,7 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
     tx.abort_packet();
     return false;
   }
-  TxBatch::Icrc icrc = qp.type == IBV_QPT_UD ? TxBatch::Icrc::kCompute : qp.delivery.icrc();
-  qp.count_sent_in_burst(tx.end_packet(*d.flow, icrc));  // send_burst publishes
+  qp.count_sent_in_burst(tx.end_packet(*d.flow, qp.delivery.icrc()));  // send_burst publishes
   if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;

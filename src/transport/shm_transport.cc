@@ -225,7 +225,6 @@ ShmTransport::Outbound* ShmTransport::look_up_locked(uint16_t port, std::chrono:
     o.map = mapping->addr;
     o.mapping = std::move(mapping);
     o.ring = ring;
-    o.port = port;
     o.index = index;
     seg->senders[index / 64].fetch_or(uint64_t(1) << (index % 64), std::memory_order_seq_cst);
     return &o;
@@ -272,7 +271,7 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flag
   auto* receiver = static_cast<Segment*>(o.map);
   // (ShmRing::push stores the head seq_cst: with this seq_cst load, either
   // the receiver sees the record or this sees its flag.)
-  if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(o.port);
+  if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(o.key);
   return true;
 }
 
@@ -287,7 +286,7 @@ bool ShmTransport::push_waiting(Outbound& o, const ShmRing::Meta& meta, const ui
     full_drops_->fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  ring_doorbell(o.port);  // the receiver may be asleep with a full ring
+  ring_doorbell(o.key);  // the receiver may be asleep with a full ring
   auto deadline = now + std::chrono::microseconds(kFullRingWaitUs);
   do {
     if (o.ring.push(meta, parts, lens, n, align_at)) return true;

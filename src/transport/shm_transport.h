@@ -112,12 +112,11 @@ class ShmTransport final : public DatagramTransport {
 
  private:
   struct Outbound {
-    uint16_t key = 0;                  // the destination port it is kept for
+    uint16_t key = 0;                  // the destination port it is kept for (set once)
     std::mutex mu;                     // guards the ring's producer side and the mapping
     std::shared_ptr<Mapping> mapping;  // the receiver's segment, at least up to our ring's end
     void* map = nullptr;               // mapping's address
     ShmRing ring;
-    uint16_t port = 0;
     unsigned index = 0;
     std::string segment;  // its path; re-looked-up every kRecheck
     // coarse_now() (shm_transport.cc) of the last look-up.
