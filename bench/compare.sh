@@ -32,6 +32,9 @@
 #     minute), each after a run of bench/copy_ceiling (two threads copying 1 MiB messages
 #     through a shared-memory ring in 256 KiB chunks, the same-host stream's shape: its
 #     ceiling), and libfabric's shm provider (fi_pingpong -p shm -e rdm, 64 B and 1 MiB);
+#     bench/ring_floor's ping-pongs through uroce's same-host ring between two processes
+#     (a cache line each way, a record per message, a record and an ACK per message): the
+#     latency floors under ib_send_lat 64 B and libfabric's figure;
 #   - sweeps over message sizes (loopback only) for two plots: bandwidth and latency
 #     against size for uroce, the UDP ceilings and the peers (matplotlib, bench/plot.py).
 # Units: GB/s = 1e9 B/s (perftest is run with --report_gbits, Gbit/s / 8; UCX's MB/s are
@@ -68,6 +71,7 @@ out=${OUT:-$root/bench/out}
 launcher=$build/bin/uroce
 ceiling=$build/bin/udp_ceiling
 copy_ceiling=$build/bin/copy_ceiling
+ring_floor=$build/bin/ring_floor
 
 udp_seconds=${UDP_SECONDS:-2}
 udp_lat_iters=${UDP_LAT_ITERS:-20000}
@@ -138,18 +142,22 @@ run() {
 # Build and packages.
 
 ensure_built() {
-  [[ -x $launcher && -x $ceiling && -x $copy_ceiling && -e $build/lib/liburoce.so ]] && return
-  if [[ ! -e $build/CMakeCache.txt ]]; then
-    if [[ $build == "$root/build" ]]; then
-      say "building build/ (scripts/setup.sh)"
-      "$root/scripts/setup.sh" >&2
-    else
-      cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
+  if ! [[ -x $launcher && -x $ceiling && -x $copy_ceiling && -e $build/lib/liburoce.so ]]; then
+    if [[ ! -e $build/CMakeCache.txt ]]; then
+      if [[ $build == "$root/build" ]]; then
+        say "building build/ (scripts/setup.sh)"
+        "$root/scripts/setup.sh" >&2
+      else
+        cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
+      fi
     fi
+    say "building uroce, its launcher, udp_ceiling and copy_ceiling in $build"
+    cmake --build "$build" -j"${JOBS:-2}" --target uroce_launcher uroce udp_ceiling copy_ceiling >&2
+    [[ -x $launcher && -x $ceiling && -x $copy_ceiling ]] || die "$launcher, $ceiling or $copy_ceiling missing after the build"
   fi
-  say "building uroce, its launcher, udp_ceiling and copy_ceiling in $build"
-  cmake --build "$build" -j"${JOBS:-2}" --target uroce_launcher uroce udp_ceiling copy_ceiling >&2
-  [[ -x $launcher && -x $ceiling && -x $copy_ceiling ]] || die "$launcher, $ceiling or $copy_ceiling missing after the build"
+  # ring_floor is built with the tests (it reaches into the transport): without them, n/a.
+  [[ -x $ring_floor ]] || cmake --build "$build" -j"${JOBS:-2}" --target ring_floor >&2 ||
+    say "no ring_floor (the tests are not configured): its rows read n/a"
 }
 
 ensure_packages() {
@@ -308,6 +316,17 @@ measure_ceilings() {
     put "$loc:udp_$mode:64" "$(kv "$line" typical_us)"
     put "$loc:udp_$mode:64:p99" "$(kv "$line" p99_us)"
   done
+}
+
+# measure_ring_floor MODE: one bench/ring_floor run (64 B, 200,000 round trips, not pinned)
+# -> R[shm:ring_floor:MODE] (µs one way).
+measure_ring_floor() {
+  local log=$logs/shm.ring_floor.$1.log line
+  [[ -x $ring_floor ]] || return 0
+  say "shm: ring floor ($1)"
+  run "$log" 60 "$ring_floor" -m "$1" -s 64 -n 200000 || true
+  line=$(grep '^ring_floor ' "$log" || true)
+  put "shm:ring_floor:$1" "$(kv "$line" typical_us)"
 }
 
 # measure_copy_ceiling K: one bench/copy_ceiling run (1 s) -> R[shm:copy_ceiling:K] (GB/s).
@@ -772,6 +791,8 @@ at_same_host() {
     fi_pp "shm.fi_pingpong_shm.1048576" 1048576 "$fi_iters_1m" shm rdm
     put "shm:fi_shm_bw:1048576" "$fi_bw"
   fi
+  local mode
+  for mode in line message acked; do measure_ring_floor "$mode"; done
   emit ""
   emit "== $loc_title =="
   emit "uroce: GID index $gid, $(paths_used), packets through shared memory: $(same_host_packets) (of them jumbo packets: $(jumbo_packets)), WRITEs/READs placed directly: $(placed_ops)"
@@ -810,6 +831,11 @@ at_same_host() {
       "$(get shm:ib_write_bw:1048576:median)" "(a ping-pong: one message in flight)"
     row "libfabric shm fi_pingpong 64 B" "$(get shm:fi_shm_lat:64)" µs "uroce ib_send_lat 64 B" "$(get shm:ib_send_lat:64)"
   fi
+  row "ring floor: a cache line each way" "$(get shm:ring_floor:line)" µs "" "" "(bench/ring_floor -m line)"
+  row "ring floor: a record per message" "$(get shm:ring_floor:message)" µs "libfabric shm fi_pingpong 64 B" \
+    "$(get shm:fi_shm_lat:64)" "(64 B; -m message)"
+  row "ring floor: a record and an ACK" "$(get shm:ring_floor:acked)" µs "uroce ib_send_lat 64 B" \
+    "$(get shm:ib_send_lat:64)" "(an RC SEND's records; -m acked)"
   emit ""
   emit "Targets: uroce against its peers and ceilings on this host (the same-host path carries loopback traffic)"
   target "ib_send_lat 64 B / UDP busy-poll one-way floor" "$(get "shm:ib_send_lat:64")" "$(get "lo:udp_poll:64")" "<=" 1.25
