@@ -27,6 +27,9 @@
 #
 # Succeeds only if every program exits 0 within the time limit and every expectation holds.
 # If a client fails, the other clients and the server get 5 s to finish, then are stopped.
+# A server still running a quarter of the time limit (at least 20 s) after its clients
+# ended is stuck: its threads' stacks (gdb, where installed) go to OUTDIR/NAME.server.stacks
+# and to the failure's output, before the time limit stops it.
 # Every process started here is stopped when the script exits, whatever the reason.
 set -euo pipefail
 
@@ -136,6 +139,9 @@ show_logs() {
 fail() {
   local k
   echo "run_pair: $name: FAILED: $*" >&2
+  if [[ -s ${stacks_log:-} ]]; then
+    echo "--- the server outlived its clients by ${stuck_after}s; its stacks then:" >&2; cat "$stacks_log" >&2
+  fi
   if ((!show)); then
     echo "--- server: ${server_cmd[*]}" >&2; cat "$server_log" >&2
     for k in "${!client_logs[@]}"; do
@@ -209,6 +215,23 @@ if ((any_client_failed)); then
   for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   kill -TERM "$server_pid" 2>/dev/null || true
 fi
+# A stuck server's stacks, taken while it still runs (timeout would stop it unexamined).
+stacks_log=$outdir/$name.server.stacks
+rm -f "$stacks_log"
+dump_server_stacks() {
+  command -v gdb >/dev/null || { echo "(gdb not installed: no stacks)" >"$stacks_log"; return; }
+  local pid
+  for pid in $(pgrep -P "$server_pid" || true); do  # timeout's child: the program under uroce run
+    echo "== pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)" >>"$stacks_log"
+    timeout 30 gdb -p "$pid" -batch -ex "thread apply all bt" >>"$stacks_log" 2>&1 || true
+  done
+}
+stuck_after=$((timeout_s / 4 > 20 ? timeout_s / 4 : 20))
+stuck_at=$((SECONDS + stuck_after))
+while kill -0 "$server_pid" 2>/dev/null; do
+  if [[ ! -e $stacks_log ]] && ((SECONDS >= stuck_at)); then dump_server_stacks; fi
+  sleep 0.1
+done
 server_rc=0; wait "$server_pid" || server_rc=$?
 server_pid=
 
