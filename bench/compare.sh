@@ -32,9 +32,9 @@
 #     minute), each after a run of bench/copy_ceiling (two threads copying 1 MiB messages
 #     through a shared-memory ring in 256 KiB chunks, the same-host stream's shape: its
 #     ceiling), and libfabric's shm provider (fi_pingpong -p shm -e rdm, 64 B and 1 MiB);
-#     bench/ring_floor's ping-pongs through uroce's same-host ring between two processes
-#     (a cache line each way, a record per message, a record and an ACK per message): the
-#     latency floors under ib_send_lat 64 B and libfabric's figure;
+#     ring_floor's ping-pongs (tests/transport/ring_floor.cc) through uroce's same-host ring
+#     between two processes (a cache line each way, a record per message, a record and an
+#     ACK per message): the latency floors under ib_send_lat 64 B and libfabric's figure;
 #   - sweeps over message sizes (loopback only) for two plots: bandwidth and latency
 #     against size for uroce, the UDP ceilings and the peers (matplotlib, bench/plot.py).
 # Units: GB/s = 1e9 B/s (perftest is run with --report_gbits, Gbit/s / 8; UCX's MB/s are
@@ -318,8 +318,8 @@ measure_ceilings() {
   done
 }
 
-# measure_ring_floor MODE: one bench/ring_floor run (64 B, 200,000 round trips, not pinned)
-# -> R[shm:ring_floor:MODE] (µs one way).
+# measure_ring_floor MODE: one ring_floor run (tests/transport/ring_floor.cc; 64 B, 200,000
+# round trips, not pinned) -> R[shm:ring_floor:MODE] (µs one way).
 measure_ring_floor() {
   local log=$logs/shm.ring_floor.$1.log line
   [[ -x $ring_floor ]] || return 0
@@ -831,7 +831,7 @@ at_same_host() {
       "$(get shm:ib_write_bw:1048576:median)" "(a ping-pong: one message in flight)"
     row "libfabric shm fi_pingpong 64 B" "$(get shm:fi_shm_lat:64)" µs "uroce ib_send_lat 64 B" "$(get shm:ib_send_lat:64)"
   fi
-  row "ring floor: a cache line each way" "$(get shm:ring_floor:line)" µs "" "" "(bench/ring_floor -m line)"
+  row "ring floor: a cache line each way" "$(get shm:ring_floor:line)" µs "" "" "(ring_floor -m line)"
   row "ring floor: a record per message" "$(get shm:ring_floor:message)" µs "libfabric shm fi_pingpong 64 B" \
     "$(get shm:fi_shm_lat:64)" "(64 B; -m message)"
   row "ring floor: a record and an ACK" "$(get shm:ring_floor:acked)" µs "uroce ib_send_lat 64 B" \

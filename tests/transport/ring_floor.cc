@@ -33,23 +33,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "transport/shm_ring.h"
+#include "wire/opcode.h"
 
 namespace {
 
 using uroce::transport::ShmRing;
+namespace wire = uroce::wire;
 
 constexpr size_t kRingBytes = ShmRing::kHeaderBytes + (1u << 20);
-constexpr uint32_t kHeader = 12;  // a BTH
-constexpr uint32_t kIcrc = 4;
-constexpr uint32_t kAckBytes = 20;  // BTH + AETH + ICRC
+// A SEND ONLY's headers, and an ACK's whole packet (BTH + AETH + ICRC), from the opcode table.
+constexpr uint32_t kHeader =
+    wire::opcode_info(wire::make_opcode(wire::Service::kRc, wire::Operation::kSendOnly)).header_len;
+constexpr uint32_t kIcrc = wire::kIcrcSize;
+constexpr uint32_t kAckBytes =
+    wire::opcode_info(wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge)).header_len + kIcrc;
+static_assert(kHeader == 12 && kAckBytes == 20);
 constexpr unsigned kBatch = 1000;
 
+enum class Mode { kLine, kMessage, kAcked };
+constexpr const char* kModeNames[] = {"line", "message", "acked"};
+
 struct Options {
-  std::string mode = "acked";
+  Mode mode = Mode::kAcked;
   unsigned iterations = 200000;
   uint32_t size = 64;
   bool pin = false;
@@ -105,7 +115,7 @@ uint32_t take(ShmRing& r, uint8_t* out) {
 
 void serve(const Shared& s, const Options& o) {
   if (o.pin) pin_to(1);
-  if (o.mode == "line") {
+  if (o.mode == Mode::kLine) {
     for (uint64_t i = 1; i <= o.iterations; ++i) {
       while (s.line(0)->load(std::memory_order_acquire) != i) {
       }
@@ -118,7 +128,7 @@ void serve(const Shared& s, const Options& o) {
   std::vector<uint8_t> buf(kHeader + o.size + kIcrc), ack(kAckBytes, 0xAC);
   for (unsigned i = 0; i < o.iterations; ++i) {
     take(in, buf.data());
-    if (o.mode == "acked") push(out, ack.data(), kAckBytes);
+    if (o.mode == Mode::kAcked) push(out, ack.data(), kAckBytes);
     push(out, buf.data(), uint32_t(buf.size()));  // the reply: the request's bytes back
   }
 }
@@ -143,12 +153,12 @@ double client(const Shared& s, const Options& o) {
     auto t0 = std::chrono::steady_clock::now();
     unsigned n = std::min<unsigned>(kBatch, o.iterations - unsigned(i));
     for (unsigned k = 0; k < n; ++k, ++i) {
-      if (o.mode == "line") {
+      if (o.mode == Mode::kLine) {
         s.line(0)->store(i + 1, std::memory_order_release);
         while (s.line(1)->load(std::memory_order_acquire) != i + 1) {
         }
       } else {
-        round_trip(out, in, msg, got, i, o.mode == "acked");
+        round_trip(out, in, msg, got, i, o.mode == Mode::kAcked);
       }
     }
     auto dt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -156,6 +166,12 @@ double client(const Shared& s, const Options& o) {
   }
   std::nth_element(halves.begin(), halves.begin() + halves.size() / 2, halves.end());
   return halves[halves.size() / 2];
+}
+
+Mode parse_mode(const std::string& name) {
+  for (unsigned m = 0; m < std::size(kModeNames); ++m)
+    if (name == kModeNames[m]) return Mode(m);
+  fail("mode");
 }
 
 Options parse(int argc, char** argv) {
@@ -166,14 +182,13 @@ Options parse(int argc, char** argv) {
       o.pin = true;
     } else if (i + 1 < argc && (a == "-m" || a == "-n" || a == "-s")) {
       const char* v = argv[++i];
-      if (a == "-m") o.mode = v;
+      if (a == "-m") o.mode = parse_mode(v);
       if (a == "-n") o.iterations = unsigned(std::strtoul(v, nullptr, 10));
       if (a == "-s") o.size = uint32_t(std::strtoul(v, nullptr, 10));
     } else {
       fail("usage: ring_floor [-m line|message|acked] [-n ITERATIONS] [-s SIZE] [-p]");
     }
   }
-  if (o.mode != "line" && o.mode != "message" && o.mode != "acked") fail("mode");
   if (o.iterations == 0 || o.size < 8 || o.size > 4096) fail("iterations or size");
   return o;
 }
@@ -196,7 +211,7 @@ int main(int argc, char** argv) {
   double typical = client(s, o);
   int status = 0;
   if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("server");
-  std::printf("ring_floor mode=%s size=%u iterations=%u typical_us=%.3f\n", o.mode.c_str(), o.size, o.iterations,
-              typical);
+  std::printf("ring_floor mode=%s size=%u iterations=%u typical_us=%.3f\n", kModeNames[unsigned(o.mode)], o.size,
+              o.iterations, typical);
   return 0;
 }
