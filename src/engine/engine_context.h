@@ -198,16 +198,20 @@ class EngineContext : public core::Context {
   // READ responses. True if more is ready to receive or send at once.
   bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
   bool any_timer_armed();
-  // One datagram of a burst that arrived at `now`; adds the length of a packet a
-  // QP takes to `rx_bytes`.
-  void dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
-  void receive_packet(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
-                      Clock::time_point now);
-  void deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, const wire::PacketView& pkt,
-                     std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now);
-  void note_responder_work(EngineQp& qp, std::vector<EngineQp*>& touched);
+  // A burst being dispatched: this thread's batch (every answer goes into
+  // it), the turn's clock reading, and the bytes of the packets QPs took.
+  struct RxBurst {
+    TxBatch& tx;
+    Clock::time_point now;
+    uint64_t bytes = 0;
+  };
+  // One datagram of a burst; the QPs it leaves work for join touched_.
+  void dispatch(transport::RxDatagram& d, RxBurst& burst);
+  void receive_packet(transport::RxDatagram& d, RxBurst& burst);
+  void deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, const wire::PacketView& pkt, RxBurst& burst);
+  void note_responder_work(EngineQp& qp);
   void receive_cnp(const transport::RxDatagram& d, const wire::PacketView& pkt);
-  bool ours_or_relayed(const transport::RxDatagram& d);
+  bool ours_or_relayed(const transport::RxDatagram& d, TxBatch& tx);
   static void count(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
   // The end of a burst, or of its part before a CM message: ACKs, then the
   // receive completions of the QPs it touched.
@@ -222,7 +226,7 @@ class EngineContext : public core::Context {
   std::unique_ptr<host::DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
   QpTable qps_;  // its lock also guards reading_ and deferred_acks_ (qp_table.h)
-  void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, std::vector<EngineQp*>& touched);
+  void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, RxBurst& burst);
   Tombstones tombstones_;
   // Kept XRC targets and opened handles (guarded by xrc_mu_).
   std::mutex xrc_mu_;

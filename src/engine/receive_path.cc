@@ -28,9 +28,9 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
   tx.use(transport_.get());
   TxBatch::BurstScope in_burst(tx);  // flushed below
   std::shared_lock lock(qps_.mu());
-  uint64_t rx_bytes = 0;  // of packets taken by a QP
+  RxBurst rx{tx, now};
   for (auto& d : burst) {
-    dispatch(d, touched_, rx_bytes, now);
+    dispatch(d, rx);
     // A CM message takes its place among the data (gsi.h): what came before
     // it completes first, what comes after it completes after its event.
     if (gsi_inbox.pending()) {
@@ -39,7 +39,7 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
     }
   }
   stats.rx_packets.fetch_add(burst.size(), std::memory_order_relaxed);
-  stats.rx_bytes.fetch_add(rx_bytes, std::memory_order_relaxed);
+  stats.rx_bytes.fetch_add(rx.bytes, std::memory_order_relaxed);
   settle_burst(tx, turn, now);
 }
 
@@ -135,11 +135,11 @@ bool EngineContext::bare_ok(const wire::PacketView& pkt) const {
 // Host delivery (host_delivery.h): a RoCE packet for a QP of another engine
 // of this host (its number's slot) is passed on to that engine. True when
 // it is ours.
-bool EngineContext::ours_or_relayed(const transport::RxDatagram& d) {
+bool EngineContext::ours_or_relayed(const transport::RxDatagram& d, TxBatch& tx) {
   int64_t qpn = host::dest_qpn_of(d);
   unsigned slot = qpn < 0 ? 0 : host::qpn_slot(uint32_t(qpn));
   if (slot < host::kFirstHostSlot || slot > host::kLastHostSlot || slot == registry_->slot()) return true;
-  relay_to_slot(*this, d, slot, TxBatch::local());
+  relay_to_slot(*this, d, slot, tx);
   return false;
 }
 
@@ -147,29 +147,27 @@ bool EngineContext::ours_or_relayed(const transport::RxDatagram& d) {
 // (the common case) is ours or passed on to its engine; a relayed one is
 // unwrapped once (a stale slot then ends as no_qp); an XRC relay goes to its
 // handler; a doorbell never comes here (the transport swallows it).
-void EngineContext::dispatch(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
-                             Clock::time_point now) {
+void EngineContext::dispatch(transport::RxDatagram& d, RxBurst& burst) {
   if (d.truncated) return count(stats.rx_malformed);
   switch (transport::envelope_of(d)) {
     case transport::Envelope::kNone:
-      if (registry_ && !d.jumbo && !d.bare && !ours_or_relayed(d)) return;
+      if (registry_ && !d.jumbo && !d.bare && !ours_or_relayed(d, burst.tx)) return;
       break;
     case transport::Envelope::kHostRelay:
       if (!registry_) return count(stats.rx_malformed);
       if (!unwrap_host_relay(*this, d)) return;  // (counted)
       break;
     case transport::Envelope::kXrcRelay:
-      return xrc_relay_receive(*this, d, TxBatch::local());
+      return xrc_relay_receive(*this, d, burst.tx);
     case transport::Envelope::kDoorbell:
       return count(stats.rx_malformed);
   }
-  receive_packet(d, touched, rx_bytes, now);
+  receive_packet(d, burst);
 }
 
 // A RoCE packet for this engine: parsed and checked, then to what its
 // destination QP number names (CNP, multicast, QP1, a QP, a tombstone).
-void EngineContext::receive_packet(transport::RxDatagram& d, std::vector<EngineQp*>& touched, uint64_t& rx_bytes,
-                                   Clock::time_point now) {
+void EngineContext::receive_packet(transport::RxDatagram& d, RxBurst& burst) {
   wire::PacketView pkt;
   if (wire::PacketView::parse(d.data, d.len, pkt) != wire::ParseError::kNone || (d.jumbo && !jumbo_ok(pkt)) ||
       (d.bare && !bare_ok(pkt)))
@@ -178,16 +176,16 @@ void EngineContext::receive_packet(transport::RxDatagram& d, std::vector<EngineQ
   pkt.jumbo = d.jumbo;
   uint32_t qpn = pkt.bth().dest_qp();
   if (pkt.bth().opcode() == wire::kOpCnp) return receive_cnp(d, pkt);
-  if (qpn == kMulticastQpn) return deliver_multicast(d, pkt, touched);
+  if (qpn == kMulticastQpn) return deliver_multicast(d, pkt, burst);
   if (qpn == kGsiQpn) return gsi_receive(*this, d, pkt);
-  if (EngineQp* qp = qps_.find(qpn)) return deliver_to_qp(*qp, d, pkt, touched, rx_bytes, now);
-  if (!tombstones_.any() || !tombstones_.answer(d, pkt, TxBatch::local(), stats)) count(stats.rx_no_qp);
+  if (EngineQp* qp = qps_.find(qpn)) return deliver_to_qp(*qp, d, pkt, burst);
+  if (!tombstones_.any() || !tombstones_.answer(d, pkt, burst.tx, stats)) count(stats.rx_no_qp);
 }
 
 // A packet for `qp`: checked against the QP (service, XRC handles, path),
 // counted, and run by the role it is for.
 void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, const wire::PacketView& pkt,
-                                  std::vector<EngineQp*>& touched, uint64_t& rx_bytes, Clock::time_point now) {
+                                  RxBurst& burst) {
   // rxe: the opcode's service must match the QP type.
   // XRC: initiators only take responses, targets only requests.
   bool response = pkt.info->flags & wire::kOpResponse;
@@ -198,22 +196,22 @@ void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, 
   if (qp.xrc && !xrc_target_sync(qp)) return count(stats.rx_no_qp);  // an XRC target whose last handle is gone
   if (!from_connected_path(qp, d)) return count(stats.rx_bad_path);
   qp.counters->count_received(d.len);
-  rx_bytes += d.len;
+  burst.bytes += d.len;
   if (d.ce && qp.type != IBV_QPT_UD)
-    answer_congestion_mark(qp, TxBatch::local(), now, stats);  // a burst's marks: one CNP
-  if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, TxBatch::local());
-  if (response) return completer_receive(qp, pkt, TxBatch::local());
-  responder_receive(qp, pkt, d.src, d.dst_ip, TxBatch::local());
-  note_responder_work(qp, touched);
+    answer_congestion_mark(qp, burst.tx, burst.now, stats);  // a burst's marks: one CNP
+  if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, burst.tx);
+  if (response) return completer_receive(qp, pkt, burst.tx);
+  responder_receive(qp, pkt, d.src, d.dst_ip, burst.tx);
+  note_responder_work(qp);
 }
 
 // After the responder ran: a QP with an ACK or completions waiting joins the
 // burst's touched list (settle_burst), one with READ responses to send the
 // reading list (send_reads).
-void EngineContext::note_responder_work(EngineQp& qp, std::vector<EngineQp*>& touched) {
+void EngineContext::note_responder_work(EngineQp& qp) {
   if ((qp.resp.ack_pending || qp.deferred_count) && !qp.in_touched_list) {
     qp.in_touched_list = true;
-    touched.push_back(&qp);
+    touched_.push_back(&qp);
   }
   if (qp.resp.read_count && !qp.in_read_list) {
     qp.in_read_list = true;
@@ -242,15 +240,14 @@ void EngineContext::receive_cnp(const transport::RxDatagram& d, const wire::Pack
 // A multicast packet (IBA 10.5.2.4: DQPN 0xFFFFFF) goes to every UD QP of
 // this engine attached to its destination group, each consuming a receive
 // WQE of its own (the progress thread or poller holds qps_.mu() shared).
-void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt,
-                                      std::vector<EngineQp*>& touched) {
+void EngineContext::deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, RxBurst& burst) {
   const std::vector<EngineQp*>* members = qps_.mcast_members(d.dst_ip);
   if (!members || wire::service_of(pkt.bth().opcode()) != wire::Service::kUd) return count(stats.rx_no_qp);
   for (EngineQp* qp : *members) {
     std::lock_guard ql(qp->mu);
     qp->counters->count_received(d.len);
-    responder_receive(*qp, pkt, d.src, d.dst_ip, TxBatch::local());
-    note_responder_work(*qp, touched);  // (a UD QP: receive completions only)
+    responder_receive(*qp, pkt, d.src, d.dst_ip, burst.tx);
+    note_responder_work(*qp);  // (a UD QP: receive completions only)
   }
 }
 

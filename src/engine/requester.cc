@@ -750,7 +750,8 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     return;
   }
   bool sent = false;
-  while (send_burst(qp, tx, &sent)) {
+  // (An ACK's run finds nothing queued, mostly: it skips the MR table's lock.)
+  while (qp.req.index != qp.sq.posted && send_burst(qp, tx, &sent)) {
     if (!run_local_op(qp, qp.sq.at(qp.req.index))) break;
     retire_send_wqes(qp);
   }
