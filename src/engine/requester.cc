@@ -242,7 +242,9 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
   Destination d;
   resolve_destination(qp, w, d);
-  uint8_t* h = tx.begin_packet(d.dst, d.src_ip, info.header_len);
+  bool bare = qp.delivery.icrc() == TxBatch::Icrc::kOmit;
+  uint8_t* h = bare ? tx.begin_bare_packet(d.dst, d.src_ip, info.header_len, len)
+                    : tx.begin_packet(d.dst, d.src_ip, info.header_len);
   wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, d.dest_qp, ack_req, qp.req.psn);
   fill_request_headers(qp, info, h, w);
   if (!gather_payload(qp, index, w, offset, len, tx)) {

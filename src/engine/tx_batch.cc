@@ -56,6 +56,52 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
   return h;
 }
 
+uint8_t* TxBatch::begin_bare_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                                    unsigned header_len, uint32_t payload_len) {
+  uint32_t len = header_len + payload_len + wire::pad_for(payload_len) + wire::kIcrcSize;
+  if (count_ != 0 || !transport_ || payload_len > kMaxPayload) return begin_packet(dst, src_ip, header_len);
+  in_place_ = transport_->reserve_bare(dst, src_ip, len);
+  if (!in_place_.data) return begin_packet(dst, src_ip, header_len);
+  in_place_payload_ = payload_len;
+  uint8_t* h = in_place_.data;
+  std::memset(h, 0, header_len);
+  header_len_ = header_len;
+  payload_len_ = 0;
+  overflow_ = false;
+  dst_ = dst;
+  src_ip_ = src_ip;
+  copy_ = wire::CopyIn{};
+  packet_used_ = header_len;
+  return h;
+}
+
+// No more than the room reserved: a caller that adds more drops the packet.
+bool TxBatch::add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len) {
+  if (len > in_place_payload_ - payload_len_) {
+    overflow_ = true;
+    return false;
+  }
+  uint8_t* to = in_place_.data + packet_used_;
+  if (!mr)
+    std::memcpy(to, data, len);
+  else if (!core::copy_from_mr(*mr, to, data, len))
+    return false;
+  packet_used_ += len;
+  payload_len_ += len;
+  return true;
+}
+
+uint32_t TxBatch::end_in_place() {
+  if (overflow_ || payload_len_ != in_place_payload_) {
+    transport_->abandon_bare(in_place_);
+    return 0;
+  }
+  unsigned pad = wire::pad_for(payload_len_);
+  std::memset(in_place_.data + packet_used_, 0, pad + wire::kIcrcSize);
+  transport_->commit_bare(in_place_);
+  return header_len_ + payload_len_ + pad + wire::kIcrcSize;
+}
+
 bool TxBatch::room_for_payload(uint32_t len) {
   if (len <= kMaxPayload - payload_len_) return true;
   overflow_ = true;
@@ -73,6 +119,7 @@ void TxBatch::grow_arena_piece(uint32_t len) {
 }
 
 bool TxBatch::add_payload(const uint8_t* data, uint32_t len) {
+  if (in_place_.data) return add_in_place(nullptr, data, len);
   if (!room_for_payload(len)) return false;
   std::memcpy(packet() + packet_used_, data, len);
   payload_len_ += len;
@@ -90,6 +137,7 @@ bool TxBatch::may_reference(const transport::Endpoint& dst) {
 }
 
 bool TxBatch::add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len) {
+  if (in_place_.data) return add_in_place(&mr, data, len);
   if (!room_for_payload(len)) return false;
   // A referenced piece leaves room for an arena piece after it, which every
   // later copy, the pad and the ICRC then extend: a packet never has more
@@ -159,7 +207,8 @@ void TxBatch::coalesce(Run& r) {
 }
 
 uint32_t TxBatch::end_packet(const wire::IpFlow& flow, Icrc icrc) {
-  if (overflow_) return 0;  // dropped: the next packet overwrites its bytes
+  if (in_place_.data) return end_in_place();  // (bare: begun so by the caller)
+  if (overflow_) return 0;                    // dropped: the next packet overwrites its bytes
   uint8_t* p = packet();
   unsigned pad = wire::pad_for(payload_len_);
   std::memset(p + packet_used_, 0, pad + wire::kIcrcSize);  // the ICRC covers the pad

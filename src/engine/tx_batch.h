@@ -109,6 +109,15 @@ class TxBatch {
   // returned zeroed for the caller to fill. Flushes first when the batch is
   // full.
   uint8_t* begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len);
+  // Starts a packet that will go bare (Icrc::kOmit) with `payload_len` bytes
+  // of payload: when the batch is empty and the transport has room for it in
+  // the peer's ring (DatagramTransport::reserve_bare), it is built there in
+  // place and leaves at end_packet, with no copy and no flush (the same-host
+  // one-way: docs/architecture.md, "The floors under a one-way"); else as
+  // begin_packet. Until its end or abort the ring is locked: nothing else
+  // may be sent from this thread in between.
+  uint8_t* begin_bare_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len,
+                             uint32_t payload_len);
   // Appends (copies) payload. False, and the packet is dropped at its end,
   // when it would exceed kMaxPayload.
   bool add_payload(const uint8_t* data, uint32_t len);
@@ -127,7 +136,9 @@ class TxBatch {
   // Ends the packet as it is: no pad, no ICRC (uroce-internal datagrams).
   void end_datagram();
   // Drops the packet begun last (nothing of it is sent).
-  void abort_packet() {}
+  void abort_packet() {
+    if (in_place_.data) transport_->abandon_bare(in_place_);
+  }
 
   void flush();
   unsigned pending() const { return count_; }
@@ -153,8 +164,11 @@ class TxBatch {
     bool bare;  // its packets carry no ICRC
   };
 
-  // The packet being built, in the arena.
-  uint8_t* packet() { return arena_.get() + arena_used_; }
+  // The packet being built: in a ring (begin_bare_packet), or in the arena.
+  uint8_t* packet() { return in_place_.data ? in_place_.data : arena_.get() + arena_used_; }
+  // The in-place packet's payload and end (the pad and the ICRC's zeroed room).
+  bool add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len);
+  uint32_t end_in_place();
   // Places the packet being built (`len` bytes) in a run; returns its index
   // in the run (its IP identification). `joinable`: false for datagrams that
   // must go alone.
@@ -193,10 +207,12 @@ class TxBatch {
   bool memory_known_ = false;   // memory_dst_ and memory_path_ answer for this flush
   bool memory_path_ = false;    // memory_dst_ is reached through shared memory
   transport::Endpoint memory_dst_;
-  wire::CopyIn copy_;            // the packet's payload copy left to the ICRC's pass (src null: none)
-  bool overflow_ = false;        // the packet being built is dropped at its end
-  transport::Endpoint dst_;      // of the packet being built
-  transport::IpAddress src_ip_;  // of the packet being built
+  wire::CopyIn copy_;              // the packet's payload copy left to the ICRC's pass (src null: none)
+  bool overflow_ = false;          // the packet being built is dropped at its end
+  transport::Endpoint dst_;        // of the packet being built
+  transport::IpAddress src_ip_;    // of the packet being built
+  transport::BareSlot in_place_;   // the packet being built in a ring (data null: none)
+  uint32_t in_place_payload_ = 0;  // the payload length its room was reserved for
   unsigned run_count_ = 0;
   std::array<Run, kMaxPackets> runs_;
   std::array<iovec, kMaxPackets * transport::kMaxPacketPieces> pieces_;

@@ -141,6 +141,13 @@ enum class JumboSend : uint8_t {
   kDropped,  // the receiver's ring stayed full: lost as on a congested network
 };
 
+// Room for a bare datagram in a same-host ring, written in place
+// (DatagramTransport::reserve_bare): `data` null when there is none.
+struct BareSlot {
+  uint8_t* data = nullptr;
+  void* ring = nullptr;  // the transport's own: the ring, locked until commit_bare or abandon_bare
+};
+
 class DatagramTransport {
  public:
   virtual ~DatagramTransport() = default;
@@ -187,6 +194,20 @@ class DatagramTransport {
     (void)dst;
     return 0;
   }
+
+  // Same-host, one packet: room for a bare datagram (TxDatagram::bare) of
+  // `len` bytes to `dst` in the peer's ring, for the caller to write in place
+  // and then send with commit_bare (or drop with abandon_bare), with no copy
+  // and no send_burst. The ring stays locked in between: the caller sends
+  // nothing else meanwhile. An empty slot when there is no such room (no
+  // ring to `dst`, a full one; decorators, whose layer would not see it):
+  // send it with send_burst. Thread-safe.
+  virtual BareSlot reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept {
+    (void)dst, (void)src_ip, (void)len;
+    return {};
+  }
+  virtual void commit_bare(BareSlot& slot) noexcept { slot = {}; }
+  virtual void abandon_bare(BareSlot& slot) noexcept { slot = {}; }
 
   // Whether a datagram to `dst` is handed over through shared memory (the
   // same-host path: no system call) rather than a socket. Decorators answer

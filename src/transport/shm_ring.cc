@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace uroce::transport {
 
@@ -58,10 +59,21 @@ ShmRing ShmRing::attach(void* mem, size_t bytes) {
 
 bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts,
                    uint32_t align_at) {
-  if (!hdr_ || corrupt_) return false;
   uint64_t len = 0;
   for (unsigned i = 0; i < nparts; ++i) len += part_lens[i];
-  if (len > max_record()) return false;
+  uint8_t* p = len <= max_record() ? reserve(meta, uint32_t(len), align_at) : nullptr;
+  if (!p) return false;
+  for (unsigned i = 0; i < nparts; ++i) {
+    if (part_lens[i] == 0) continue;  // an empty part may have no address
+    std::memcpy(p, parts[i], part_lens[i]);
+    p += part_lens[i];
+  }
+  publish();
+  return true;
+}
+
+uint8_t* ShmRing::reserve(const Meta& meta, uint32_t len, uint32_t align_at) {
+  if (!hdr_ || corrupt_ || len > max_record()) return nullptr;
   // Where the record would start, and the pad that puts its byte `align_at`
   // on a cache line (a copy into the ring then stores whole lines).
   auto pad_at = [&](uint64_t pos) -> uint32_t {
@@ -77,41 +89,44 @@ bool ShmRing::push(const Meta& meta, const uint8_t* const* parts, const uint32_t
     pad = pad_at(head_ + wrap);
     need = sizeof(RecordHeader) + align_up(pad + len);
   }
-  // The consumer's tail is read only when the one last read leaves too
-  // little room (or was never read): its line then stays with the consumer,
-  // which writes it after every record, instead of crossing to this core at
-  // every push (a cache miss in each same-host message's path).
-  if (!tail_read_ || capacity_ - (head_ - tail_seen_) < wrap + need) {
-    uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
-    if (tail % kAlign || tail > head_ || head_ - tail > capacity_ || tail < tail_seen_) {
-      corrupt_ = true;
-      return false;
-    }
-    tail_seen_ = tail;
-    tail_read_ = true;
-    if (capacity_ - (head_ - tail) < wrap + need) return false;
-  }
+  if (!room_for(wrap + need)) return nullptr;
   if (wrap) {
     // to_end >= 8 always (positions are 8-aligned): room for the marker's len.
+    // Not visible before publish(); a reservation dropped leaves the next
+    // record after the marker, which is then published with it.
     uint32_t marker = kWrap;
     std::memcpy(at(head_), &marker, sizeof marker);
     head_ += wrap;
   }
-  RecordHeader rh{uint32_t(len), pad, meta};
+  RecordHeader rh{len, pad, meta};
   uint8_t* p = at(head_);
   std::memcpy(p, &rh, sizeof rh);
-  p += sizeof rh + pad;
-  for (unsigned i = 0; i < nparts; ++i) {
-    if (part_lens[i] == 0) continue;  // an empty part may have no address
-    std::memcpy(p, parts[i], part_lens[i]);
-    p += part_lens[i];
+  reserved_ = need;
+  return p + sizeof rh + pad;
+}
+
+// The consumer's tail is read only when the one last read leaves too little
+// room (or was never read): its line then stays with the consumer, which
+// writes it after every record, instead of crossing to this core at every
+// push (a cache miss in each same-host message's path).
+bool ShmRing::room_for(uint64_t need) {
+  if (tail_read_ && capacity_ - (head_ - tail_seen_) >= need) return true;
+  uint64_t tail = hdr_->tail.load(std::memory_order_acquire);
+  if (tail % kAlign || tail > head_ || head_ - tail > capacity_ || tail < tail_seen_) {
+    corrupt_ = true;
+    return false;
   }
-  head_ += need;
+  tail_seen_ = tail;
+  tail_read_ = true;
+  return capacity_ - (head_ - tail) >= need;
+}
+
+void ShmRing::publish() {
+  head_ += std::exchange(reserved_, 0);
   // seq_cst (not only release): a consumer about to block announces it, then
   // looks at the head; a producer stores the head, then looks for that
   // announcement (ShmTransport) — one of the two sees the other.
   hdr_->head.store(head_, std::memory_order_seq_cst);
-  return true;
 }
 
 bool ShmRing::peek(Record* r) {

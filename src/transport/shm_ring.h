@@ -78,6 +78,13 @@ class ShmRing {
   bool push(const Meta& meta, const uint8_t* const* parts, const uint32_t* part_lens, unsigned nparts,
             uint32_t align_at = kNoAlign);
 
+  // Producer, in two steps: a record of `len` bytes written in place.
+  // reserve writes the record's header and returns where its bytes go (null
+  // when push would return false); the consumer sees nothing of it before
+  // publish(). A reservation not published is dropped: the next reserve
+  // takes its room.
+  uint8_t* reserve(const Meta& meta, uint32_t len, uint32_t align_at = kNoAlign);
+  void publish();
   // Consumer: the oldest record, false when there is none (or the ring is
   // corrupt). `r.data` stays valid until pop().
   bool peek(Record* r);
@@ -94,6 +101,7 @@ class ShmRing {
   struct RecordHeader;
   ShmRing(Header* h, uint8_t* data, uint32_t capacity) : hdr_(h), data_(data), capacity_(capacity) {}
   uint8_t* at(uint64_t pos) const { return data_ + (pos % capacity_); }
+  bool room_for(uint64_t need);  // producer: `need` bytes free from head_ on
 
   Header* hdr_ = nullptr;
   uint8_t* data_ = nullptr;
@@ -107,7 +115,8 @@ class ShmRing {
   // consumer's: room it shows is there).
   uint64_t tail_seen_ = 0;
   bool tail_read_ = false;
-  uint32_t peeked_ = 0;  // bytes the record returned by peek() occupies (0: none)
+  uint64_t reserved_ = 0;  // bytes the reserved record takes (publish adds them to head_)
+  uint32_t peeked_ = 0;    // bytes the record returned by peek() occupies (0: none)
 };
 
 }  // namespace uroce::transport

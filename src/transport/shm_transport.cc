@@ -235,12 +235,18 @@ ShmTransport::Outbound* ShmTransport::look_up_locked(uint16_t port, std::chrono:
 
 // Pushes every segment of `d` (one record each); false if the ring stayed
 // full (the rest is dropped).
+// A record's addressing (its k-th GSO segment: ip_id k, set by the caller).
+ShmRing::Meta ShmTransport::meta_for(const Endpoint& dst, const IpAddress& src, uint16_t flags) const noexcept {
+  uint32_t dst_ip = dst.ip.v4();
+  uint32_t src_ip = !src.unspecified() ? src.v4() : ((dst_ip >> 24) == 127 ? dst_ip : kLoopback);
+  return ShmRing::Meta{src_ip, dst_ip, inner_->local_port(), dst.port, 0, flags};
+}
+
 bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags) noexcept {
   uint32_t total = 0;
   for (unsigned i = 0; i < d.iovcnt; ++i) total += uint32_t(d.iov[i].iov_len);
   uint32_t seg = d.segment_size ? d.segment_size : total;
-  uint32_t dst_ip = d.dst.ip.v4();
-  uint32_t src_ip = !d.src_ip.unspecified() ? d.src_ip.v4() : ((dst_ip >> 24) == 127 ? dst_ip : kLoopback);
+  ShmRing::Meta meta = meta_for(d.dst, d.src_ip, flags);
   unsigned iov = 0;
   size_t iov_off = 0;
   // A jumbo packet's payload (after its headers, the first part) starts a
@@ -261,18 +267,48 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flag
       iov_off += take;
       if (iov_off == d.iov[iov].iov_len) ++iov, iov_off = 0;
     }
-    ShmRing::Meta meta{src_ip, dst_ip, inner_->local_port(), d.dst.port, uint16_t(k), flags};
+    meta.ip_id = uint16_t(k);
     if (!o.ring.push(meta, parts, lens, n, align_at) && !push_waiting(o, meta, parts, lens, n, align_at)) return false;
     sent_->fetch_add(1, std::memory_order_relaxed);
     done += len;
     if (total == 0) break;
   }
+  wake_if_waiting(o);
+  return true;
+}
+
+void ShmTransport::wake_if_waiting(Outbound& o) noexcept {
   // The receiver may be about to block: the pushed heads before its flag.
   auto* receiver = static_cast<Segment*>(o.map);
-  // (ShmRing::push stores the head seq_cst: with this seq_cst load, either
+  // (ShmRing::publish stores the head seq_cst: with this seq_cst load, either
   // the receiver sees the record or this sees its flag.)
   if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(o.key);
-  return true;
+}
+
+BareSlot ShmTransport::reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept {
+  Outbound* o = outbound_to(dst);
+  if (!o) return {};
+  o->mu.lock();
+  uint8_t* data = o->map && o->ring.valid() ? o->ring.reserve(meta_for(dst, src_ip, kBareRecord), len) : nullptr;
+  if (!data) {  // (a full ring: send_burst waits for room, as for any datagram)
+    o->mu.unlock();
+    return {};
+  }
+  return BareSlot{data, o};
+}
+
+void ShmTransport::commit_bare(BareSlot& slot) noexcept {
+  auto* o = static_cast<Outbound*>(slot.ring);
+  o->ring.publish();
+  sent_->fetch_add(1, std::memory_order_relaxed);
+  wake_if_waiting(*o);
+  o->mu.unlock();
+  slot = {};
+}
+
+void ShmTransport::abandon_bare(BareSlot& slot) noexcept {
+  static_cast<Outbound*>(slot.ring)->mu.unlock();
+  slot = {};
 }
 
 // The ring is full: wakes the receiver and retries for a short while; then

@@ -81,6 +81,9 @@ class ShmTransport final : public DatagramTransport {
                        unsigned iovcnt) noexcept override;
   uint32_t jumbo_limit(const Endpoint& dst) noexcept override;
   bool through_memory(const Endpoint& dst) noexcept override;
+  BareSlot reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept override;
+  void commit_bare(BareSlot& slot) noexcept override;
+  void abandon_bare(BareSlot& slot) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   void wake() noexcept override { inner_->wake(); }
   void wait(int timeout_ms) noexcept override;
@@ -137,7 +140,9 @@ class ShmTransport final : public DatagramTransport {
   Outbound* outbound_to(const Endpoint& dst) noexcept {
     return local_.contains(dst.ip) ? outbound_for(dst.port) : nullptr;
   }
+  ShmRing::Meta meta_for(const Endpoint& dst, const IpAddress& src_ip, uint16_t flags) const noexcept;
   bool push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags = 0) noexcept;
+  void wake_if_waiting(Outbound& o) noexcept;  // after a push, under o.mu
   bool push_waiting(Outbound& o, const ShmRing::Meta& meta, const uint8_t* const* parts, const uint32_t* lens,
                     unsigned n, uint32_t align_at) noexcept;
   void ring_doorbell(uint16_t port) noexcept;

@@ -44,9 +44,10 @@ struct Sent {
   unsigned message = 0;
   uint16_t segment_size = 0;
   uint16_t ip_id = 0;
-  bool jumbo = false;   // sent with send_jumbo (no ICRC)
-  bool bare = false;    // TxDatagram::bare (no ICRC)
-  unsigned pieces = 0;  // buffers the packet was gathered from
+  bool jumbo = false;     // sent with send_jumbo (no ICRC)
+  bool bare = false;      // TxDatagram::bare (no ICRC)
+  unsigned pieces = 0;    // buffers the packet was gathered from
+  bool in_place = false;  // written in place (reserve_bare / commit_bare), not sent by send_burst
 };
 
 class FakeTransport : public transport::DatagramTransport {
@@ -105,6 +106,34 @@ class FakeTransport : public transport::DatagramTransport {
     return transport::JumboSend::kSent;
   }
   uint32_t jumbo_limit(const transport::Endpoint&) noexcept override { return jumbo_payload; }
+  // Same-host packets written in place: offered when in_place_room > 0 (up
+  // to that many bytes), one slot at a time, as a ring would.
+  transport::BareSlot reserve_bare(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                                   uint32_t len) noexcept override {
+    if (len > in_place_room || slot_open_) return {};
+    slot_open_ = true;
+    slot_ = Sent{};
+    slot_.dst = dst;
+    slot_.src_ip = src_ip.v4();
+    slot_.bare = slot_.in_place = true;
+    slot_.bytes.assign(len, 0xEE);  // not zero: what the writer leaves unwritten shows
+    return transport::BareSlot{slot_.bytes.data(), this};
+  }
+  void commit_bare(transport::BareSlot& slot) noexcept override {
+    slot_.message = messages_++;
+    sink_->push_back(std::move(slot_));
+    slot_open_ = false;
+    slot = {};
+  }
+  void abandon_bare(transport::BareSlot& slot) noexcept override {
+    ++abandoned;
+    slot_open_ = false;
+    slot = {};
+  }
+  uint32_t in_place_room = 0;
+  unsigned abandoned = 0;
+  bool slot_open_ = false;
+  Sent slot_;
   uint32_t jumbo_payload = 0;  // the largest jumbo payload taken (0: none, as over UDP)
   unsigned max_gso_segments() const noexcept override { return gso_segments; }
   // GSO messages this transport takes (1: none, as a transport without GSO).

@@ -144,3 +144,82 @@ TEST(TxBatchTest, BarePacketHasNoIcrcAndTravelsApart) {
 
 }  // namespace
 }  // namespace uroce::engine::test
+
+namespace uroce::engine::test {
+namespace {
+
+// A bare packet begun on an empty batch, the transport offering room in
+// place / Expect it sent at its end (no flush), header, payload, a zero pad
+// and a zero ICRC room, and nothing left pending.
+TEST(TxBatchTest, BarePacketOnAnEmptyBatchIsWrittenInPlace) {
+  std::vector<Sent> sent;
+  FakeTransport t(&sent, 5000);
+  t.in_place_room = 4096;
+  TxBatch tx;
+  tx.use(&t);
+  const uint8_t payload[5] = {1, 2, 3, 4, 5};
+  uint8_t* h = tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 5);
+  wire::Bth(h).fill(0x04, false, 3, 0xFFFF, 9, true, 77);
+  ASSERT_TRUE(tx.add_payload(payload, 5));
+  EXPECT_EQ(tx.end_packet(wire::Ipv4Flow{1, 2, 3, 4}, TxBatch::Icrc::kOmit), 12u + 5 + 3 + 4);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].in_place);
+  EXPECT_EQ(tx.pending(), 0u);
+  const std::vector<uint8_t>& b = sent[0].bytes;
+  ASSERT_EQ(b.size(), 24u);
+  EXPECT_EQ(wire::Bth(const_cast<uint8_t*>(b.data())).psn(), 77u);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 12, b.begin() + 17), std::vector<uint8_t>(payload, payload + 5));
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 17, b.end()), std::vector<uint8_t>(7, 0));
+  tx.flush();
+  EXPECT_EQ(sent.size(), 1u);
+}
+
+// A packet pending in the batch, then a bare one / Expect the bare one
+// behind it in the batch (never overtaking), both sent at the flush.
+TEST(TxBatchTest, BarePacketBehindAPendingOneWaitsItsTurn) {
+  std::vector<Sent> sent;
+  FakeTransport t(&sent, 5000);
+  t.in_place_room = 4096;
+  TxBatch tx;
+  tx.use(&t);
+  wire::Ipv4Flow flow{1, 2, 3, 4};
+  uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
+  wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 1);
+  tx.end_packet(flow, TxBatch::Icrc::kOmit);
+  h = tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 16, 0);
+  wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 2);
+  tx.end_packet(flow, TxBatch::Icrc::kOmit);
+  EXPECT_TRUE(sent.empty());
+  tx.flush();
+  ASSERT_EQ(sent.size(), 2u);
+  for (unsigned i = 0; i < 2; ++i) {
+    EXPECT_FALSE(sent[i].in_place);
+    EXPECT_EQ(wire::Bth(sent[i].bytes.data()).psn(), i + 1);
+  }
+}
+
+// In place: more payload than was reserved, and a packet abandoned / Expect
+// neither sent, each slot given back, and the batch usable after.
+TEST(TxBatchTest, InPlacePacketThatOverrunsOrIsAbortedIsDropped) {
+  std::vector<Sent> sent;
+  FakeTransport t(&sent, 5000);
+  t.in_place_room = 4096;
+  TxBatch tx;
+  tx.use(&t);
+  wire::Ipv4Flow flow{1, 2, 3, 4};
+  const uint8_t payload[8] = {};
+  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 4);
+  EXPECT_FALSE(tx.add_payload(payload, 8));
+  EXPECT_EQ(tx.end_packet(flow, TxBatch::Icrc::kOmit), 0u);
+  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 4);
+  tx.abort_packet();
+  EXPECT_EQ(t.abandoned, 2u);
+  EXPECT_TRUE(sent.empty());
+  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 0);
+  EXPECT_EQ(tx.end_packet(flow, TxBatch::Icrc::kOmit), 16u);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].in_place);
+}
+
+}  // namespace
+}  // namespace uroce::engine::test
