@@ -194,9 +194,10 @@ class EngineContext : public core::Context {
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
       std::unique_ptr<transport::DatagramTransport> t, host::HostRegistry& registry,
       std::unique_ptr<host::HostDirectory>* out);
-  // One receive turn (caller holds rx_mu_), begun at `now`: a burst, then
-  // READ responses. True if more is ready to receive or send at once.
-  bool receive_turn(size_t* received, Turn turn, Clock::time_point now);
+  // One receive turn (caller holds rx_mu_), begun at `now` (unset: the
+  // clock is read when a burst arrives): a burst, then READ responses. True
+  // if more is ready to receive or send at once.
+  bool receive_turn(size_t* received, Turn turn, Clock::time_point now = {});
   bool any_timer_armed();
   // A burst being dispatched: this thread's batch (every answer goes into
   // it), the turn's clock reading, and the bytes of the packets QPs took.
@@ -268,6 +269,10 @@ class EngineContext : public core::Context {
   Clock::time_point acks_deferred_at_{};  // when the oldest entry was added
   // Clock::now() of the last poll_receive, in ticks (any thread, relaxed).
   std::atomic<Clock::rep> poll_stamp_{0};
+  // Empty polls counted to stamp every kStampEvery-th (poll_receive); a
+  // count, not a guard: threads polling at once may each miss the others'.
+  std::atomic<unsigned> polls_{0};
+  static constexpr unsigned kStampEvery = 8;
   std::atomic<uint32_t> senders_{0};
   struct LargeWriter {
     uint32_t qpn = 0;
