@@ -721,6 +721,17 @@ bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
   return !qp.delivery.through_memory();
 }
 
+// A run that finds no WQE to start and no ACK to send: what it still owes
+// (the sender count, UC/UD's completed WQEs, a post's flush) without the
+// burst's machinery.
+void nothing_to_send(EngineQp& qp, TxBatch& tx) {
+  if (is_reliable(qp.type))
+    qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
+  else
+    retire_send_wqes(qp);
+  if (!tx.in_burst()) tx.flush();
+}
+
 // One clock read for the packets a post sent: the RTT sample they start and
 // the local ACK timer.
 void stamp_sent(EngineQp& qp) {
@@ -743,6 +754,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   // immediate) goes first unless ack_may_close_reply: ACK before completion,
   // a reply to a SEND never completes at the peer before the SEND.
   bool acked = qp.in_ack_list && qp.resp.ack_pending;
+  if (!acked && qp.req.index == qp.sq.posted) return nothing_to_send(qp, tx);  // an ACK's run, mostly
   bool may_send = qp.state() == IBV_QPS_RTS && !qp.timers.rnr_armed;
   tx.use(&qp.engine()->transport());
   bool ack_behind = acked && may_send && (!qp.resp.ack_covers_receive || ack_may_close_reply(qp, tx));
