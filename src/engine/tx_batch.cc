@@ -41,18 +41,10 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
                                unsigned header_len) {
   // (each packet takes at most kMaxPacketBytes of the arena)
   if (count_ == kMaxPackets) flush();
-  uint8_t* h = packet();
-  std::memset(h, 0, header_len);
-  header_len_ = header_len;
-  payload_len_ = 0;
-  overflow_ = false;
-  dst_ = dst;
-  src_ip_ = src_ip;
+  uint8_t* h = start_packet(packet(), dst, src_ip, header_len);
   // (a packet dropped or abandoned before its end leaves no piece behind)
   first_piece_ = piece_count_ = done_pieces_;
   pieces_[piece_count_++] = iovec{h, header_len};
-  copy_ = wire::CopyIn{};
-  packet_used_ = header_len;
   return h;
 }
 
@@ -63,7 +55,11 @@ uint8_t* TxBatch::begin_bare_packet(const transport::Endpoint& dst, const transp
   in_place_ = transport_->reserve_bare(dst, src_ip, len);
   if (!in_place_.data) return begin_packet(dst, src_ip, header_len);
   in_place_payload_ = payload_len;
-  uint8_t* h = in_place_.data;
+  return start_packet(in_place_.data, dst, src_ip, header_len);
+}
+
+uint8_t* TxBatch::start_packet(uint8_t* h, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                               unsigned header_len) {
   std::memset(h, 0, header_len);
   header_len_ = header_len;
   payload_len_ = 0;

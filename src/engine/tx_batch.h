@@ -166,6 +166,9 @@ class TxBatch {
 
   // The packet being built: in a ring (begin_bare_packet), or in the arena.
   uint8_t* packet() { return in_place_.data ? in_place_.data : arena_.get() + arena_used_; }
+  // A packet's header (zeroed, at `h`) and state, wherever it is built.
+  uint8_t* start_packet(uint8_t* h, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
+                        unsigned header_len);
   // The in-place packet's payload and end (the pad and the ICRC's zeroed room).
   bool add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len);
   uint32_t end_in_place();

@@ -142,21 +142,23 @@ TEST(TxBatchTest, BarePacketHasNoIcrcAndTravelsApart) {
   EXPECT_NE(sent[1].message, sent[2].message);
 }
 
-}  // namespace
-}  // namespace uroce::engine::test
-
-namespace uroce::engine::test {
-namespace {
+// A batch on a transport that offers room in place (a same-host ring's).
+struct InPlaceBatch {
+  std::vector<Sent> sent;
+  FakeTransport t{&sent, 5000};
+  TxBatch tx;
+  InPlaceBatch() {
+    t.in_place_room = 4096;
+    tx.use(&t);
+  }
+};
 
 // A bare packet begun on an empty batch, the transport offering room in
 // place / Expect it sent at its end (no flush), header, payload, a zero pad
 // and a zero ICRC room, and nothing left pending.
 TEST(TxBatchTest, BarePacketOnAnEmptyBatchIsWrittenInPlace) {
-  std::vector<Sent> sent;
-  FakeTransport t(&sent, 5000);
-  t.in_place_room = 4096;
-  TxBatch tx;
-  tx.use(&t);
+  InPlaceBatch in_place;
+  auto& [sent, t, tx] = in_place;
   const uint8_t payload[5] = {1, 2, 3, 4, 5};
   uint8_t* h = tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 5);
   wire::Bth(h).fill(0x04, false, 3, 0xFFFF, 9, true, 77);
@@ -177,11 +179,8 @@ TEST(TxBatchTest, BarePacketOnAnEmptyBatchIsWrittenInPlace) {
 // A packet pending in the batch, then a bare one / Expect the bare one
 // behind it in the batch (never overtaking), both sent at the flush.
 TEST(TxBatchTest, BarePacketBehindAPendingOneWaitsItsTurn) {
-  std::vector<Sent> sent;
-  FakeTransport t(&sent, 5000);
-  t.in_place_room = 4096;
-  TxBatch tx;
-  tx.use(&t);
+  InPlaceBatch in_place;
+  auto& [sent, t, tx] = in_place;
   wire::Ipv4Flow flow{1, 2, 3, 4};
   uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
   wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 1);
@@ -201,11 +200,8 @@ TEST(TxBatchTest, BarePacketBehindAPendingOneWaitsItsTurn) {
 // In place: more payload than was reserved, and a packet abandoned / Expect
 // neither sent, each slot given back, and the batch usable after.
 TEST(TxBatchTest, InPlacePacketThatOverrunsOrIsAbortedIsDropped) {
-  std::vector<Sent> sent;
-  FakeTransport t(&sent, 5000);
-  t.in_place_room = 4096;
-  TxBatch tx;
-  tx.use(&t);
+  InPlaceBatch in_place;
+  auto& [sent, t, tx] = in_place;
   wire::Ipv4Flow flow{1, 2, 3, 4};
   const uint8_t payload[8] = {};
   tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 4);
