@@ -721,15 +721,16 @@ bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
   return !qp.delivery.through_memory();
 }
 
-// A run that finds no WQE to start and no ACK to send: what it still owes
-// (the sender count, UC/UD's completed WQEs, a post's flush) without the
-// burst's machinery.
+// A run that finds no WQE to start and no ACK to send: what the full run
+// (requester_run) would still do — the sender count, UC/UD's completed WQEs,
+// the flush — without the burst's machinery.
 void nothing_to_send(EngineQp& qp, TxBatch& tx) {
+  if (qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed) return;
   if (is_reliable(qp.type))
     qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
   else
     retire_send_wqes(qp);
-  if (!tx.in_burst()) tx.flush();
+  if (!tx.in_burst() || !post_waits_for_ack(qp)) tx.flush();
 }
 
 // One clock read for the packets a post sent: the RTT sample they start and

@@ -233,8 +233,6 @@ ShmTransport::Outbound* ShmTransport::look_up_locked(uint16_t port, std::chrono:
   }
 }
 
-// Pushes every segment of `d` (one record each); false if the ring stayed
-// full (the rest is dropped).
 // A record's addressing (its k-th GSO segment: ip_id k, set by the caller).
 ShmRing::Meta ShmTransport::meta_for(const Endpoint& dst, const IpAddress& src, uint16_t flags) const noexcept {
   uint32_t dst_ip = dst.ip.v4();
@@ -242,6 +240,8 @@ ShmRing::Meta ShmTransport::meta_for(const Endpoint& dst, const IpAddress& src, 
   return ShmRing::Meta{src_ip, dst_ip, inner_->local_port(), dst.port, 0, flags};
 }
 
+// Pushes every segment of `d` (one record each); false if the ring stayed
+// full (the rest is dropped).
 bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flags) noexcept {
   uint32_t total = 0;
   for (unsigned i = 0; i < d.iovcnt; ++i) total += uint32_t(d.iov[i].iov_len);
