@@ -35,8 +35,7 @@ inline uint32_t build_ack(TxBatch& tx, const Path& path, wire::Service service, 
   uint8_t opcode =
       wire::make_opcode(service, atomic_orig ? wire::Operation::kAtomicAcknowledge : wire::Operation::kAcknowledge);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-  uint8_t* h = icrc == TxBatch::Icrc::kOmit ? tx.begin_bare_packet(path.dst, path.src_ip, info.header_len, 0)
-                                            : tx.begin_packet(path.dst, path.src_ip, info.header_len);
+  uint8_t* h = tx.begin_packet(path.dst, path.src_ip, info.header_len, icrc, 0);
   wire::Bth(h).fill(opcode, false, 0, wire::kDefaultPkey, dest_qp, false, psn);
   wire::Aeth(h + info.offset[unsigned(wire::Hdr::kAeth)]).fill(syndrome, msn);
   if (atomic_orig) wire::AtomicAckEth(h + info.offset[unsigned(wire::Hdr::kAtomicAckEth)]).fill(*atomic_orig);

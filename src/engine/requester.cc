@@ -242,16 +242,15 @@ bool send_data_packet(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& t
   bool se = last && (w.send_flags & IBV_SEND_SOLICITED);
   Destination d;
   resolve_destination(qp, w, d);
-  bool bare = qp.delivery.icrc() == TxBatch::Icrc::kOmit;
-  uint8_t* h = bare ? tx.begin_bare_packet(d.dst, d.src_ip, info.header_len, len)
-                    : tx.begin_packet(d.dst, d.src_ip, info.header_len);
+  TxBatch::Icrc icrc = qp.delivery.icrc();
+  uint8_t* h = tx.begin_packet(d.dst, d.src_ip, info.header_len, icrc, len);
   wire::Bth(h).fill(opcode, se, wire::pad_for(len), wire::kDefaultPkey, d.dest_qp, ack_req, qp.req.psn);
   fill_request_headers(qp, info, h, w);
   if (!gather_payload(qp, index, w, offset, len, tx)) {
     tx.abort_packet();
     return false;
   }
-  qp.count_sent_in_burst(tx.end_packet(*d.flow, qp.delivery.icrc()));  // send_burst publishes
+  qp.count_sent_in_burst(tx.end_packet(*d.flow, icrc));  // send_burst publishes
   if (ack_req) sample_rtt(qp);
   advance_psn(qp, 1);
   qp.req.offset += len;
@@ -721,18 +720,6 @@ bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
   return !qp.delivery.through_memory();
 }
 
-// A run that finds no WQE to start and no ACK to send: what the full run
-// (requester_run) would still do — the sender count, UC/UD's completed WQEs,
-// the flush — without the burst's machinery.
-void nothing_to_send(EngineQp& qp, TxBatch& tx) {
-  if (qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed) return;
-  if (is_reliable(qp.type))
-    qp.engine()->count_sender(qp, qp.req.psn != qp.comp.unacked_psn);
-  else
-    retire_send_wqes(qp);
-  if (!tx.in_burst() || !post_waits_for_ack(qp)) tx.flush();
-}
-
 // One clock read for the packets a post sent: the RTT sample they start and
 // the local ACK timer.
 void stamp_sent(EngineQp& qp) {
@@ -755,7 +742,6 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   // immediate) goes first unless ack_may_close_reply: ACK before completion,
   // a reply to a SEND never completes at the peer before the SEND.
   bool acked = qp.in_ack_list && qp.resp.ack_pending;
-  if (!acked && qp.req.index == qp.sq.posted) return nothing_to_send(qp, tx);  // an ACK's run, mostly
   bool may_send = qp.state() == IBV_QPS_RTS && !qp.timers.rnr_armed;
   tx.use(&qp.engine()->transport());
   bool ack_behind = acked && may_send && (!qp.resp.ack_covers_receive || ack_may_close_reply(qp, tx));
@@ -765,7 +751,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     return;
   }
   bool sent = false;
-  // (An ACK's run finds nothing queued, mostly: it skips the MR table's lock.)
+  // (With nothing queued — the run an ACK starts, mostly — no burst, nor the MR table's lock.)
   while (qp.req.index != qp.sq.posted && send_burst(qp, tx, &sent)) {
     if (!run_local_op(qp, qp.sq.at(qp.req.index))) break;
     retire_send_wqes(qp);

@@ -41,28 +41,29 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
                                unsigned header_len) {
   // (each packet takes at most kMaxPacketBytes of the arena)
   if (count_ == kMaxPackets) flush();
-  uint8_t* h = start_packet(packet(), dst, src_ip, header_len);
+  uint8_t* h = start_packet(packet(), dst, src_ip, header_len, kMaxPayload);
   // (a packet dropped or abandoned before its end leaves no piece behind)
   first_piece_ = piece_count_ = done_pieces_;
   pieces_[piece_count_++] = iovec{h, header_len};
   return h;
 }
 
-uint8_t* TxBatch::begin_bare_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
-                                    unsigned header_len, uint32_t payload_len) {
+uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len,
+                               Icrc icrc, uint32_t payload_len) {
+  if (icrc != Icrc::kOmit || count_ != 0 || !transport_ || payload_len > kMaxPayload)
+    return begin_packet(dst, src_ip, header_len);
   uint32_t len = header_len + payload_len + wire::pad_for(payload_len) + wire::kIcrcSize;
-  if (count_ != 0 || !transport_ || payload_len > kMaxPayload) return begin_packet(dst, src_ip, header_len);
   in_place_ = transport_->reserve_bare(dst, src_ip, len);
   if (!in_place_.data) return begin_packet(dst, src_ip, header_len);
-  in_place_payload_ = payload_len;
-  return start_packet(in_place_.data, dst, src_ip, header_len);
+  return start_packet(in_place_.data, dst, src_ip, header_len, payload_len);
 }
 
 uint8_t* TxBatch::start_packet(uint8_t* h, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
-                               unsigned header_len) {
+                               unsigned header_len, uint32_t payload_limit) {
   std::memset(h, 0, header_len);
   header_len_ = header_len;
   payload_len_ = 0;
+  payload_limit_ = payload_limit;
   overflow_ = false;
   dst_ = dst;
   src_ip_ = src_ip;
@@ -71,12 +72,8 @@ uint8_t* TxBatch::start_packet(uint8_t* h, const transport::Endpoint& dst, const
   return h;
 }
 
-// No more than the room reserved: a caller that adds more drops the packet.
 bool TxBatch::add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len) {
-  if (len > in_place_payload_ - payload_len_) {
-    overflow_ = true;
-    return false;
-  }
+  if (!room_for_payload(len)) return false;
   uint8_t* to = in_place_.data + packet_used_;
   if (!mr)
     std::memcpy(to, data, len);
@@ -88,7 +85,7 @@ bool TxBatch::add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len
 }
 
 uint32_t TxBatch::end_in_place() {
-  if (overflow_ || payload_len_ != in_place_payload_) {
+  if (overflow_ || payload_len_ != payload_limit_) {  // (less than begun with: its length is wrong)
     transport_->abandon_bare(in_place_);
     return 0;
   }
@@ -99,7 +96,7 @@ uint32_t TxBatch::end_in_place() {
 }
 
 bool TxBatch::room_for_payload(uint32_t len) {
-  if (len <= kMaxPayload - payload_len_) return true;
+  if (len <= payload_limit_ - payload_len_) return true;
   overflow_ = true;
   return false;
 }

@@ -105,30 +105,31 @@ class TxBatch {
   // Flushes pending packets first if they belong to another transport.
   void use(transport::DatagramTransport* t);
 
+  // Whether a packet gets its ICRC: always, but for a connected QP's
+  // packets to a peer reached through the same-host ring (Delivery::icrc),
+  // which go bare (transport::TxDatagram::bare): its room is left zero.
+  enum class Icrc : uint8_t { kCompute, kOmit };
   // Starts a packet of `header_len` bytes (BTH + extended headers) to `dst`,
   // returned zeroed for the caller to fill. Flushes first when the batch is
   // full.
   uint8_t* begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len);
-  // Starts a packet that will go bare (Icrc::kOmit) with `payload_len` bytes
-  // of payload: when the batch is empty and the transport has room for it in
-  // the peer's ring (DatagramTransport::reserve_bare), it is built there in
-  // place and leaves at end_packet, with no copy and no flush (the same-host
-  // one-way: docs/architecture.md, "The floors under a one-way"); else as
-  // begin_packet. Until its end or abort the ring is locked: nothing else
-  // may be sent from this thread in between.
-  uint8_t* begin_bare_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len,
-                             uint32_t payload_len);
+  // The same, for a packet whose ending (`icrc`, as end_packet will be
+  // given it) and payload length are known at its start. One that goes bare
+  // (Icrc::kOmit) is built in place in the peer's ring when the batch is
+  // empty and the transport has room for it there
+  // (DatagramTransport::reserve_bare), and leaves at end_packet, with no copy
+  // and no flush (the same-host one-way: docs/architecture.md, "The floors
+  // under a one-way"). Until its end or abort the ring is locked: nothing
+  // else may be sent from this thread in between.
+  uint8_t* begin_packet(const transport::Endpoint& dst, const transport::IpAddress& src_ip, unsigned header_len,
+                        Icrc icrc, uint32_t payload_len);
   // Appends (copies) payload. False, and the packet is dropped at its end,
-  // when it would exceed kMaxPayload.
+  // when it would exceed kMaxPayload (in place: the length it was begun with).
   bool add_payload(const uint8_t* data, uint32_t len);
   // Appends payload read from registered memory `mr`, copied or referenced
   // (above). False if the memory cannot be read; the caller then abandons the
   // packet.
   bool add_payload_from(const core::Mr& mr, const uint8_t* data, uint32_t len);
-  // Whether a packet gets its ICRC: always, but for a connected QP's
-  // packets to a peer reached through the same-host ring (Delivery::icrc),
-  // which go bare (transport::TxDatagram::bare): its room is left zero.
-  enum class Icrc : uint8_t { kCompute, kOmit };
   // Pads the payload to 4 bytes (PadCnt in the BTH must already say so) and
   // appends the ICRC computed for `flow`. Returns the packet's length (0:
   // dropped, the batch had no room).
@@ -164,12 +165,13 @@ class TxBatch {
     bool bare;  // its packets carry no ICRC
   };
 
-  // The packet being built: in a ring (begin_bare_packet), or in the arena.
+  // The packet being built: in a ring (begin_packet with Icrc::kOmit), or in the arena.
   uint8_t* packet() { return in_place_.data ? in_place_.data : arena_.get() + arena_used_; }
   // A packet's header (zeroed, at `h`) and state, wherever it is built.
   uint8_t* start_packet(uint8_t* h, const transport::Endpoint& dst, const transport::IpAddress& src_ip,
-                        unsigned header_len);
-  // The in-place packet's payload and end (the pad and the ICRC's zeroed room).
+                        unsigned header_len, uint32_t payload_limit);
+  // The in-place packet's payload (copied now) and end (the pad and the
+  // ICRC's zeroed room).
   bool add_in_place(const core::Mr* mr, const uint8_t* data, uint32_t len);
   uint32_t end_in_place();
   // Places the packet being built (`len` bytes) in a run; returns its index
@@ -177,8 +179,8 @@ class TxBatch {
   // must go alone.
   unsigned place(uint32_t len, bool joinable, bool bare = false);
   void finish();
-  // Whether `len` more payload bytes fit the packet; if not, it is dropped
-  // at its end.
+  // Whether `len` more payload bytes fit the packet (payload_limit_); if
+  // not, it is dropped at its end.
   bool room_for_payload(uint32_t len);
   // Appends `len` bytes just written at the packet's end in the arena to its
   // pieces.
@@ -210,12 +212,12 @@ class TxBatch {
   bool memory_known_ = false;   // memory_dst_ and memory_path_ answer for this flush
   bool memory_path_ = false;    // memory_dst_ is reached through shared memory
   transport::Endpoint memory_dst_;
-  wire::CopyIn copy_;              // the packet's payload copy left to the ICRC's pass (src null: none)
-  bool overflow_ = false;          // the packet being built is dropped at its end
-  transport::Endpoint dst_;        // of the packet being built
-  transport::IpAddress src_ip_;    // of the packet being built
-  transport::BareSlot in_place_;   // the packet being built in a ring (data null: none)
-  uint32_t in_place_payload_ = 0;  // the payload length its room was reserved for
+  wire::CopyIn copy_;                     // the packet's payload copy left to the ICRC's pass (src null: none)
+  bool overflow_ = false;                 // the packet being built is dropped at its end
+  transport::Endpoint dst_;               // of the packet being built
+  transport::IpAddress src_ip_;           // of the packet being built
+  transport::BareSlot in_place_;          // the packet being built in a ring (data null: none)
+  uint32_t payload_limit_ = kMaxPayload;  // of the packet being built (in place: its reserved length)
   unsigned run_count_ = 0;
   std::array<Run, kMaxPackets> runs_;
   std::array<iovec, kMaxPackets * transport::kMaxPacketPieces> pieces_;

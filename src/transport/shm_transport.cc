@@ -253,7 +253,7 @@ bool ShmTransport::push_datagram(Outbound& o, const TxDatagram& d, uint16_t flag
   // cache line in the ring: copying it in then stores whole lines.
   uint32_t align_at = (flags & kJumboRecord) && d.iovcnt > 0 ? uint32_t(d.iov[0].iov_len) : ShmRing::kNoAlign;
   std::lock_guard lock(o.mu);
-  if (!o.map || !o.ring.valid()) return false;  // remapped meanwhile: the peer is gone
+  if (!o.live()) return false;  // remapped meanwhile
   for (uint32_t done = 0, k = 0; done < total || (total == 0 && k == 0); ++k) {
     uint32_t len = std::min(seg, total - done);
     const uint8_t* parts[kMaxParts];
@@ -289,7 +289,7 @@ BareSlot ShmTransport::reserve_bare(const Endpoint& dst, const IpAddress& src_ip
   Outbound* o = outbound_to(dst);
   if (!o) return {};
   o->mu.lock();
-  uint8_t* data = o->map && o->ring.valid() ? o->ring.reserve(meta_for(dst, src_ip, kBareRecord), len) : nullptr;
+  uint8_t* data = o->live() ? o->ring.reserve(meta_for(dst, src_ip, kBareRecord), len) : nullptr;
   if (!data) {  // (a full ring: send_burst waits for room, as for any datagram)
     o->mu.unlock();
     return {};

@@ -129,6 +129,8 @@ class ShmTransport final : public DatagramTransport {
     // After a push timed out (a receiver that stopped reading, e.g. died),
     // pushes to a full ring fail at once until then.
     std::chrono::steady_clock::time_point stalled_until{};
+    // Under mu: false once remapped away (the peer is gone).
+    bool live() const { return map && ring.valid(); }
   };
   struct Segment;
 

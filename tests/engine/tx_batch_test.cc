@@ -160,7 +160,7 @@ TEST(TxBatchTest, BarePacketOnAnEmptyBatchIsWrittenInPlace) {
   InPlaceBatch in_place;
   auto& [sent, t, tx] = in_place;
   const uint8_t payload[5] = {1, 2, 3, 4, 5};
-  uint8_t* h = tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 5);
+  uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 12, TxBatch::Icrc::kOmit, 5);
   wire::Bth(h).fill(0x04, false, 3, 0xFFFF, 9, true, 77);
   ASSERT_TRUE(tx.add_payload(payload, 5));
   EXPECT_EQ(tx.end_packet(wire::Ipv4Flow{1, 2, 3, 4}, TxBatch::Icrc::kOmit), 12u + 5 + 3 + 4);
@@ -185,7 +185,7 @@ TEST(TxBatchTest, BarePacketBehindAPendingOneWaitsItsTurn) {
   uint8_t* h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16);
   wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 1);
   tx.end_packet(flow, TxBatch::Icrc::kOmit);
-  h = tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 16, 0);
+  h = tx.begin_packet(transport::Endpoint{2, 4}, 1, 16, TxBatch::Icrc::kOmit, 0);
   wire::Bth(h).fill(0x11, false, 0, 0xFFFF, 1, false, 2);
   tx.end_packet(flow, TxBatch::Icrc::kOmit);
   EXPECT_TRUE(sent.empty());
@@ -204,14 +204,14 @@ TEST(TxBatchTest, InPlacePacketThatOverrunsOrIsAbortedIsDropped) {
   auto& [sent, t, tx] = in_place;
   wire::Ipv4Flow flow{1, 2, 3, 4};
   const uint8_t payload[8] = {};
-  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 4);
+  tx.begin_packet(transport::Endpoint{2, 4}, 1, 12, TxBatch::Icrc::kOmit, 4);
   EXPECT_FALSE(tx.add_payload(payload, 8));
   EXPECT_EQ(tx.end_packet(flow, TxBatch::Icrc::kOmit), 0u);
-  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 4);
+  tx.begin_packet(transport::Endpoint{2, 4}, 1, 12, TxBatch::Icrc::kOmit, 4);
   tx.abort_packet();
   EXPECT_EQ(t.abandoned, 2u);
   EXPECT_TRUE(sent.empty());
-  tx.begin_bare_packet(transport::Endpoint{2, 4}, 1, 12, 0);
+  tx.begin_packet(transport::Endpoint{2, 4}, 1, 12, TxBatch::Icrc::kOmit, 0);
   EXPECT_EQ(tx.end_packet(flow, TxBatch::Icrc::kOmit), 16u);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_TRUE(sent[0].in_place);
