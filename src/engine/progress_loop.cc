@@ -133,7 +133,7 @@ bool EngineContext::receive_turn(size_t* received, Turn turn, Clock::time_point 
   flush_deferred_acks();
   size_t n = transport_->recv_burst(rx_, 0);
   *received = n;
-  if (n) process_burst(std::span(rx_.data(), n), turn, now == Clock::time_point{} ? Clock::now() : now);
+  if (n) process_burst(std::span(rx_.data(), n), turn, now);
   bool reads_pending = send_reads();
   return reads_pending || transport_->more_ready();
 }

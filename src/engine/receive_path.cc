@@ -34,16 +34,35 @@ void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn t
     // A CM message takes its place among the data (gsi.h): what came before
     // it completes first, what comes after it completes after its event.
     if (gsi_inbox.pending()) {
-      settle_burst(tx, turn, now);
+      settle_burst(rx, turn);
       gsi_inbox.deliver();
     }
   }
-  stats.rx_packets.fetch_add(burst.size(), std::memory_order_relaxed);
-  stats.rx_bytes.fetch_add(rx.bytes, std::memory_order_relaxed);
-  settle_burst(tx, turn, now);
+  // Written only here, by the receive turn's holder (rx_mu_): no locked add.
+  QpCounters::add_owned(stats.rx_packets, burst.size());
+  QpCounters::add_owned(stats.rx_bytes, rx.bytes);
+  settle_burst(rx, turn);
 }
 
-void EngineContext::settle_burst(TxBatch& tx, Turn turn, Clock::time_point now) {
+// The ACK an application turn leaves for the application's next post
+// (settle_burst): deferred_acks_ sends it if no post comes first.
+void EngineContext::defer_ack(EngineQp& qp, RxBurst& burst) {
+  if (qp.in_ack_list) return;
+  if (deferred_acks_.empty()) acks_deferred_at_ = burst.now();
+  qp.in_ack_list = true;
+  deferred_acks_.push_back(&qp);
+  deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
+}
+
+// The end of a touched QP's burst (caller holds qp.mu): its held receive
+// completions released, and the QP off the touched list.
+void EngineContext::release_touched(EngineQp& qp) {
+  qp.in_touched_list = false;
+  responder_release_completions(qp);
+}
+
+void EngineContext::settle_burst(RxBurst& burst, Turn turn) {
+  TxBatch& tx = burst.tx;
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
   // In an application's turn, an RC QP's ACK waits instead for the
   // application's next post on the QP, which sends it in the same system
@@ -59,24 +78,20 @@ void EngineContext::settle_burst(TxBatch& tx, Turn turn, Clock::time_point now) 
     bool rc_ack = qp->type == IBV_QPT_RC && qp->resp.ack_pending;
     bool reply_expected = rc_ack && responder_reply_expected(*qp);
     bool wait_for_post = turn == Turn::kApplication && !qp->delivery.through_memory();
-    if (rc_ack && (wait_for_post || reply_expected)) {
-      if (!qp->in_ack_list) {
-        if (deferred_acks_.empty()) acks_deferred_at_ = now;
-        qp->in_ack_list = true;
-        deferred_acks_.push_back(qp);
-        deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
-      }
-      continue;
-    }
-    responder_flush_ack(*qp, tx);
+    if (rc_ack && (wait_for_post || reply_expected))
+      defer_ack(*qp, burst);
+    else
+      responder_flush_ack(*qp, tx);
+    // ACK before completion (but see above): the QP's receive completions become visible
+    // once the ACK covering them has left. It has if nothing waits in the batch (none sent,
+    // deferred, or written in place in the peer's ring); else after the flush below.
+    if (tx.pending() == 0) release_touched(*qp);
   }
   tx.flush();
-  // ACK before completion (but see above): the burst's receive completions become visible
-  // only now that the ACKs covering them have left.
   for (EngineQp* qp : touched_) {
+    if (!qp->in_touched_list) continue;
     std::lock_guard ql(qp->mu);
-    qp->in_touched_list = false;
-    responder_release_completions(*qp);
+    release_touched(*qp);
   }
   touched_.clear();
 }
@@ -198,7 +213,7 @@ void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, 
   qp.counters->count_received(d.len);
   burst.bytes += d.len;
   if (d.ce && qp.type != IBV_QPT_UD)
-    answer_congestion_mark(qp, burst.tx, burst.now, stats);  // a burst's marks: one CNP
+    answer_congestion_mark(qp, burst.tx, burst.now(), stats);  // a burst's marks: one CNP
   if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, burst.tx);
   if (response) return completer_receive(qp, pkt, burst.tx);
   responder_receive(qp, pkt, d.src, d.dst_ip, burst.tx);
