@@ -18,6 +18,7 @@
 #include "host/host_registry.h"
 #include "host/host_relay.h"
 #include "transport/envelope.h"
+#include "transport/step_probe.h"
 #include "wire/headers.h"
 #include "wire/icrc.h"
 
@@ -94,6 +95,7 @@ void EngineContext::settle_burst(RxBurst& burst, Turn turn) {
     release_touched(*qp);
   }
   touched_.clear();
+  transport::step_probe::stamp(transport::step_probe::Step::kSettled);
 }
 
 namespace {
@@ -215,8 +217,12 @@ void EngineContext::deliver_to_qp(EngineQp& qp, const transport::RxDatagram& d, 
   if (d.ce && qp.type != IBV_QPT_UD)
     answer_congestion_mark(qp, burst.tx, burst.now(), stats);  // a burst's marks: one CNP
   if (qp.type == IBV_QPT_XRC_RECV) return xrc_target_receive(qp, pkt, d, burst.tx);
-  if (response) return completer_receive(qp, pkt, burst.tx);
+  if (response) {
+    completer_receive(qp, pkt, burst.tx);
+    return transport::step_probe::stamp(transport::step_probe::Step::kCompleter);
+  }
   responder_receive(qp, pkt, d.src, d.dst_ip, burst.tx);
+  transport::step_probe::stamp(transport::step_probe::Step::kResponder);
   note_responder_work(qp);
 }
 

@@ -14,6 +14,7 @@
 
 #include "transport/envelope.h"
 #include "transport/shared_file.h"
+#include "transport/step_probe.h"
 
 namespace uroce::transport {
 
@@ -300,6 +301,7 @@ BareSlot ShmTransport::reserve_bare(const Endpoint& dst, const IpAddress& src_ip
 void ShmTransport::commit_bare(BareSlot& slot) noexcept {
   auto* o = static_cast<Outbound*>(slot.ring);
   o->ring.publish();
+  step_probe::stamp(step_probe::Step::kPublished);
   sent_->fetch_add(1, std::memory_order_relaxed);
   wake_if_waiting(*o);
   o->mu.unlock();
@@ -404,6 +406,7 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
     ShmRing& ring = in_[active_[(rotate_ + a) % active_.size()]];
     ShmRing::Record rec;
     while (n < cap && ring.peek(&rec)) {
+      step_probe::stamp(step_probe::Step::kTaken);
       RxDatagram& d = out[n];
       if (rec.meta.flags & kJumboRecord) {
         // In place, held until the next receive; nothing after it from this

@@ -6,6 +6,7 @@
 #include "core/cq.h"
 #include "core/limits.h"
 #include "engine/engine_context.h"
+#include "transport/step_probe.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
@@ -119,6 +120,7 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) noexcept {
     else
       sched_yield();
   }
+  if (n > 0) transport::step_probe::stamp(transport::step_probe::Step::kPolled);
   return n;
 }
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Where a same-host one-way's time goes (src/transport/step_probe.h): builds
+# liburoce with -DUROCE_STEP_PROBES=ON in build-steps/ (once), runs
+# ib_send_lat -s 64 on the same host through it, and prints the time of each
+# step (bench/step_timeline.py).
+#   bench/step_timeline.sh [ITERATIONS]     (default 20000)
+# Needs perftest (ib_send_lat). The figures are this machine's and this
+# minute's: compare builds by alternating runs, as for any latency.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+iters=${1:-20000}
+build=build-steps
+if [[ ! -x $build/bin/uroce ]]; then
+  cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_BUILD_TESTS=OFF -DUROCE_STEP_PROBES=ON >/dev/null
+fi
+cmake --build $build -j"$(nproc)" --target uroce uroce_launcher >/dev/null
+out=$(mktemp -d)
+trap 'kill "${server:-}" 2>/dev/null || true; rm -rf "$out"' EXIT
+port=$((20000 + RANDOM % 20000))
+UROCE_STEP_PROBE_DIR=$out timeout 120 $build/bin/uroce run -- \
+  ib_send_lat -d uroce0 -x 0 -F -p $port -s 64 -n "$iters" >"$out/server.log" 2>&1 &
+server=$!
+sleep 0.5
+UROCE_STEP_PROBE_DIR=$out timeout 120 $build/bin/uroce run -- \
+  ib_send_lat -d uroce0 -x 0 -F -p $port -s 64 -n "$iters" 127.0.0.1 >"$out/client.log" 2>&1
+wait $server
+ghz=$(awk '/^cpu MHz/ {print $4 / 1000; exit}' /proc/cpuinfo)
+awk '/t_typical/ {getline; print "ib_send_lat 64 B t_typical (with the stamps): " $5 " us"}' "$out/client.log"
+python3 bench/step_timeline.py "$ghz" "$out"/steps.*.bin
