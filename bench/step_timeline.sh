@@ -3,13 +3,13 @@
 # liburoce with -DUROCE_STEP_PROBES=ON in build-steps/ (once), runs
 # ib_send_lat -s 64 on the same host through it, and prints the time of each
 # step (bench/step_timeline.py).
-#   bench/step_timeline.sh [ITERATIONS]     (default 20000)
+#   bench/step_timeline.sh [ITERATIONS]     (default 20000; STEP_BUILD: the build tree)
 # Needs perftest (ib_send_lat). The figures are this machine's and this
 # minute's: compare builds by alternating runs, as for any latency.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 iters=${1:-20000}
-build=build-steps
+build=${STEP_BUILD:-build-steps}  # another tree (STEP_BUILD) for comparing two builds
 if [[ ! -x $build/bin/uroce ]]; then
   cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_BUILD_TESTS=OFF -DUROCE_STEP_PROBES=ON >/dev/null
 fi
