@@ -3,7 +3,8 @@
 # liburoce with -DUROCE_STEP_PROBES=ON in build-steps/ (once), runs
 # ib_send_lat -s 64 on the same host through it, and prints the time of each
 # step (bench/step_timeline.py).
-#   bench/step_timeline.sh [ITERATIONS]     (default 20000; STEP_BUILD: the build tree)
+#   bench/step_timeline.sh [ITERATIONS]     (default 20000; STEP_BUILD: the build tree;
+#                                           UDP=1: over UDP loopback, UROCE_SHM=0, as compare.sh)
 # Needs perftest (ib_send_lat). The figures are this machine's and this
 # minute's: compare builds by alternating runs, as for any latency.
 set -euo pipefail
@@ -17,11 +18,13 @@ cmake --build $build -j"$(nproc)" --target uroce uroce_launcher >/dev/null
 out=$(mktemp -d)
 trap 'kill "${server:-}" 2>/dev/null || true; rm -rf "$out"' EXIT
 port=$((20000 + RANDOM % 20000))
-UROCE_STEP_PROBE_DIR=$out timeout 120 $build/bin/uroce run -- \
+env=(UROCE_STEP_PROBE_DIR="$out")
+[[ ${UDP:-0} == 1 ]] && env+=(UROCE_SHM=0 UROCE_MTU=4096)
+env "${env[@]}" timeout 120 $build/bin/uroce run -- \
   ib_send_lat -d uroce0 -x 0 -F -p $port -s 64 -n "$iters" >"$out/server.log" 2>&1 &
 server=$!
 sleep 0.5
-UROCE_STEP_PROBE_DIR=$out timeout 120 $build/bin/uroce run -- \
+env "${env[@]}" timeout 120 $build/bin/uroce run -- \
   ib_send_lat -d uroce0 -x 0 -F -p $port -s 64 -n "$iters" 127.0.0.1 >"$out/client.log" 2>&1
 wait $server
 ghz=$(awk '/^cpu MHz/ {print $4 / 1000; exit}' /proc/cpuinfo)

@@ -16,8 +16,9 @@ namespace uroce::transport::step_probe {
 
 enum class Step : uint32_t {
   kPost = 1,   // ibv_post_send entered
-  kPublished,  // a record published into a peer's ring (ShmTransport::commit_bare)
-  kTaken,      // a record taken from an inbound ring
+  kPublished,  // a record published into a peer's ring (ShmTransport::commit_bare), or
+               // datagrams handed to sendmmsg (UdpTransport)
+  kTaken,      // a record taken from an inbound ring, or datagrams from recvmmsg
   kResponder,  // the responder done with a request
   kCompleter,  // the completer done with a response
   kSettled,    // a burst settled (ACKs sent, completions released)

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/step_probe.h"
+
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -412,6 +414,7 @@ size_t UdpTransport::send_some(std::span<TxDatagram> burst) noexcept {
   burst = burst.first(n);
   for (size_t i = 0; i < burst.size(); ++i) fill_header(msgs[i].msg_hdr, addrs[i], control[i], burst[i]);
   tsan_sent();
+  step_probe::stamp(step_probe::Step::kPublished);
   for (;;) {
     int sent = int(syscall(SYS_sendmmsg, fd, msgs, unsigned(burst.size()), 0));  // as recv_into's
     if (sent > 0) return size_t(sent);
@@ -493,7 +496,10 @@ size_t UdpTransport::recv_into(int fd, uint16_t port, size_t first, size_t want)
   // costs two calls around every receive (~2 % of a ping-pong's time).
   long r = syscall(SYS_recvmmsg, fd, msgs, unsigned(want), MSG_DONTWAIT, nullptr);
   int got = r > 0 ? int(r) : 0;
-  if (got) tsan_received();
+  if (got) {
+    tsan_received();
+    step_probe::stamp(step_probe::Step::kTaken);
+  }
   for (int i = 0; i < got; ++i) {
     RxMessage& m = rx_messages_[first + size_t(i)];
     msghdr& h = msgs[i].msg_hdr;
