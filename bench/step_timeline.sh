@@ -27,6 +27,10 @@ sleep 0.5
 env "${env[@]}" timeout 120 $build/bin/uroce run -- \
   ib_send_lat -d uroce0 -x 0 -F -p $port -s 64 -n "$iters" 127.0.0.1 >"$out/client.log" 2>&1
 wait $server
-ghz=$(awk '/^cpu MHz/ {print $4 / 1000; exit}' /proc/cpuinfo)
+# The TSC's rate: the kernel's calibration when its log is readable; else /proc/cpuinfo's
+# "cpu MHz", which is the TSC's rate only on a CPU that does not change frequency (a VM).
+mhz=$( (dmesg 2>/dev/null || true) | grep -oE 'tsc: (Refined TSC clocksource calibration:|Detected) [0-9.]+' | tail -1 | grep -oE '[0-9.]+$' || true)
+[[ -n $mhz ]] || mhz=$(awk '/^cpu MHz/ {print $4; exit}' /proc/cpuinfo)
+ghz=$(awk -v m="$mhz" 'BEGIN {print m / 1000}')
 awk '/t_typical/ {getline; print "ib_send_lat 64 B t_typical (with the stamps): " $5 " us"}' "$out/client.log"
 python3 bench/step_timeline.py "$ghz" "$out"/steps.*.bin

@@ -1,10 +1,10 @@
-// Step probes: TSC stamps at the steps of a same-host one-way (the post, the
-// record published, the record taken, the responder and completer done, the
-// burst settled, the completion polled), written to a file per process at exit
-// for bench/step_timeline.sh, which joins the two processes of a ping-pong
-// into the time each step takes. Instruction counts (callgrind) say what the
-// software does; these say where a one-way's time goes, cache misses and
-// atomics included.
+// Step probes: TSC stamps at the steps of a one-way, same host or UDP (the
+// post, the record or datagram published and taken, the responder and
+// completer done, the burst settled, the completion polled), written to a
+// file per process at exit for bench/step_timeline.sh, which joins the two
+// processes of a ping-pong into the time each step takes. Instruction counts
+// (callgrind) say what the software does; these say where a one-way's time
+// goes, cache misses and atomics included.
 //
 // Compiled in only with -DUROCE_STEP_PROBES=ON; otherwise stamp() is empty
 // and the call sites cost nothing.
