@@ -261,8 +261,11 @@ class EngineQp : public core::Qp {
   // The notification point (ecn.h): when this QP last answered a packet marked
   // Congestion Experienced with a CNP.
   Clock::time_point cnp_sent_at{};
-  bool in_touched_list = false;  // progress thread only
-  bool in_read_list = false;     // progress thread only: READ responses pending
+  // Written and read by the receive turn's holder only (rx_mu_: the progress
+  // thread or a polling application thread). In touched_ until settle_burst
+  // releases the QP's completions; in reading_ while READ responses are pending.
+  bool in_touched_list = false;
+  bool in_read_list = false;
   // In EngineContext::deferred_acks_: an application turn left the ACK of
   // this RC QP's responder pending (written under mu and the receive turn;
   // read under mu). requester_run sends it before the QP's next request.
