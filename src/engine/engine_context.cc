@@ -263,6 +263,19 @@ void EngineContext::register_qp(EngineQp* qp) {
 }
 
 void EngineContext::unregister_qp(EngineQp* qp) {
+  withdraw_qp(qp);
+  live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
+}
+
+void EngineContext::retire_qp(EngineQp* qp) {
+  withdraw_qp(qp);
+  tombstones_.add(*qp);  // after the table has let go of it, before its counters go
+  live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
+}
+
+// Out of the QP table and every list of the receive path; the ACK an application
+// turn left for it sent.
+void EngineContext::withdraw_qp(EngineQp* qp) {
   {
     // The ACK an application turn left for this QP goes now: the peer must
     // not retry what was delivered (the tombstone answers only duplicates
@@ -285,7 +298,6 @@ void EngineContext::unregister_qp(EngineQp* qp) {
   reading_count_.store(reading_.size(), std::memory_order_relaxed);
   deferred_ack_count_.store(deferred_acks_.size(), std::memory_order_relaxed);
   count_sender(*qp, false);
-  live_->release_qp(std::exchange(qp->counters, &LiveCounters::unlisted()));
 }
 
 namespace {

@@ -80,13 +80,16 @@ class EngineContext : public core::Context {
   transport::Endpoint direct_endpoint(transport::Endpoint dst, uint32_t dest_qpn);
   void register_qp(EngineQp* qp);
   void unregister_qp(EngineQp* qp);  // waits until the progress thread no longer uses it
+  // ibv_destroy_qp: unregistered, then remembered by a tombstone (tombstones.h), which
+  // reads the QP's counters before they are given back.
+  void retire_qp(EngineQp* qp);
   // UD multicast (ibv_attach_mcast): packets for QPN 0xFFFFFF reach every
   // UD QP attached to their IPv4 group (QpTable::attach_mcast: the rules and
   // errors).
   static constexpr uint32_t kMulticastQpn = 0xFFFFFF;
   int attach_mcast(EngineQp* qp, uint32_t group) { return qps_.attach_mcast(qp, group); }
   int detach_mcast(EngineQp* qp, uint32_t group) { return qps_.detach_mcast(qp, group); }
-  // Keeps answering duplicates for a destroyed connected QP (tombstones.h).
+  // Keeps answering duplicates for a destroyed connected QP (tombstones.h; retire_qp).
   void add_tombstone(const EngineQp& qp) { tombstones_.add(qp); }
 
   // XRC SRQ numbers: (UDP port << 8) | index (xrc_target.h). register returns
@@ -176,6 +179,7 @@ class EngineContext : public core::Context {
   // answered, and messages already delivered are acknowledged, first.
   void drain_received();
   size_t tombstone_count() { return tombstones_.count(); }
+  bool tombstones_quiet(Clock::time_point now) { return tombstones_.quiet(now); }  // a close stops lingering
 
   static EngineContext* from(ibv_context* c) { return static_cast<EngineContext*>(core::Context::from(c)); }
 
@@ -191,6 +195,7 @@ class EngineContext : public core::Context {
   void nap_for_poller();
   void sleep_on_sockets(const ProgressPolicy& policy);
   void end_drain(uint64_t target);  // drain requests up to `target` are answered
+  void withdraw_qp(EngineQp* qp);   // unregister_qp and retire_qp, but the counters
   static std::unique_ptr<transport::DatagramTransport> with_capture(std::unique_ptr<transport::DatagramTransport> t);
   static std::unique_ptr<transport::DatagramTransport> with_same_host_path(
       std::unique_ptr<transport::DatagramTransport> t, host::HostRegistry& registry,

@@ -8,6 +8,17 @@
 
 namespace uroce::engine {
 
+namespace {
+// Whether the QP's path has lost, duplicated or reordered packets: it resent,
+// timed out, or received a duplicate or out-of-sequence request.
+bool lossy_path(const EngineQp& qp) {
+  const QpCounters& c = *qp.counters;
+  auto seen = [](const std::atomic<uint64_t>& n) { return n.load(std::memory_order_relaxed) != 0; };
+  return seen(c.retransmits) || seen(c.local_ack_timeout_err) || seen(c.duplicate_request) ||
+         seen(c.out_of_seq_request) || seen(c.rcvd_seq_err);
+}
+}  // namespace
+
 void Tombstones::add(const EngineQp& qp) {
   if (qp.type != IBV_QPT_RC || (qp.state() != IBV_QPS_RTR && qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD))
     return;
@@ -19,16 +30,15 @@ void Tombstones::add(const EngineQp& qp) {
     by_qpn_.erase(oldest);
   }
   auto now = Clock::now();
-  Clock::duration gap = std::min<Clock::duration>(2 * qp.local_ack_timeout(), kLingerMax);
-  by_qpn_[qp.qp_num()] = Tombstone{qp.qp_num(),
-                                   qp.attr.dest_qp_num,
-                                   qp.resp.epsn,
-                                   qp.resp.msn,
-                                   qp.path,
-                                   now,
-                                   now,
-                                   kQuiet,
-                                   std::max<Clock::duration>(gap, kQuiet)};
+  // Were this QP's last ACK lost, the peer resends after a tail-loss probe or its local
+  // ACK timer, which backs off to four times the timeout (the peer's timeout is taken to
+  // be this QP's; rxe resends only then). On a lossy path a uroce peer's probes have
+  // often backed off to the timer too: wait that long from the start. On a clean path,
+  // where the last ACK is rarely lost, kQuiet keeps a process's exit short.
+  Clock::duration gap = std::clamp<Clock::duration>(4 * qp.local_ack_timeout(), kQuiet, kLingerMax);
+  Clock::duration quiet = qp.attr.timeout != 0 && lossy_path(qp) ? gap : Clock::duration(kQuiet);
+  by_qpn_[qp.qp_num()] =
+      Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, now, now, quiet, gap};
   any_.store(true, std::memory_order_relaxed);
 }
 

@@ -7,8 +7,9 @@
 // the peer has been quiet for kIdle, and in any case kMaxAge after the QP was
 // destroyed; at most kMax exist (the oldest gives way). A closing device waits
 // up to kLingerMax until every peer has been quiet for its tombstone's period
-// (quiet(): kQuiet, or the QP's local ACK timeout twice over once the peer
-// was heard resending: its probes double up to it).
+// (quiet(): the time the peer may take to resend, four local ACK timeouts, once
+// it was heard resending or from the start on a path that lost or reordered
+// packets; else kQuiet).
 #pragma once
 
 #include <atomic>
@@ -36,7 +37,7 @@ struct Tombstone {
   Clock::time_point created;
   Clock::time_point last_heard;
   Clock::duration quiet{};       // how long the peer must be silent before a close stops waiting
-  Clock::duration resend_gap{};  // `quiet` once the peer was heard resending
+  Clock::duration resend_gap{};  // `quiet` once the peer was heard resending (tombstones.cc, add)
 };
 
 class Tombstones {

@@ -166,8 +166,7 @@ UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
       }
     }
     drain_sends(*qp);
-    ctx->unregister_qp(qp);  // after this the progress thread never sees it again
-    ctx->add_tombstone(*qp);
+    ctx->retire_qp(qp);  // after this the progress thread never sees it again
     // XRC initiators have no receive CQ; targets have neither CQs nor a PD.
     // Completions the QP already produced stay in its CQs, as rxe keeps them:
     // libfabric's verbs provider destroys a connection's QP and then polls its

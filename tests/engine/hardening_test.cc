@@ -856,8 +856,7 @@ TEST_F(Hardening, TombstoneAcksARetransmission) {
   Craft send{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1}};
   deliver(send);
   ASSERT_EQ(take().size(), 1u);
-  engine->unregister_qp(qp);  // as ibv_destroy_qp
-  engine->add_tombstone(*qp);
+  engine->retire_qp(qp);  // as ibv_destroy_qp
   deliver(send);
   ASSERT_EQ(sent.size(), 1u);
   const std::vector<uint8_t> golden = {
@@ -867,6 +866,26 @@ TEST_F(Hardening, TombstoneAcksARetransmission) {
   EXPECT_EQ(without_icrc(sent[0]), golden);
   EXPECT_EQ(take().size(), 1u);  // parses, ICRC correct
   engine->register_qp(qp);       // for TearDown
+}
+
+// Destroy a connected QP (timeout 14: 67 ms) whose path was clean / Expect its tombstone
+// to stop a close's wait after kQuiet (30 ms). Destroy one whose path lost packets (it
+// resent) / Expect it to wait for the peer's resend at its backed-off local ACK timer,
+// four timeouts (268 ms): a close that stopped after 30 ms left a peer whose last ACK
+// was lost resending into a dead port (ibv_rc_pingpong with retry_cnt 7: forever).
+TEST_F(Hardening, TombstoneWaitsLongerOnALossyPath) {
+  using std::chrono::milliseconds;
+  engine->retire_qp(qp);  // as ibv_destroy_qp
+  auto retired = Clock::now();
+  EXPECT_FALSE(engine->tombstones_quiet(retired));
+  EXPECT_TRUE(engine->tombstones_quiet(retired + Tombstones::kQuiet + milliseconds(1)));
+  engine->register_qp(qp);
+  qp->counters->retransmits.store(1);
+  engine->retire_qp(qp);
+  retired = Clock::now();
+  EXPECT_FALSE(engine->tombstones_quiet(retired + milliseconds(250)));
+  EXPECT_TRUE(engine->tombstones_quiet(retired + milliseconds(280)));
+  engine->register_qp(qp);  // for TearDown
 }
 
 // Allocate QP numbers / Expect valid 24-bit numbers other than 0 and 1, that

@@ -10,6 +10,10 @@
  *                       RDMA WRITEs in flight: A's oldest WR completes IBV_WC_RETRY_EXC_ERR
  *                       within timeout x (retry_cnt + 1) + margin, every other one
  *                       IBV_WC_WR_FLUSH_ERR, and nothing hangs.
+ *   peer_death_busy_poll
+ *                       the same with A polling its CQ back to back, as ibv_rc_pingpong
+ *                       does: the local ACK timer must run while an application thread
+ *                       takes the receive turn over and over.
  *
  * Usage: rc_failure_test CASE. Exit 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
@@ -148,10 +152,21 @@ static void run_doomed_peer(const struct vp_params* p, int to_parent, int from_p
   for (;;) pause();
 }
 
+/* One completion from `cq` within `timeout_ms`, polled back to back (no pause between
+ * polls): 1, 0 on timeout, -1 on error. */
+static int poll_busy(struct ibv_cq* cq, struct ibv_wc* wc, int timeout_ms) {
+  double deadline = vp_now_ms() + timeout_ms;
+  for (unsigned polls = 1;; polls++) {
+    int n = ibv_poll_cq(cq, 1, wc);
+    if (n != 0) return n < 0 ? -1 : 1;
+    if (polls % 1024 == 0 && vp_now_ms() > deadline) return 0;
+  }
+}
+
 /* Receive: silence from B after it is killed with WRITEs in flight / Expect: the oldest
  * WR fails with IBV_WC_RETRY_EXC_ERR within timeout x (retry_cnt + 1) + 1 s of the kill,
- * every later WR IBV_WC_WR_FLUSH_ERR, QP in ERR. */
-static void case_peer_death(void) {
+ * every later WR IBV_WC_WR_FLUSH_ERR, QP in ERR. `busy_poll`: A polls back to back. */
+static void case_peer_death(int busy_poll) {
   struct vp_params p;
   vp_default_params(&p);
   p.timeout = 14; /* 4.096 us << 14 = 67 ms */
@@ -209,7 +224,7 @@ static void case_peer_death(void) {
     }
     if (posted == succeeded + flushed + retry_exc + other && !alive) break;
     struct ibv_wc wc;
-    int got = vp_poll(a.cq, &wc, (int)bound_ms + 10000);
+    int got = busy_poll ? poll_busy(a.cq, &wc, (int)bound_ms + 10000) : vp_poll(a.cq, &wc, (int)bound_ms + 10000);
     if (got != 1) {
       CHECK(0, "no completion within %.0f ms (posted %llu, completed %llu)", bound_ms + 10000,
             (unsigned long long)posted, (unsigned long long)(succeeded + flushed + retry_exc + other));
@@ -242,8 +257,9 @@ static void case_peer_death(void) {
   CHECK(flushed + 1 == posted - succeeded, "%llu flushed, %llu outstanding after the error",
         (unsigned long long)flushed, (unsigned long long)(posted - succeeded - 1));
   CHECK(qp_state(a.qp) == IBV_QPS_ERR, "QP A is in state %d, not ERR", (int)qp_state(a.qp));
-  printf("peer_death: %llu WRITEs succeeded, RETRY_EXC_ERR %.0f ms after the kill (bound %.0f ms), %llu flushed\n",
-         (unsigned long long)succeeded, took, bound_ms, (unsigned long long)flushed);
+  printf("%s: %llu WRITEs succeeded, RETRY_EXC_ERR %.0f ms after the kill (bound %.0f ms), %llu flushed\n",
+         busy_poll ? "peer_death_busy_poll" : "peer_death", (unsigned long long)succeeded, took, bound_ms,
+         (unsigned long long)flushed);
   ibv_dereg_mr(mr);
   free(src);
   vp_close(&a);
@@ -257,9 +273,11 @@ int main(int argc, char** argv) {
   else if (!strcmp(c, "rnr_retry_exceeded"))
     case_rnr_retry_exceeded();
   else if (!strcmp(c, "peer_death"))
-    case_peer_death();
+    case_peer_death(0);
+  else if (!strcmp(c, "peer_death_busy_poll"))
+    case_peer_death(1);
   else {
-    fprintf(stderr, "usage: %s rnr_late_receive | rnr_retry_exceeded | peer_death\n", argv[0]);
+    fprintf(stderr, "usage: %s rnr_late_receive | rnr_retry_exceeded | peer_death | peer_death_busy_poll\n", argv[0]);
     return 2;
   }
   printf("%s: %s\n", c, g_failures ? "FAILED" : "passed");
