@@ -34,9 +34,10 @@ void Tombstones::add(const EngineQp& qp) {
   // ACK timer, which backs off to four times the timeout (the peer's timeout is taken to
   // be this QP's; rxe resends only then). On a lossy path a uroce peer's probes have
   // often backed off to the timer too: wait that long from the start. On a clean path,
-  // where the last ACK is rarely lost, kQuiet keeps a process's exit short.
+  // where the last ACK is rarely lost, kQuiet keeps a process's exit short. (Timeout 0,
+  // no timer: local_ack_timeout() is 4 us, and the gap kQuiet.)
   Clock::duration gap = std::clamp<Clock::duration>(4 * qp.local_ack_timeout(), kQuiet, kLingerMax);
-  Clock::duration quiet = qp.attr.timeout != 0 && lossy_path(qp) ? gap : Clock::duration(kQuiet);
+  Clock::duration quiet = lossy_path(qp) ? gap : Clock::duration(kQuiet);
   by_qpn_[qp.qp_num()] =
       Tombstone{qp.qp_num(), qp.attr.dest_qp_num, qp.resp.epsn, qp.resp.msn, qp.path, now, now, quiet, gap};
   any_.store(true, std::memory_order_relaxed);
