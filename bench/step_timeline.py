@@ -8,7 +8,8 @@ and prints the median, 25th and 75th percentile of each step, in ns.
 A one-way runs from one side's ibv_post_send to the other side's ibv_poll_cq
 returning its receive completion: the post until its record is published;
 the record's trip through the ring until the receiver takes it; the
-receiver's dispatch until the responder is done; the ACK published; the
+receiver's dispatch until the responder is done; the ACK published (an RC
+ACK's word on the peer's board, through shared memory); the
 burst settled (completions released); the poll returning. Then the other
 side's turn to post. Over UDP (step_timeline.sh UDP=1) a record is a
 sendmmsg/recvmmsg, and the ACK rides with the reply: its step reads 0.

@@ -13,6 +13,8 @@
 #include "core/cq.h"
 #include "core/log.h"
 #include "core/wr_opcode.h"
+#include "engine/ack.h"
+#include "engine/ack_board.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/psn.h"
@@ -312,6 +314,7 @@ struct Response {
   core::SendWqe* wqe = nullptr;           // and the WQE
   uint32_t expected = 0;                  // READ: the PSN of the first missing response
   ibv_wc_status status = IBV_WC_SUCCESS;  // kError's
+  bool from_board = false;                // a same-host ACK word (completer_receive_board)
 };
 
 // Everything before `psn` is acknowledged — a response acknowledges every
@@ -332,7 +335,10 @@ void acknowledge_before(Response& r, uint32_t psn) {
       // missing response on are not acknowledged, whatever `psn` says.
       uint32_t missing = first_missing(qp, w);
       if (wire::psn_diff(psn, missing) > 0) {
-        if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
+        if (r.from_board) {
+          // The READ's responses may still be in the ring behind the word.
+          qp.board.behind_read.store(true, std::memory_order_relaxed);
+        } else if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
           // The response passed the whole READ: its responses were lost.
           qp.comp.rewound = true;
           r.requester.rewind(missing);
@@ -690,8 +696,10 @@ void retire_send_wqes(EngineQp& qp) {
   }
 }
 
-void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
+namespace {
+void run_completer(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx, bool from_board) {
   Response r{qp, pkt, RequesterLink(qp, tx), pkt.bth().psn(), wire::operation_of(pkt.bth().opcode())};
+  r.from_board = from_board;
   CompState s = CompState::kCheckQpState;
   while (s != CompState::kDone) {
     if (s >= CompState::kErrorRetry && s <= CompState::kError)
@@ -699,6 +707,23 @@ void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) {
                 wire::opcode_name(pkt.bth().opcode()), r.psn, qp.comp.unacked_psn, int(r.status));
     s = step(s, r);
   }
+}
+}  // namespace
+
+void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx) { run_completer(qp, pkt, tx, false); }
+
+// The ACKNOWLEDGE packet the word stands for, bare as through shared memory,
+// built on the stack: every check the packet would pass through runs on it.
+void completer_receive_board(EngineQp& qp, const BoardAck& ack, TxBatch& tx) {
+  constexpr uint8_t kOpcode = wire::make_opcode(wire::Service::kRc, wire::Operation::kAcknowledge);
+  const wire::OpcodeInfo& info = wire::opcode_info(kOpcode);
+  uint8_t bytes[kAckPacketBytes] = {};
+  wire::Bth(bytes).fill(kOpcode, false, 0, wire::kDefaultPkey, qp.qp_num(), false, ack.psn);
+  wire::Aeth(bytes + info.offset[unsigned(wire::Hdr::kAeth)]).fill(wire::kAckNoCredit, ack.msn);
+  wire::PacketView pkt;
+  if (wire::PacketView::parse(bytes, sizeof bytes, pkt) != wire::ParseError::kNone) return;
+  qp.board.behind_read.store(false, std::memory_order_relaxed);  // unless it passes a READ unanswered
+  run_completer(qp, pkt, tx, true);
 }
 
 void completer_receive_cnp(EngineQp& qp) {

@@ -12,6 +12,7 @@ void Delivery::decide(transport::DatagramTransport& transport, host::DirectPlace
   placement_ = rc_or_uc ? placement : nullptr;
   jumbo_allowed_ = type == IBV_QPT_RC && core::config().shm_jumbo;
   bare_ = rc_or_uc && core::config().pcap.empty() && core::config().fault.empty();
+  acks_on_board_ = bare_ && type == IBV_QPT_RC;
   if (type == IBV_QPT_UD) {
     transport_ = nullptr;  // by address handle: nothing to decide
     path_ = DeliveryPath::kSocket;

@@ -90,6 +90,13 @@ class Delivery {
   // packet each way, in a same-host one-way's path). Kept where packets are
   // captured (UROCE_PCAP) or faults injected (UROCE_FAULT corrupts bytes).
   TxBatch::Icrc icrc() const { return bare_ && through_memory() ? TxBatch::Icrc::kOmit : TxBatch::Icrc::kCompute; }
+  // Stores an RC responder's ACK word in the peer requester's board cell
+  // (engine/ack_board.h) instead of sending an ACKNOWLEDGE packet: only
+  // through shared memory and where ACKs may go bare (icrc()); false when the
+  // packet must go.
+  bool post_ack_word(uint32_t cell, uint64_t word) {
+    return acks_on_board_ && through_memory() && transport_->post_board(dst_, cell, word);
+  }
   // Same-host direct placement of WRITE/READ (RC/UC), or null.
   host::DirectPlacement* placement() const { return placement_; }
 
@@ -109,6 +116,7 @@ class Delivery {
   DeliveryPath path_ = DeliveryPath::kSocket;
   bool jumbo_allowed_ = false;  // RC with jumbo packets configured
   bool bare_ = false;           // RC/UC, neither captured nor faulty: icrc()
+  bool acks_on_board_ = false;  // RC and bare: post_ack_word
   uint32_t jumbo_limit_ = 0;
   uint32_t posts_left_ = kRecheckPosts;
 };

@@ -58,7 +58,8 @@ EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::Datag
       live_(LiveCounters::open(dev->ibdev.name, t->local_port(), publish && core::config().live_stats)),
       stats(live_->port()),
       transport_(std::move(t)),
-      qps_(transport_.get()) {
+      qps_(transport_.get()),
+      board_watch_(transport::find_layer<transport::ShmTransport>(transport_.get())) {
   set_lid(transport_->local_port());
   live_->set_paths(transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get()))
@@ -293,6 +294,7 @@ void EngineContext::withdraw_qp(EngineQp* qp) {
   // exclusively also waits for any use of `qp` to finish.
   std::unique_lock lock(qps_.mu());
   qps_.erase_locked(qp);  // also leaves the multicast groups it was the last member of
+  board_watch_.withdraw(qp);
   std::erase(reading_, qp);
   std::erase(deferred_acks_, qp);
   reading_count_.store(reading_.size(), std::memory_order_relaxed);

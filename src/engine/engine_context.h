@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "engine/board_watch.h"
 #include "engine/engine_qp.h"
 #include "engine/gsi_inbox.h"
 #include "engine/live_counters.h"
@@ -117,7 +118,11 @@ class EngineContext : public core::Context {
   // defers (responses read the clock each: completer_receive).
   // (`now` unset: the clock is read only if something needs it, a deferred
   // ACK or a congestion mark: ~30 ns a read, on a same-host one-way's path.)
-  void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress, Clock::time_point now = {});
+  // `board_moved`: the same-host ACK board moved this turn (board_watch.h).
+  void process_burst(std::span<transport::RxDatagram> burst, Turn turn = Turn::kProgress, Clock::time_point now = {},
+                     bool board_moved = false);
+  // The RC QPs whose same-host ACKs this context reads from its board.
+  BoardWatch& board_watch() { return board_watch_; }
   // Runs every QP's timers; true if some timer is still armed.
   bool run_timers(Clock::time_point now);
 
@@ -210,6 +215,7 @@ class EngineContext : public core::Context {
   struct RxBurst {
     TxBatch& tx;
     Clock::time_point now_at{};  // unset until now() first reads the clock
+    bool board_moved = false;    // the same-host ACK board moved this turn (board_watch.h)
     uint64_t bytes = 0;
     Clock::time_point now() {
       if (now_at == Clock::time_point{}) now_at = Clock::now();
@@ -238,7 +244,8 @@ class EngineContext : public core::Context {
   std::unique_ptr<host::HostDirectory> shm_directory_;
   std::unique_ptr<host::DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
-  QpTable qps_;  // its lock also guards reading_ and deferred_acks_ (qp_table.h)
+  QpTable qps_;             // its lock also guards reading_ and deferred_acks_ (qp_table.h)
+  BoardWatch board_watch_;  // its watched list: as reading_'s
   void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, RxBurst& burst);
   Tombstones tombstones_;
   // Kept XRC targets and opened handles (guarded by xrc_mu_).

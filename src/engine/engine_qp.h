@@ -270,6 +270,15 @@ class EngineQp : public core::Qp {
   // this RC QP's responder pending (written under mu and the receive turn;
   // read under mu). requester_run sends it before the QP's next request.
   bool in_ack_list = false;
+  // Same-host ACKs on the board (board_watch.h), written under mu: the QP's
+  // cell's word last read, whether that word waits for a READ's responses
+  // (both also read without mu by the receive turn, to skip unchanged cells
+  // unlocked), and whether the QP is in its engine's BoardWatch.
+  struct BoardState {
+    std::atomic<uint64_t> seen{0};
+    std::atomic<bool> behind_read{false};
+    bool watched = false;
+  } board;
   // ACK before completion: a reliable QP's receive completions are held here
   // until the ACK that covers their message has been handed to the transport
   // (responder_publish), so that a reply the application sends in reaction

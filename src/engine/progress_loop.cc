@@ -133,7 +133,8 @@ bool EngineContext::receive_turn(size_t* received, Turn turn, Clock::time_point 
   flush_deferred_acks();
   size_t n = transport_->recv_burst(rx_, 0);
   *received = n;
-  if (n) process_burst(std::span(rx_.data(), n), turn, now);
+  bool board_moved = board_watch_.moved();  // after the rings: a word is as new as the records
+  if (n || board_moved) process_burst(std::span(rx_.data(), n), turn, now, board_moved);
   bool reads_pending = send_reads();
   return reads_pending || transport_->more_ready();
 }

@@ -92,6 +92,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
       deferred_count = 0;
       break;
     case IBV_QPS_RTR:
+      engine()->board_watch().join(*this);  // same-host ACKs to this requester: a clean cell
       resp = ResponderState{};
       resp.epsn = attr.rq_psn;
       resp.resource_count = attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1;

@@ -24,12 +24,13 @@
 
 namespace uroce::engine {
 
-void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn, Clock::time_point now) {
+void EngineContext::process_burst(std::span<transport::RxDatagram> burst, Turn turn, Clock::time_point now,
+                                  bool board_moved) {
   TxBatch& tx = TxBatch::local();
   tx.use(transport_.get());
   TxBatch::BurstScope in_burst(tx);  // flushed below
   std::shared_lock lock(qps_.mu());
-  RxBurst rx{tx, now};
+  RxBurst rx{tx, now, board_moved};
   for (auto& d : burst) {
     dispatch(d, rx);
     // A CM message takes its place among the data (gsi.h): what came before
@@ -64,6 +65,10 @@ void EngineContext::release_touched(EngineQp& qp) {
 
 void EngineContext::settle_burst(RxBurst& burst, Turn turn) {
   TxBatch& tx = burst.tx;
+  // Same-host ACK words first (board_watch.h): the send completions they make
+  // come before this burst's receive completions, and before a CM event
+  // that came after them (a DREQ after the last ACK: gsi.h).
+  board_watch_.take(tx, burst.board_moved);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
   // In an application's turn, an RC QP's ACK waits instead for the
   // application's next post on the QP, which sends it in the same system

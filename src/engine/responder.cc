@@ -16,6 +16,7 @@
 #include "core/remote_access.h"
 #include "core/srq.h"
 #include "engine/ack.h"
+#include "engine/ack_board.h"
 #include "engine/engine_context.h"
 #include "engine/roles.h"
 #include "wire/headers.h"
@@ -689,6 +690,9 @@ void responder_flush_ack(EngineQp& qp, TxBatch& tx) {
   if (!qp.resp.ack_pending) return;
   qp.resp.ack_pending = false;
   qp.resp.ack_covers_receive = false;
+  // Same host: a word on the requester's board (ack_board.h) has left at once.
+  uint64_t word = board_word(BoardAck{qp.resp.ack_psn, qp.resp.msn}, qp.qp_num());
+  if (qp.delivery.post_ack_word(board_cell(qp.attr.dest_qp_num), word)) return;
   send_ack_packet(qp, tx, wire::kAckNoCredit, qp.resp.ack_psn);
 }
 

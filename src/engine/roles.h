@@ -19,6 +19,7 @@ namespace uroce::engine {
 
 // Declared, not included: engine_qp.cc calls the roles.
 class EngineQp;
+struct BoardAck;
 
 // Requester (requester.cc): turns send WQEs into request packets while the
 // PSN window and the read/atomic credits allow.
@@ -99,6 +100,11 @@ class RequesterLink {
 // Completer (completer.cc): one incoming response (ACK/NAK/READ response),
 // walked through the completer's states.
 void completer_receive(EngineQp& qp, const wire::PacketView& pkt, TxBatch& tx);
+// A same-host ACK read from the board (board_watch.h): handled as the ACK
+// packet it stands for, except that it never passes a READ or atomic whose
+// responses have not come (they may still be on their way: it then sets
+// qp.board.behind_read to be read again).
+void completer_receive_board(EngineQp& qp, const BoardAck& ack, TxBatch& tx);
 // A CNP for this QP (ecn.h): the reaction point's cut. An RC requester's
 // congestion window halves, once per window as for a loss (nothing is resent);
 // other QPs only count it.

@@ -209,6 +209,15 @@ class DatagramTransport {
   virtual void commit_bare(BareSlot& slot) noexcept { slot = {}; }
   virtual void abandon_bare(BareSlot& slot) noexcept { slot = {}; }
 
+  // Same-host: stores `word` in cell `cell` of the board of the transport
+  // at `dst` (ShmTransport: a word its receiver reads, not a datagram); false
+  // when there is no such board (no ring to `dst`; decorators, whose layer
+  // would not see it): send a packet instead. Thread-safe.
+  virtual bool post_board(const Endpoint& dst, uint32_t cell, uint64_t word) noexcept {
+    (void)dst, (void)cell, (void)word;
+    return false;
+  }
+
   // Whether a datagram to `dst` is handed over through shared memory (the
   // same-host path: no system call) rather than a socket. Decorators answer
   // for the layer below them. Thread-safe.

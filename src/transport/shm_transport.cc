@@ -18,28 +18,32 @@
 
 namespace uroce::transport {
 
-// The inbound segment: this header, then kRings rings of kRingBytes.
+// The inbound segment: this header, then the board (kBoardCells words),
+// then kRings rings of kRingBytes.
 // `senders` bits are set (seq_cst) by a sender before its first push;
 // `waiting` is set (seq_cst) by the receiver about to block and taken by the
-// first sender that then pushes (which rings the doorbell). Both are only
-// hints: a wrong bit costs a look at an empty ring or a spurious wake-up.
+// first sender that then pushes or posts to the board (which rings the
+// doorbell). Both are only hints: a wrong bit costs a look at an empty ring
+// or a spurious wake-up. `board_gen` counts the board's writes (seq_cst).
 struct ShmTransport::Segment {
   uint64_t magic;
   uint32_t owner_pid;
   uint32_t reserved;
   alignas(64) std::atomic<uint64_t> senders[kRings / 64];
   alignas(64) std::atomic<uint32_t> waiting;
+  alignas(64) std::atomic<uint64_t> board_gen;
 };
 
 namespace {
 
 // The segment's layout and its records' meaning, version included: a process
 // of another uroce build whose rings would not mean the same (records sent
-// bare, without ICRC, since "urocSeg2") does not attach, and its packets go
-// through the socket.
-constexpr uint64_t kSegmentMagic = 0x75726f63'53656732ULL;  // "urocSeg2"
+// bare, without ICRC, since "urocSeg2"; with a board, since "urocSeg3") does
+// not attach, and its packets go through the socket.
+constexpr uint64_t kSegmentMagic = 0x75726f63'53656733ULL;  // "urocSeg3"
 constexpr size_t kSegmentHeader = 4096;
-constexpr size_t kSegmentBytes = kSegmentHeader + ShmTransport::kRings * ShmTransport::kRingBytes;
+constexpr size_t kBoardBytes = size_t(ShmTransport::kBoardCells) * sizeof(uint64_t);
+constexpr size_t kSegmentBytes = kSegmentHeader + kBoardBytes + ShmTransport::kRings * ShmTransport::kRingBytes;
 constexpr uint32_t kLoopback = 0x7F000001;
 constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plus headers
 constexpr auto kRingsActive = std::chrono::milliseconds(1);
@@ -66,7 +70,9 @@ std::chrono::nanoseconds coarse_now() {
   return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
-size_t ring_offset(unsigned index) { return kSegmentHeader + size_t(index) * ShmTransport::kRingBytes; }
+std::atomic<uint64_t>* board_of(void* segment) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<uint8_t*>(segment) + kSegmentHeader);
+}
 
 // Allocates the pages of [offset, offset + len) of the segment file.
 bool reserve_pages(int fd, size_t offset, size_t len) {
@@ -76,6 +82,10 @@ bool reserve_pages(int fd, size_t offset, size_t len) {
 }
 
 }  // namespace
+
+size_t ShmTransport::ring_offset(unsigned index) noexcept {
+  return kSegmentHeader + kBoardBytes + size_t(index) * kRingBytes;
+}
 
 // A mapping of a segment, unmapped when its last user lets go.
 struct ShmTransport::Mapping {
@@ -110,10 +120,11 @@ std::shared_ptr<ShmTransport::Mapping> own_segment(const std::string& path) {
 std::unique_ptr<ShmTransport> ShmTransport::open(std::unique_ptr<DatagramTransport> inner, std::string segment,
                                                  ShmDirectory* directory,
                                                  std::unique_ptr<DatagramTransport>* inner_back) {
-  // A sparse file: only the pages written here (header, ring headers) are
-  // allocated now, each sender allocates its ring's (reserve_pages).
+  // A sparse file: only the pages written here (header and board, ring
+  // headers) are allocated now, each sender allocates its ring's
+  // (reserve_pages).
   std::array<ByteRange, kRings + 1> written;
-  written[0] = {0, kSegmentHeader};
+  written[0] = {0, kSegmentHeader + kBoardBytes};
   for (unsigned i = 0; i < kRings; ++i) written[i + 1] = {ring_offset(i), ShmRing::kHeaderBytes};
   void* map = create_shared_file(segment, kSegmentBytes, true, written);
   if (!map) {
@@ -306,6 +317,36 @@ void ShmTransport::commit_bare(BareSlot& slot) noexcept {
   wake_if_waiting(*o);
   o->mu.unlock();
   slot = {};
+}
+
+bool ShmTransport::post_board(const Endpoint& dst, uint32_t cell, uint64_t word) noexcept {
+  Outbound* o = outbound_to(dst);
+  if (!o || cell >= kBoardCells) return false;
+  std::lock_guard lock(o->mu);
+  if (!o->live()) return false;  // remapped meanwhile
+  board_of(o->map)[cell].store(word, std::memory_order_release);
+  // seq_cst, as a ring's head: with wake_if_waiting's load, either the
+  // receiver about to block sees the generation move or this sees its flag.
+  static_cast<Segment*>(o->map)->board_gen.fetch_add(1, std::memory_order_seq_cst);
+  step_probe::stamp(step_probe::Step::kPublished);
+  board_posts_.fetch_add(1, std::memory_order_relaxed);
+  wake_if_waiting(*o);
+  return true;
+}
+
+bool ShmTransport::take_board_change() noexcept {
+  uint64_t gen = segment_->board_gen.load(std::memory_order_acquire);
+  if (gen == board_seen_.load(std::memory_order_relaxed)) return false;
+  board_seen_.store(gen, std::memory_order_relaxed);
+  return true;
+}
+
+uint64_t ShmTransport::board_word(uint32_t cell) const noexcept {
+  return cell < kBoardCells ? board_of(map_)[cell].load(std::memory_order_acquire) : 0;
+}
+
+void ShmTransport::clear_board(uint32_t cell) noexcept {
+  if (cell < kBoardCells) board_of(map_)[cell].store(0, std::memory_order_relaxed);
 }
 
 void ShmTransport::abandon_bare(BareSlot& slot) noexcept {
@@ -535,7 +576,8 @@ void ShmTransport::wait(int timeout_ms) noexcept {
   }
   waiter_blocked_.store(true, std::memory_order_seq_cst);
   segment_->waiting.store(1, std::memory_order_seq_cst);
-  bool ready = rings_ready_.load(std::memory_order_relaxed) || rings_have_records();
+  bool ready = rings_ready_.load(std::memory_order_relaxed) || rings_have_records() ||
+               segment_->board_gen.load(std::memory_order_seq_cst) != board_seen_.load(std::memory_order_relaxed);
   if (!ready) inner_->wait(timeout_ms);
   segment_->waiting.store(0, std::memory_order_relaxed);
   waiter_blocked_.store(false, std::memory_order_relaxed);

@@ -32,6 +32,16 @@
 // sleeper (the engine's progress thread waits without the receive turn, a CQ
 // poller receives meanwhile): that one passes the wake-up on (wake()).
 //
+// The board (post_board): besides its rings, a segment holds kBoardCells
+// words that its senders write and its receiver reads, one per cell, each the
+// latest of a monotonic value (the engine keeps a same-host ACK there:
+// engine/ack_board.h). A sender stores the word (release), counts the
+// segment's board generation up (seq_cst) and wakes a receiver about to block,
+// as a push does; the receiver asks whether the generation moved
+// (take_board_change) before it reads the words it cares about, and wait()
+// does not block while it has moved unseen. A cell's word is whatever its
+// last writer stored: the reader checks it as it would a packet.
+//
 // Threads: send_burst is thread-safe (one mutex per outbound ring); one
 // thread at a time receives (the engine's receive turn); one thread at a time
 // waits (the progress thread), also while another receives.
@@ -68,6 +78,7 @@ class ShmTransport final : public DatagramTransport {
   static constexpr uint16_t kJumboRecord = 1;          // ShmRing::Meta::flags: a jumbo packet
   static constexpr uint16_t kBareRecord = 2;           // ShmRing::Meta::flags: a packet without ICRC
   static constexpr auto kJumboLinger = std::chrono::microseconds(50);
+  static constexpr uint32_t kBoardCells = 1u << 16;  // the board's words, 8 bytes each
 
   // Creates the inbound segment `segment` (a path under /dev/shm) and wraps
   // `inner`; nullptr + errno when the segment cannot be made (the caller
@@ -84,7 +95,16 @@ class ShmTransport final : public DatagramTransport {
   BareSlot reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept override;
   void commit_bare(BareSlot& slot) noexcept override;
   void abandon_bare(BareSlot& slot) noexcept override;
+  bool post_board(const Endpoint& dst, uint32_t cell, uint64_t word) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
+  // Receiver (the receive turn's holder): whether a sender wrote the board
+  // since the last call that said so; then the word of `cell` (acquire), which
+  // clear_board zeroes (the cell's next user starts from nothing).
+  bool take_board_change() noexcept;
+  uint64_t board_word(uint32_t cell) const noexcept;
+  void clear_board(uint32_t cell) noexcept;
+  // Byte offset of sender `index`'s ring in a segment (tests scribble on it).
+  static size_t ring_offset(unsigned index) noexcept;
   void wake() noexcept override { inner_->wake(); }
   void wait(int timeout_ms) noexcept override;
   uint16_t local_port() const noexcept override { return inner_->local_port(); }
@@ -102,6 +122,8 @@ class ShmTransport final : public DatagramTransport {
   uint64_t jumbo_sent() const { return jumbo_sent_.load(std::memory_order_relaxed); }
   // Bare datagrams (TxDatagram::bare) dropped for want of a ring to their destination.
   uint64_t bare_drops() const { return bare_drops_.load(std::memory_order_relaxed); }
+  // Words this transport wrote into its peers' boards.
+  uint64_t board_posts() const { return board_posts_.load(std::memory_order_relaxed); }
   // Counts into the caller's counters from now on (e.g. ones in shared
   // memory; set before any traffic, they must outlive this transport).
   void count_into(std::atomic<uint64_t>& sent, std::atomic<uint64_t>& received,
@@ -171,6 +193,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<uint64_t> own_sent_{0}, own_received_{0}, own_full_drops_{0};
   std::atomic<uint64_t> jumbo_sent_{0};  // of the datagrams sent: jumbo packets
   std::atomic<uint64_t> bare_drops_{0};
+  std::atomic<uint64_t> board_posts_{0};
   std::atomic<uint64_t>* sent_ = &own_sent_;
   std::atomic<uint64_t>* received_ = &own_received_;
   std::atomic<uint64_t>* full_drops_ = &own_full_drops_;
@@ -183,6 +206,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> rings_ready_{false};                     // a ring had more than the last receive took
   std::atomic<bool> waiter_blocked_{false};                  // a thread is in wait()
   std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
+  std::atomic<uint64_t> board_seen_{0};                      // the board generation take_board_change last saw
   unsigned rotate_ = 0;                                      // which active ring is read first
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
   unsigned empty_receives_ = 0;                              // in a row (poll_clock)

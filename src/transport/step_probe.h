@@ -16,8 +16,8 @@ namespace uroce::transport::step_probe {
 
 enum class Step : uint32_t {
   kPost = 1,   // ibv_post_send entered
-  kPublished,  // a record published into a peer's ring (ShmTransport::commit_bare), or
-               // datagrams handed to sendmmsg (UdpTransport)
+  kPublished,  // a record published into a peer's ring (ShmTransport::commit_bare) or a
+               // word into its board (post_board), or datagrams handed to sendmmsg (UdpTransport)
   kTaken,      // a record taken from an inbound ring, or datagrams from recvmmsg
   kResponder,  // the responder done with a request
   kCompleter,  // the completer done with a response

@@ -3,6 +3,7 @@
 // ACK/NAK/READ responses in, send completions and retransmissions out.
 #include <thread>
 
+#include "engine/ack_board.h"
 #include "engine_harness.h"
 
 namespace uroce::engine::test {
@@ -595,6 +596,63 @@ TEST_F(RequesterSlowAcks, NoProbeWhileAReadIsOutstanding) {
   EXPECT_EQ(re[1].opcode, kReadRequest);
   EXPECT_EQ(re[1].psn, sq(1));
   EXPECT_EQ(re[1].reth_len, 3000u);
+}
+
+// Same-host ACK words (ack_board.h): a SEND, a READ, a SEND; the word
+// acknowledging the last SEND is read before the READ's response has come
+// (it is still in the ring behind the word) / Expect the first SEND complete,
+// nothing resent (an ACK packet passing the READ would rewind: its responses
+// lost), the QP marked to read its word again; then the READ's response /
+// Expect the READ complete, and the word read again completes the last SEND.
+TEST_F(Requester, BoardAckWaitsForTheReadItPasses) {
+  std::vector<uint8_t> dst(64, 0);
+  core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  send(1, 10);
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = 0x9000000;
+  wr.wr.rdma.rkey = 0x5151;
+  post_send(wr, {sge(dst.data(), 13, m)});
+  send(3, 10);
+  ASSERT_EQ(take().size(), 3u);
+  {
+    std::lock_guard ql(qp->mu);
+    completer_receive_board(*qp, BoardAck{sq(2), 2}, TxBatch::local());
+    TxBatch::local().flush();
+    EXPECT_TRUE(qp->board.behind_read);
+  }
+  EXPECT_TRUE(take().empty());
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(1), .msn = 2, .payload = pattern(13, 1)});
+  wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  {
+    std::lock_guard ql(qp->mu);
+    completer_receive_board(*qp, BoardAck{sq(2), 2}, TxBatch::local());
+    EXPECT_FALSE(qp->board.behind_read);
+  }
+  wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 3u);
+  EXPECT_TRUE(take().empty());
+}
+
+// The word's encoding (ack_board.h): PSN and MSN back as written; a word of
+// another responder QP (its low 15 bits), or a cell never written, is none.
+TEST(BoardWord, CarriesPsnAndMsnOfItsResponderOnly) {
+  uint64_t w = board_word(BoardAck{0xABCDEF, 0x123456}, 0x05A1B2);
+  auto a = board_ack(w, 0x05A1B2);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->psn, 0xABCDEFu);
+  EXPECT_EQ(a->msn, 0x123456u);
+  EXPECT_FALSE(board_ack(w, 0x05A1B3).has_value());
+  EXPECT_FALSE(board_ack(0, 0).has_value());
+  EXPECT_EQ(board_cell(0x05A1B2), 0xA1B2u);
 }
 
 // A SEND acknowledged at least 40 ms after it left (srtt 40 ms, rttvar 20:

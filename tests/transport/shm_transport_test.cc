@@ -5,7 +5,7 @@
 // thread swallowed it; jumbo packets go whole and are delivered in place;
 // bare datagrams (no ICRC) go only through a ring; a segment of another
 // layout version is not attached to; a scribbled ring loses datagrams, never
-// the process.
+// the process; a word posted to the board is read, and wakes, as a record.
 #include "transport/shm_transport.h"
 
 #include <fcntl.h>
@@ -246,6 +246,46 @@ TEST_F(ShmTransportTest, SleepingReceiverIsWokenByTheDoorbell) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }
 
+// The board: a word posted to a local transport's cell is what its receiver
+// reads there, once it has been told that the board moved (and told once);
+// cleared, the cell reads 0; a destination without a ring has no board.
+TEST_F(ShmTransportTest, BoardWordIsReadByTheReceiverAfterTheMove) {
+  Endpoint to1{kLoopback, nodes[1].t->local_port()};
+  EXPECT_FALSE(nodes[1].t->take_board_change());
+  ASSERT_TRUE(nodes[0].t->post_board(to1, 7, 0x8000'0000'1234'5678ULL));
+  EXPECT_EQ(nodes[0].t->board_posts(), 1u);
+  EXPECT_TRUE(nodes[1].t->take_board_change());
+  EXPECT_FALSE(nodes[1].t->take_board_change());
+  EXPECT_EQ(nodes[1].t->board_word(7), 0x8000'0000'1234'5678ULL);
+  EXPECT_EQ(nodes[1].t->board_word(8), 0u);
+  EXPECT_EQ(nodes[0].t->board_word(7), 0u);  // the receiver's board, not the sender's
+  nodes[1].t->clear_board(7);
+  EXPECT_EQ(nodes[1].t->board_word(7), 0u);
+  EXPECT_FALSE(nodes[0].t->post_board(to1, ShmTransport::kBoardCells, 1));
+  EXPECT_FALSE(nodes[0].t->post_board(Endpoint{kLoopback, 1}, 7, 1));  // no such transport
+}
+
+// A receiver blocked in wait() is woken by a word posted to its board (the
+// doorbell, as for a record), and one whose board moved unseen does not block.
+TEST_F(ShmTransportTest, BoardWordWakesASleepingReceiver) {
+  std::atomic<bool> woke{false};
+  std::thread receiver([&] {
+    nodes[1].t->wait(5000);
+    woke = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let it block
+  ASSERT_TRUE(nodes[0].t->post_board(Endpoint{kLoopback, nodes[1].t->local_port()}, 3, 42));
+  auto start = std::chrono::steady_clock::now();
+  receiver.join();
+  EXPECT_TRUE(woke);
+  // Woken by the doorbell, not by the 5 s timeout (a generous bound: no timing claim).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  start = std::chrono::steady_clock::now();
+  nodes[1].t->wait(5000);  // the move not yet taken: no sleep at all
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_TRUE(nodes[1].t->take_board_change());
+}
+
 // A UDP transport whose wait() first stops at a gate the test opens: the
 // moment between a waiter taking the segment's waiting word and its poll.
 class GatedUdp : public DatagramTransport {
@@ -420,7 +460,7 @@ TEST_F(ShmTransportTest, ScribbledRingLosesItsDatagramsOnly) {
   FILE* f = std::fopen(nodes[1].segment.c_str(), "r+b");
   ASSERT_NE(f, nullptr);
   uint32_t huge = 0x7FFFFFF0;
-  std::fseek(f, long(4096 + 1 * ShmTransport::kRingBytes + ShmRing::kHeaderBytes), SEEK_SET);
+  std::fseek(f, long(ShmTransport::ring_offset(1) + ShmRing::kHeaderBytes), SEEK_SET);
   std::fwrite(&huge, 4, 1, f);
   std::fclose(f);
   std::vector<RxDatagram> rx(4);
