@@ -171,6 +171,7 @@ class ShmTransport final : public DatagramTransport {
                     unsigned n, uint32_t align_at) noexcept;
   void ring_doorbell(uint16_t port) noexcept;
   size_t take_from_rings(std::span<RxDatagram> out) noexcept;
+  bool board_polled() noexcept;  // recv_burst: whether the board moved since its last look
   // recv_burst's time: read anew after a receive that found records and on
   // every kClockEvery-th empty one, else the last read.
   std::chrono::steady_clock::time_point poll_clock() noexcept;
@@ -207,6 +208,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> waiter_blocked_{false};                  // a thread is in wait()
   std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
   std::atomic<uint64_t> board_seen_{0};                      // the board generation take_board_change last saw
+  uint64_t board_polled_ = 0;                                // and the one recv_burst last saw
   unsigned rotate_ = 0;                                      // which active ring is read first
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
   unsigned empty_receives_ = 0;                              // in a row (poll_clock)
