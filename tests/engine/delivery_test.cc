@@ -1,7 +1,9 @@
 // A QP's Delivery (engine/delivery.h): decided when the QP goes to RTR from
 // how the transport reaches the peer, and again when a same-host peer goes
 // away (the transport no longer takes a jumbo to it as local, or a local ACK
-// timeout); the requester follows it.
+// timeout); the requester follows it. Through shared memory an RC ACK is a
+// word on the peer requester's board when its transport takes one.
+#include "engine/ack_board.h"
 #include "engine_harness.h"
 
 namespace uroce::engine::test {
@@ -51,6 +53,38 @@ TEST_F(DeliveryTest, DecidedWhenTheQpGoesToRtr) {
   EXPECT_EQ(qp->delivery.window_psns(), Delivery::kWindowPsns);
   EXPECT_FALSE(qp->delivery.congestion_controlled());
   EXPECT_EQ(qp->delivery.coalesce_from(), 0u);
+}
+
+// An RC QP connected through shared memory (bare packets) to a peer whose
+// board takes words; a SEND request / Expect its ACK as a word in the
+// requester's cell (its PSN, MSN 1, this QP's number) and no ACK packet,
+// the receive completion released. The board refused / Expect the
+// ACKNOWLEDGE packet as before.
+TEST_F(DeliveryTest, SameHostAckIsAWordOnTheBoard) {
+  transport->memory_path = true;
+  transport->board_open = true;
+  reconnect();
+  std::vector<uint8_t> buf(64, 0);
+  recv_buf(buf, 1);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = {1, 2, 3}, .bare = true});
+  EXPECT_TRUE(take().empty());
+  ASSERT_EQ(transport->board.size(), 1u);
+  EXPECT_EQ(transport->board[0].cell, board_cell(kPeerQpn));
+  EXPECT_EQ(transport->board[0].dst, qp->path.dst);
+  auto ack = board_ack(transport->board[0].word, qp->qp_num());
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->psn, rq(0));
+  EXPECT_EQ(ack->msn, 1u);
+  EXPECT_EQ(poll(*rcq).size(), 1u);
+
+  transport->board_open = false;
+  recv_buf(buf, 2);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = {4}, .bare = true});
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kAck);
+  EXPECT_EQ(tx[0].psn, rq(1));
+  EXPECT_EQ(poll(*rcq).size(), 1u);
 }
 
 // Connected to a same-host peer that takes jumbos; the peer goes away (the

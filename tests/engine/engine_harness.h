@@ -140,6 +140,19 @@ class FakeTransport : public transport::DatagramTransport {
   unsigned gso_segments = 1;
   bool through_memory(const transport::Endpoint&) noexcept override { return memory_path; }
   bool memory_path = false;  // the peer is reached through shared memory
+  // The peer's board (ShmTransport::post_board): words taken when board_open.
+  bool post_board(const transport::Endpoint& dst, uint32_t cell, uint64_t word) noexcept override {
+    if (!board_open) return false;
+    board.push_back(BoardPost{dst, cell, word});
+    return true;
+  }
+  struct BoardPost {
+    transport::Endpoint dst;
+    uint32_t cell;
+    uint64_t word;
+  };
+  bool board_open = false;
+  std::vector<BoardPost> board;
   size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
