@@ -53,17 +53,17 @@ void BoardWatch::take(TxBatch& tx, bool moved) {
   behind_read_ = behind;
 }
 
-// A word that changed (or waits behind a READ) is the responder's latest
-// ACK, if the QP's connected responder wrote it; the completer checks it as
-// the ACK packet it stands for.
+// A word that changed (or waits behind a READ: take() chose the QP) is the
+// responder's latest ACK, if the QP's connected responder wrote it; the
+// completer checks it as the ACK packet it stands for. A QP that sends no
+// more (not RTS/SQD) takes none, as the completer would drop it, uncounted.
 void BoardWatch::read_cell(EngineQp& qp, TxBatch& tx) {
   uint64_t word = board_->board_word(board_cell(qp.qp_num()));
-  if (word == qp.board.seen.load(std::memory_order_relaxed) && !qp.board.behind_read.load(std::memory_order_relaxed))
-    return;
   qp.board.seen.store(word, std::memory_order_relaxed);
   ibv_qp_state st = qp.state();
-  if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return qp.board.behind_read.store(false, std::memory_order_relaxed);
-  if (std::optional<BoardAck> ack = board_ack(word, qp.attr.dest_qp_num))
+  std::optional<BoardAck> ack;
+  if (st == IBV_QPS_RTS || st == IBV_QPS_SQD) ack = board_ack(word, qp.attr.dest_qp_num);
+  if (ack)
     completer_receive_board(qp, *ack, tx);
   else
     qp.board.behind_read.store(false, std::memory_order_relaxed);

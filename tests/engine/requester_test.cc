@@ -33,6 +33,18 @@ class Requester : public EngineTest {
     deliver(Craft{.opcode = kAck, .psn = psn, .syndrome = syndrome, .msn = 1});
   }
 
+  // Posts a signaled RDMA READ of `len` bytes from remote `va` (rkey 0x33)
+  // into `buf`, registered as `mr`.
+  void post_read(uint64_t wr_id, uint64_t va, uint8_t* buf, uint32_t len, core::Mr* mr) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = va;
+    wr.wr.rdma.rkey = 0x33;
+    post_send(wr, {sge(buf, len, mr)});
+  }
+
   std::vector<uint8_t> src;
   core::Mr* src_mr = nullptr;
 };
@@ -608,13 +620,7 @@ TEST_F(Requester, BoardAckWaitsForTheReadItPasses) {
   std::vector<uint8_t> dst(64, 0);
   core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
   send(1, 10);
-  ibv_send_wr wr{};
-  wr.wr_id = 2;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = 0x9000000;
-  wr.wr.rdma.rkey = 0x5151;
-  post_send(wr, {sge(dst.data(), 13, m)});
+  post_read(2, 0x9000000, dst.data(), 13, m);
   send(3, 10);
   ASSERT_EQ(take().size(), 3u);
   {
@@ -785,13 +791,7 @@ TEST_F(Requester, ReadScattersResponses) {
 TEST_F(Requester, ReadResponseOnly) {
   std::vector<uint8_t> d(64, 0);
   core::Mr* m = reg(d, IBV_ACCESS_LOCAL_WRITE);
-  ibv_send_wr wr{};
-  wr.wr_id = 5;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = 0x1000;
-  wr.wr.rdma.rkey = 0x22;
-  post_send(wr, {sge(d.data(), 13, m)});
+  post_read(5, 0x1000, d.data(), 13, m);
   ASSERT_EQ(take().size(), 1u);
   auto data = pattern(13, 1);
   deliver(Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = data});
@@ -856,17 +856,6 @@ class RequesterShare32 : public Requester {
     }
     others_.clear();
     Requester::TearDown();
-  }
-  // Posts a signaled RDMA READ of `len` bytes from remote `va` (rkey 0x33)
-  // into `buf`, registered as `mr`.
-  void post_read(uint64_t wr_id, uint64_t va, uint8_t* buf, uint32_t len, core::Mr* mr) {
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = va;
-    wr.wr.rdma.rkey = 0x33;
-    post_send(wr, {sge(buf, len, mr)});
   }
   // Response k of a READ of `data`: its k-th MTU.
   static std::vector<uint8_t> read_piece(const std::vector<uint8_t>& data, uint32_t k) {
