@@ -23,6 +23,7 @@ POST, PUBLISHED, TAKEN, RESPONDER, COMPLETER, SETTLED, POLLED = range(1, 8)
 STEPS = ['post -> record published', 'ring -> record taken', 'taken -> responder done',
          'responder -> ACK published', 'ACK -> burst settled', 'settled -> poll returns',
          'one-way (post -> poll returns)', 'poll returns -> next post']
+ONE_WAY = STEPS.index('one-way (post -> poll returns)')
 
 
 def load(path):
@@ -69,7 +70,7 @@ def main():
     for p, q in ((a, b), (b, a)):
         for t_post in p[POST][100:-100]:  # past the warm-up and before the teardown
             steps = one_way(p, q, t_post)
-            if steps and steps[6] < 50_000 * ghz:  # not across a preemption
+            if steps and steps[ONE_WAY] < 50_000 * ghz:  # not across a preemption
                 for row, cycles in zip(rows, steps):
                     row.append(cycles / ghz)
     if not rows[0]:
