@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/envelope.h"
+
 namespace uroce::transport {
 
 namespace {
@@ -202,6 +204,7 @@ size_t CaptureTransport::send_burst(std::span<TxDatagram> burst) noexcept {
   Endpoint src{0, inner_->local_port()};
   for (size_t i = 0; i < sent; ++i) {
     const TxDatagram& d = burst[i];
+    if (is_envelope(d)) continue;  // no RoCE packet (capture.h)
     size_t total = 0;
     for (unsigned k = 0; k < d.iovcnt; ++k) total += d.iov[k].iov_len;
     src.ip = d.src_ip;
@@ -220,7 +223,7 @@ size_t CaptureTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) n
     const RxDatagram& d = out[i];
     // A same-host jumbo packet (from a peer that does not capture) is no
     // datagram of any wire: no ICRC, longer than an MTU. Not recorded.
-    if (d.jumbo) continue;
+    if (d.jumbo || envelope_of(d) != Envelope::kNone) continue;
     iovec piece{d.data, d.len};
     Endpoint dst{d.dst_ip, d.dst_port ? d.dst_port : inner_->local_port()};
     writer_->record(d.src, dst, d.gso_index, &piece, 1, 0, d.len);

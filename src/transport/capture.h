@@ -4,7 +4,11 @@
 // Wireshark/tshark decode (decode UDP on uroce's ports as "infiniband").
 // A capturing transport sends no jumbo packets (DatagramTransport::
 // send_jumbo: it answers kNotLocal, so large messages go as MTU packets), and
-// the jumbo packets a non-capturing peer sends it are not recorded.
+// the jumbo packets a non-capturing peer sends it are not recorded. Nor are
+// the internal datagrams the host's engines send each other beside RoCE
+// packets (transport/envelope.h): they are no packets of any RoCE wire, and
+// a packet relayed from the host's port shows in the capture of the engine
+// that received it from the network.
 //
 // CaptureTransport decorates the transport stack below fault injection, so
 // the file holds what actually left and arrived. Each record is a raw IP

@@ -41,4 +41,9 @@ inline Envelope envelope_of(const RxDatagram& d) {
   return Envelope(d.data[0]);
 }
 
+// Whether a datagram about to be sent is an internal one (its first byte a kind).
+inline bool is_envelope(const TxDatagram& d) {
+  return d.iovcnt > 0 && d.iov[0].iov_len > 0 && static_cast<const uint8_t*>(d.iov[0].iov_base)[0] >= kFirstEnvelope;
+}
+
 }  // namespace uroce::transport
