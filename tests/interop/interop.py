@@ -527,7 +527,7 @@ def pyverbs(argv, state):
     mine = os.path.join(os.path.dirname(os.path.abspath(a.save)),
                         name.replace("rxe", "uroce") if "rxe" in name else "pyverbs-uroce.json")
     cmd = ["/usr/bin/python3", script, "--uroce", a.uroce, "--gid", str(state["host_gid"]), "--save", mine,
-           "--timeout", "600"] + (["--cm-address"] if a.cm_address else [])
+           "--timeout", "600", "--huge-pages", "64"] + (["--cm-address"] if a.cm_address else [])
     for k in a.k:
         cmd += ["-k", k]
     say("pyverbs under uroce here: " + " ".join(cmd))

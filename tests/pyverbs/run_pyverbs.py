@@ -2,7 +2,8 @@
 """rdma-core's own test suite (pyverbs, Debian's python3-pyverbs) run under uroce.
 
   run_pyverbs.py --uroce BUILD/bin/uroce [--expected FILE] [--timeout S] [--dev uroce0]
-                 [--gid 0] [--cm-address] [--keep DIR] [--save OUT.json] [-k PATTERN]...
+                 [--gid 0] [--cm-address] [--huge-pages N] [--keep DIR] [--save OUT.json]
+                 [-k PATTERN]...
   run_pyverbs.py --native --dev rxe0 --gid 1 [--cm-address] [--timeout S] [--save OUT.json] ...
   run_pyverbs.py --compare REF.json UROCE.json
 
@@ -19,6 +20,10 @@ FILE lists expected failures, one test id a line ("tests.test_x.Class.test_y  re
 
 Inside `uroce run` the script runs itself with --inner: it loads the suite as rdma-core's
 run_tests.py does and writes each test's outcome as JSON.
+
+--huge-pages N: the suite's huge-page tests (ODP and parent-domain traffic in 2 MiB pages)
+skip when the host has no free huge page. As root, N pages are reserved for the run (when
+none is free) and the old reservation is put back after; otherwise they skip as before.
 
 --cm-address: the suite's rdma_cm tests take their address from the device's netdev in
 sysfs (/sys/class/infiniband/DEV/device/net/) and skip without one; uroce has no sysfs
@@ -41,6 +46,7 @@ docs/measurements.md has the last one):
 """
 import argparse
 import collections
+import contextlib
 import gzip
 import json
 import os
@@ -208,7 +214,47 @@ def summarize(outcomes, expected, label="uroce"):
     return 0
 
 
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+def free_huge_pages():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("HugePages_Free:"):
+                return int(line.split()[1])
+    return 0
+
+
+@contextlib.contextmanager
+def huge_pages(count):
+    """`count` more huge pages of the default size (2 MiB here) reserved for the run when
+    none is free and this process may (root), so that the suite's huge-page tests run
+    instead of skipping; the old reservation is put back after."""
+    old = None
+    try:
+        if count > 0 and free_huge_pages() == 0:
+            with open(NR_HUGEPAGES) as f:
+                old = int(f.read())
+            with open(NR_HUGEPAGES, "w") as f:
+                f.write(str(old + count))
+            print("reserved %d huge pages for the run (%d free)" % (count, free_huge_pages()), flush=True)
+    except OSError as e:
+        old = None
+        print("no huge pages reserved (%s): the huge-page tests skip" % e, flush=True)
+    try:
+        yield
+    finally:
+        if old is not None:
+            with open(NR_HUGEPAGES, "w") as f:
+                f.write(str(old))
+
+
 def outer(args):
+    with huge_pages(args.huge_pages):
+        return run_outer(args)
+
+
+def run_outer(args):
     work = args.keep or tempfile.mkdtemp(prefix="uroce-pyverbs-")
     os.makedirs(work, exist_ok=True)
     try:
@@ -334,6 +380,8 @@ def main():
     p.add_argument("--cm-address", action="store_true",
                    help="give the rdma_cm tests the GID's address (the device has no netdev in sysfs)")
     p.add_argument("--keep", help="work in this directory and keep it")
+    p.add_argument("--huge-pages", type=int, default=0,
+                   help="reserve this many huge pages for the run when none is free (root)")
     p.add_argument("-k", action="append", default=[], help="run only tests whose id contains this")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--suite", help=argparse.SUPPRESS)
