@@ -52,7 +52,8 @@ tsan_options=$(join_options halt_on_error=1 abort_on_error=1 second_deadlock_sta
   "suppressions=$root/scripts/sanitizers/tsan.supp" ${TSAN_OPTIONS:+"$TSAN_OPTIONS"})
 
 # Instrumented programs run two to three times slower: the time limits of the conformance
-# scripts (tests/conformance/run_pair.sh, run_one.sh) are doubled.
+# scripts (tests/conformance/run_pair.sh, run_one.sh) are doubled, and every test's CTest
+# limit by the same factor (configure: UROCE_TEST_TIMEOUT_SCALE, tests/CMakeLists.txt).
 export UROCE_TIMEOUT_SCALE=${UROCE_TIMEOUT_SCALE:-2}
 
 # configure BUILD_DIR SANITIZERS
@@ -62,6 +63,7 @@ export UROCE_TIMEOUT_SCALE=${UROCE_TIMEOUT_SCALE:-2}
 configure() {
   local flags="-O1 -g1 -DNDEBUG"
   cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE="$build_type" -DUROCE_SANITIZE="$2" \
+    -DUROCE_TEST_TIMEOUT_SCALE="$UROCE_TIMEOUT_SCALE" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" >/dev/null
 }
 

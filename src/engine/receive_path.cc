@@ -70,15 +70,17 @@ void EngineContext::settle_burst(RxBurst& burst, Turn turn) {
   // that came after them (a DREQ after the last ACK: gsi.h).
   board_watch_.take(tx, burst.board_moved);
   // ACK coalescing: one ACK per QP per burst, covering every request in it.
-  // In an application's turn, an RC QP's ACK waits instead for the
-  // application's next post on the QP, which sends it in the same system
-  // call as the reply that usually follows (before the reply if it covers a
-  // receive, else behind it: requester_run), or for the next turn
-  // (deferred_acks_). So it does in this
-  // thread's turn when the application answers on the QP (a WRITE ping-pong
-  // whose target spins on memory: the peer's poll for its completion then
-  // takes the reply with the ACK, and neither side's progress thread is
-  // woken again); a turn of this thread comes within a timer tick.
+  // An RC QP's ACK may wait instead for the application's next post on the
+  // QP, which sends it in the same system call as the reply that usually
+  // follows (before the reply if it covers a receive, else behind it:
+  // requester_run), or for the next turn (deferred_acks_; one comes within a
+  // timer tick). It waits
+  // - in an application's turn, when it would go through a socket (a word
+  //   on the board or a ring record costs no system call);
+  // - in any turn, when the application answers on the QP
+  //   (responder_reply_expected): a WRITE ping-pong whose target spins on
+  //   memory then takes the reply with the ACK in the peer's poll, and
+  //   neither side's progress thread is woken again.
   for (EngineQp* qp : touched_) {
     std::lock_guard ql(qp->mu);
     bool rc_ack = qp->type == IBV_QPT_RC && qp->resp.ack_pending;
