@@ -5,6 +5,7 @@
 
 #include "engine/engine_context.h"
 #include "engine/roles.h"
+#include "transport/step_probe.h"
 
 namespace uroce::engine {
 namespace {
@@ -35,6 +36,7 @@ int enqueue_chain(EngineQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode 
 }  // namespace
 
 int post_send(EngineQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
+  transport::step_probe::stamp(transport::step_probe::Step::kPost);  // ibv_post_send and ibv_wr_complete
   std::unique_lock lock(qp.mu);
   if (!can_post_send(qp)) {
     *bad_wr = wr;

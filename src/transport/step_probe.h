@@ -15,7 +15,7 @@
 namespace uroce::transport::step_probe {
 
 enum class Step : uint32_t {
-  kPost = 1,   // ibv_post_send entered
+  kPost = 1,   // a post entered (engine::post_send: ibv_post_send, ibv_wr_complete)
   kPublished,  // a record published into a peer's ring (ShmTransport::commit_bare) or a
                // word into its board (post_board), or datagrams handed to sendmmsg (UdpTransport)
   kTaken,      // a record taken from an inbound ring, or datagrams from recvmmsg

@@ -11,7 +11,6 @@
 #include "engine/post_send.h"
 #include "engine/roles.h"
 #include "engine/xrc_target.h"
-#include "transport/step_probe.h"
 #include "verbs/export.h"
 #include "verbs/ops.h"
 
@@ -188,7 +187,6 @@ namespace uroce::verbs {
 
 // Posting itself is the engine's (engine/post_send.h), shared with ibv_wr_complete.
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) noexcept {
-  transport::step_probe::stamp(transport::step_probe::Step::kPost);
   return engine::post_send(*engine_qp(ibqp), wr, bad_wr, engine::PostMode::kEach);
 }
 
