@@ -19,11 +19,15 @@ namespace {
 constexpr uint32_t kLoopback = 0x7F000001;
 constexpr size_t kFileHeader = 24, kRecordHeader = 16, kIpUdp = 20 + 8;
 
-// Hands out `arrivals` once and accepts every send.
+// Hands out `arrivals` once and accepts every send, noting its first byte in `*sent`.
 class Inbox final : public DatagramTransport {
  public:
-  explicit Inbox(std::vector<std::vector<uint8_t>> arrivals) : arrivals_(std::move(arrivals)) {}
-  size_t send_burst(std::span<TxDatagram> burst) noexcept override { return burst.size(); }
+  Inbox(std::vector<std::vector<uint8_t>> arrivals, std::vector<uint8_t>* sent)
+      : arrivals_(std::move(arrivals)), sent_(sent) {}
+  size_t send_burst(std::span<TxDatagram> burst) noexcept override {
+    for (const TxDatagram& d : burst) sent_->push_back(static_cast<const uint8_t*>(d.iov[0].iov_base)[0]);
+    return burst.size();
+  }
   size_t recv_burst(std::span<RxDatagram> out, int) noexcept override {
     size_t n = 0;
     for (; n < out.size() && next_ < arrivals_.size(); ++n, ++next_) {
@@ -40,6 +44,7 @@ class Inbox final : public DatagramTransport {
 
  private:
   std::vector<std::vector<uint8_t>> arrivals_;
+  std::vector<uint8_t>* sent_;
   size_t next_ = 0;
 };
 
@@ -66,8 +71,10 @@ TEST(CaptureTest, InternalDatagramsPassButAreNotRecorded) {
   std::vector<uint8_t> packet(40, 0), relay(40, 0);
   packet[0] = 0x04;
   relay[0] = uint8_t(Envelope::kHostRelay);
+  std::vector<uint8_t> sent;
   {
-    CaptureTransport capture(std::make_unique<Inbox>(std::vector{packet, relay}), PcapWriter::open(path, 1 << 20));
+    CaptureTransport capture(std::make_unique<Inbox>(std::vector{packet, relay}, &sent),
+                             PcapWriter::open(path, 1 << 20));
     RxDatagram rx[4];
     ASSERT_EQ(capture.recv_burst(rx, 0), 2u);
     EXPECT_EQ(rx[1].data[0], uint8_t(Envelope::kHostRelay));
@@ -79,6 +86,7 @@ TEST(CaptureTest, InternalDatagramsPassButAreNotRecorded) {
       tx[i].iovcnt = 1;
     }
     ASSERT_EQ(capture.send_burst(tx), 2u);
+    EXPECT_EQ(sent, (std::vector<uint8_t>{uint8_t(Envelope::kHostRelay), 0x04}));
   }  // the writer writes what is pending and closes the file
   EXPECT_EQ(first_bytes(path), (std::vector<uint8_t>{0x04, 0x04}));
   std::remove(path.c_str());
