@@ -18,9 +18,13 @@ namespace uroce::engine {
 
 namespace {
 // While an application thread polls, the progress thread naps this long
-// between looks at whether it still does, and sends ACKs that have waited
-// for the application's next post longer than kAckDelay.
-constexpr int kNapUs = 200;
+// between looks at whether it still does (a timer tick: timers run after a
+// nap), and sends ACKs that have waited for the application's next post
+// longer than kAckDelay. Each nap's end preempts a poller that shares the
+// core: at 200 us, 5,000 preemptions a second showed as a quarter of
+// ib_send_lat's context switches and in its average (docs/measurements.md).
+constexpr int kNapUs = 1000;
+static_assert(std::chrono::microseconds(kNapUs) == ProgressPolicy::kTimerTick);
 constexpr auto kAckDelay = std::chrono::microseconds(100);
 }  // namespace
 

@@ -177,6 +177,15 @@ class DatagramTransport {
     if (DatagramTransport* inner = decorated()) inner->nap(timeout_us);
   }
 
+  // Like nap, but also ends when a socket has datagrams to receive, and then
+  // says so (true). For a transport whose poller asks its sockets only rarely
+  // (ShmTransport): the napping thread is their watcher. Transports without
+  // sockets nap and answer false. Thread-safe.
+  virtual bool nap_or_readable(int timeout_us) noexcept {
+    if (DatagramTransport* inner = decorated()) return inner->nap_or_readable(timeout_us);
+    return false;
+  }
+
   // Same-host bulk: sends `iov` as one jumbo packet — a RoCE packet whose
   // payload may span several path-MTU packets' worth (the receiver's
   // responder takes it as that many PSNs), with room for, but no, ICRC —

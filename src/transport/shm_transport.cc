@@ -49,10 +49,11 @@ constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plu
 constexpr auto kRingsActive = std::chrono::milliseconds(1);
 // While shared memory delivers, the socket is asked: when it delivered too
 // (within kRingsActive), every kInnerEvery-th receive and at least every
-// kInnerMaxGap; when it did not, every kInnerQuietGap.
+// kInnerMaxGap; when it did not, every kInnerQuietGap, a safety net only: a
+// thread napping meanwhile watches the sockets (nap).
 constexpr unsigned kInnerEvery = 8;
 constexpr auto kInnerMaxGap = std::chrono::microseconds(200);
-constexpr auto kInnerQuietGap = std::chrono::microseconds(10);
+constexpr auto kInnerQuietGap = std::chrono::milliseconds(1);
 constexpr int kFullRingWaitUs = 50;  // then the datagram is dropped (RC retransmits it)
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 constexpr auto kStalled = std::chrono::microseconds(500);
@@ -510,10 +511,11 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
     // then looks at its rings every ~0.1 us instead of once per system call.
     // If the socket delivers as well (peers on this host and on others), it
     // is asked every kInnerEvery-th time (and at least every kInnerMaxGap:
-    // under load one receive can take milliseconds); if it does not, every
-    // kInnerQuietGap, so that a same-host ping-pong's poller is not inside
-    // recvmmsg (~1 us) half the time when a record arrives (measured:
-    // ib_send_lat 64 B, pinned, median of eight runs 1.70 -> 1.37 us).
+    // under load one receive can take milliseconds); if it does not, when a
+    // napping thread saw it readable (nap) and at least every kInnerQuietGap,
+    // so that a same-host ping-pong's poller is not inside recvmmsg (1-3 us)
+    // when a record arrives (measured: asked every 10 us, a fifth of the
+    // poller's time went to the system calls).
     // Otherwise it is asked whenever the rings had nothing, and always after
     // a wait (which ends early when the socket has something: skipping it
     // then would only make the next wait end at once again).
@@ -540,7 +542,10 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
         }
         out[n++] = d;
       }
-      if (n > base) inner_delivered_ = now;
+      if (n > base) {
+        inner_delivered_ = now;
+        inner_delivered_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+      }
       // A doorbell rung for a thread now blocked in wait() (which took the
       // segment's waiting word) and swallowed here, by the thread with the
       // receive turn, would leave that thread asleep while records pile up:
@@ -592,6 +597,25 @@ void ShmTransport::wait(int timeout_ms) noexcept {
   segment_->waiting.store(0, std::memory_order_relaxed);
   waiter_blocked_.store(false, std::memory_order_relaxed);
   inner_due_.store(true, std::memory_order_relaxed);
+}
+
+// Naps as the inner transport does (datagrams do not end it), but while the
+// socket is quiet and the poller therefore rarely asks it, watches it too: a
+// datagram arriving makes the poller's next receive ask (inner_due_), within
+// microseconds instead of kInnerQuietGap. Once told, or while the socket
+// delivers (the poller then asks every kInnerEvery-th time), it naps on the
+// wake-up alone, so arrivals wake this thread at most once per nap.
+void ShmTransport::nap(int timeout_us) noexcept {
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  auto delivered = Clock::time_point(Clock::duration(inner_delivered_ns_.load(std::memory_order_relaxed)));
+  bool watch = start - delivered >= kRingsActive && !inner_due_.load(std::memory_order_relaxed);
+  if (!watch) return inner_->nap(timeout_us);
+  if (!inner_->nap_or_readable(timeout_us)) return;  // the nap's end, or a wake-up
+  inner_due_.store(true, std::memory_order_relaxed);
+  auto left = std::chrono::microseconds(timeout_us) - (Clock::now() - start);
+  if (left > Clock::duration::zero())
+    inner_->nap(int(std::chrono::duration_cast<std::chrono::microseconds>(left).count()));
 }
 
 }  // namespace uroce::transport

@@ -32,6 +32,12 @@
 // sleeper (the engine's progress thread waits without the receive turn, a CQ
 // poller receives meanwhile): that one passes the wake-up on (wake()).
 //
+// The sockets beside the rings: while the rings deliver and the socket does
+// not, a poller asks the socket only every kInnerQuietGap (a system call per
+// ask would hold records up); a thread napping meanwhile (nap(), the engine's
+// progress thread in poller mode) watches the sockets instead and tells the
+// poller to ask when one has datagrams (inner_due_).
+//
 // The board (post_board): besides its rings, a segment holds kBoardCells
 // words that its senders write and its receiver reads, one per cell, each the
 // latest of a monotonic value (the engine keeps a same-host ACK there:
@@ -107,6 +113,10 @@ class ShmTransport final : public DatagramTransport {
   static size_t ring_offset(unsigned index) noexcept;
   void wake() noexcept override { inner_->wake(); }
   void wait(int timeout_ms) noexcept override;
+  void nap(int timeout_us) noexcept override;
+  // Whether the next receive asks the socket whatever its schedule: a wait
+  // ended, or a nap saw the socket readable, since it was last asked.
+  bool socket_due() const noexcept { return inner_due_.load(std::memory_order_relaxed); }
   uint16_t local_port() const noexcept override { return inner_->local_port(); }
   uint16_t host_port() const noexcept override { return inner_->host_port(); }
   unsigned max_gso_segments() const noexcept override { return inner_->max_gso_segments(); }
@@ -216,6 +226,7 @@ class ShmTransport final : public DatagramTransport {
   std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
   std::chrono::steady_clock::time_point inner_delivered_{};  // when the socket last had a datagram
+  std::atomic<int64_t> inner_delivered_ns_{0};               // the same, for nap() (any thread)
 };
 
 }  // namespace uroce::transport

@@ -620,19 +620,9 @@ size_t UdpTransport::recv_ipv6(size_t got, size_t want, bool host_due) noexcept 
 }
 
 void UdpTransport::wait(int timeout_ms) noexcept {
-  pollfd p[5] = {{fd_, POLLIN, 0},
-                 {wake_fd_, POLLIN, 0},
-                 {host_fd_, POLLIN, 0},
-                 {fd6_, POLLIN, 0},
-                 {host_fd6_, POLLIN, 0}};  // fd -1: ignored
-  if (poll(p, 5, timeout_ms) <= 0) return;
-  if (p[1].revents & POLLIN) {
-    uint64_t v;
-    (void)!read(wake_fd_, &v, sizeof v);
-  }
-  if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
-  if (p[3].revents & POLLIN) ipv6_ready_.store(true, std::memory_order_release);
-  if (p[4].revents & POLLIN) host6_ready_.store(true, std::memory_order_release);
+  pollfd p[5];
+  watched(p);
+  if (poll(p, 5, timeout_ms) > 0) (void)note_ready(p);
 }
 
 void UdpTransport::nap(int timeout_us) noexcept {
@@ -641,6 +631,38 @@ void UdpTransport::nap(int timeout_us) noexcept {
   if (ppoll(&p, 1, &t, nullptr) <= 0) return;
   uint64_t v;
   (void)!read(wake_fd_, &v, sizeof v);
+}
+
+bool UdpTransport::nap_or_readable(int timeout_us) noexcept {
+  pollfd p[5];
+  watched(p);
+  timespec t = {timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
+  if (ppoll(p, 5, &t, nullptr) <= 0) return false;
+  bool woken = p[1].revents & POLLIN;
+  return note_ready(p) && !woken;  // a wake-up ends the nap whatever else
+}
+
+// The wake-up eventfd and the sockets, as wait and nap_or_readable watch them
+// (fd -1: ignored by poll).
+void UdpTransport::watched(pollfd (&p)[5]) const noexcept {
+  p[0] = {fd_, POLLIN, 0};
+  p[1] = {wake_fd_, POLLIN, 0};
+  p[2] = {host_fd_, POLLIN, 0};
+  p[3] = {fd6_, POLLIN, 0};
+  p[4] = {host_fd6_, POLLIN, 0};
+}
+
+// After a poll of watched(): consumes a wake-up, notes the sockets a receiver
+// reads only when told (host, IPv6), and says whether any socket is readable.
+bool UdpTransport::note_ready(const pollfd (&p)[5]) noexcept {
+  if (p[1].revents & POLLIN) {
+    uint64_t v;
+    (void)!read(wake_fd_, &v, sizeof v);
+  }
+  if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
+  if (p[3].revents & POLLIN) ipv6_ready_.store(true, std::memory_order_release);
+  if (p[4].revents & POLLIN) host6_ready_.store(true, std::memory_order_release);
+  return (p[0].revents | p[2].revents | p[3].revents | p[4].revents) & POLLIN;
 }
 
 void UdpTransport::wake() noexcept {

@@ -3,6 +3,7 @@
 // same port for IPv6 peers; the host's port likewise.
 #pragma once
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -42,6 +43,7 @@ class UdpTransport final : public DatagramTransport {
   void wake() noexcept override;
   void wait(int timeout_ms) noexcept override;
   void nap(int timeout_us) noexcept override;
+  bool nap_or_readable(int timeout_us) noexcept override;
   uint16_t local_port() const noexcept override { return port_; }
   uint16_t host_port() const noexcept override { return host_fd_ >= 0 ? host_port_ : 0; }
   // Whether IPv6 datagrams can be sent and received (an IPv6 socket is open).
@@ -68,6 +70,8 @@ class UdpTransport final : public DatagramTransport {
   bool read_host_socket() noexcept;
   // Reads the IPv6 sockets into messages from `got` on; returns the new count.
   size_t recv_ipv6(size_t got, size_t want, bool host_due) noexcept;
+  void watched(pollfd (&p)[5]) const noexcept;
+  bool note_ready(const pollfd (&p)[5]) noexcept;
 
   // One received (possibly GRO-coalesced) datagram, split by take_received.
   struct RxMessage {

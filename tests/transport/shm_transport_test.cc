@@ -224,6 +224,41 @@ TEST_F(ShmTransportTest, SocketDatagramReachesAReceiverWhoseRingsAreBusy) {
   EXPECT_EQ(records, pushed);
 }
 
+// While the rings deliver and the socket is quiet, a poller asks the socket
+// only now and then; a thread napping meanwhile watches it: a datagram
+// arriving makes the next receive ask (socket_due), the nap goes on (it does
+// not take the datagram: that is the poller's), and the receive delivers it.
+TEST_F(ShmTransportTest, NappingThreadTellsThePollerOfASocketDatagram) {
+  auto other = udp();
+  std::vector<uint8_t> rec(48, 0x11), dgram(40, 0x5A);
+  iovec rv{rec.data(), rec.size()}, dv{dgram.data(), dgram.size()};
+  TxDatagram to_ring{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &rv};
+  TxDatagram to_socket{Endpoint{kLoopback, nodes[1].t->local_port()}, kLoopback, 0, 1, &dv};
+  ASSERT_EQ(nodes[0].t->send_burst(std::span(&to_ring, 1)), 1u);
+  ASSERT_EQ(receive(*nodes[1].t, 1).size(), 1u);  // the rings deliver; the socket was asked
+  EXPECT_FALSE(nodes[1].t->socket_due());
+  std::atomic<bool> napped{false};
+  std::thread napper([&] {
+    nodes[1].t->nap(5'000'000);
+    napped = true;
+  });
+  ASSERT_EQ(other->send_burst(std::span(&to_socket, 1)), 1u);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (!nodes[1].t->socket_due() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(nodes[1].t->socket_due());
+  EXPECT_FALSE(napped);  // told, it naps on (for the rest of its 5 s)
+  ASSERT_EQ(nodes[0].t->send_burst(std::span(&to_ring, 1)), 1u);
+  std::vector<RxDatagram> rx(8);
+  size_t n = nodes[1].t->recv_burst(rx, 0);
+  ASSERT_EQ(n, 2u);  // the record and the socket's datagram
+  EXPECT_EQ(rx[1].len, dgram.size());
+  EXPECT_EQ(rx[1].src.port, other->local_port());
+  EXPECT_FALSE(nodes[1].t->socket_due());
+  nodes[1].t->wake();
+  napper.join();
+}
+
 // A receiver blocked in recv_burst (nothing in its rings: it sleeps in the
 // socket's poll) gets a datagram pushed into its ring: the doorbell wakes it.
 TEST_F(ShmTransportTest, SleepingReceiverIsWokenByTheDoorbell) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace uroce::transport {
@@ -187,6 +188,36 @@ TEST(UdpTransportHostPort, SharedPortReachesOneTransport) {
   std::vector<Received> got = receive(*b, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].dst_port, b->local_port());
+}
+
+// Napping: nap() ends at its time or at wake(), never because a datagram
+// arrived; nap_or_readable() also ends when a socket has one, and says so
+// (it is level-triggered: a datagram already waiting ends it at once), but
+// not when it was woken.
+TEST(UdpTransportNap, OnlyNapOrReadableEndsForADatagram) {
+  auto t = open_transport(false), peer = open_transport(false);
+  Message m(t->local_port(), 0, 40, 40, 3);
+  m.d.segment_size = 0;
+  ASSERT_EQ(peer->send_burst(std::span(&m.d, 1)), 1u);
+  auto start = std::chrono::steady_clock::now();
+  t->nap(30000);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(25));
+  EXPECT_TRUE(t->nap_or_readable(5'000'000));  // the datagram waits since before
+  ASSERT_EQ(receive(*t, 1).size(), 1u);
+  EXPECT_FALSE(t->nap_or_readable(1000));  // nothing came: the nap's end
+  t->wake();
+  start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->nap_or_readable(5'000'000));
+  // Ended by the wake-up, not by the 5 s (a generous bound: no timing claim).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  bool readable = false;
+  std::thread napper([&] { readable = t->nap_or_readable(5'000'000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it nap
+  start = std::chrono::steady_clock::now();
+  ASSERT_EQ(peer->send_burst(std::span(&m.d, 1)), 1u);
+  napper.join();
+  EXPECT_TRUE(readable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }
 
 const IpAddress kLoopback6 =
