@@ -21,8 +21,9 @@ namespace {
 // between looks at whether it still does (a timer tick: timers run after a
 // nap), and sends ACKs that have waited for the application's next post
 // longer than kAckDelay. Each nap's end preempts a poller that shares the
-// core: at 200 us, 5,000 preemptions a second showed as a quarter of
-// ib_send_lat's context switches and in its average (docs/measurements.md).
+// core: at 200 us, 5,000 a second per process were most of a same-host
+// ib_send_lat's context switches and showed in its average
+// (docs/measurements.md, "2026-11-30 (night)").
 constexpr int kNapUs = 1000;
 static_assert(std::chrono::microseconds(kNapUs) == ProgressPolicy::kTimerTick);
 constexpr auto kAckDelay = std::chrono::microseconds(100);
