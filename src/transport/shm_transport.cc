@@ -524,7 +524,7 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
     // (a system call each, ~0.5-1 us, between its posts).
     if (n > 0 || board_polled()) rings_delivered_ = now;
     bool rings_active = now - rings_delivered_ < kRingsActive;
-    bool socket_active = now - inner_delivered_ < kRingsActive;
+    bool socket_active = this->socket_active(now);
     bool waited = inner_due_.exchange(false, std::memory_order_relaxed);
     bool overdue = now - inner_asked_ >= (socket_active ? kInnerMaxGap : kInnerQuietGap);
     bool turn = socket_active && ++inner_skip_ >= kInnerEvery;
@@ -542,10 +542,7 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
         }
         out[n++] = d;
       }
-      if (n > base) {
-        inner_delivered_ = now;
-        inner_delivered_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
-      }
+      if (n > base) inner_delivered_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
       // A doorbell rung for a thread now blocked in wait() (which took the
       // segment's waiting word) and swallowed here, by the thread with the
       // receive turn, would leave that thread asleep while records pile up:
@@ -599,6 +596,12 @@ void ShmTransport::wait(int timeout_ms) noexcept {
   inner_due_.store(true, std::memory_order_relaxed);
 }
 
+// Whether the socket delivered within kRingsActive (any thread).
+bool ShmTransport::socket_active(std::chrono::steady_clock::time_point now) const noexcept {
+  std::chrono::steady_clock::duration since_epoch(inner_delivered_.load(std::memory_order_relaxed));
+  return now.time_since_epoch() - since_epoch < kRingsActive;
+}
+
 // Naps as the inner transport does (datagrams do not end it), but while the
 // socket is quiet and the poller therefore rarely asks it, watches it too: a
 // datagram arriving makes the poller's next receive ask (inner_due_), within
@@ -608,8 +611,7 @@ void ShmTransport::wait(int timeout_ms) noexcept {
 void ShmTransport::nap(int timeout_us) noexcept {
   using Clock = std::chrono::steady_clock;
   auto start = Clock::now();
-  auto delivered = Clock::time_point(Clock::duration(inner_delivered_ns_.load(std::memory_order_relaxed)));
-  bool watch = start - delivered >= kRingsActive && !inner_due_.load(std::memory_order_relaxed);
+  bool watch = !socket_active(start) && !inner_due_.load(std::memory_order_relaxed);
   if (!watch) return inner_->nap(timeout_us);
   if (!inner_->nap_or_readable(timeout_us)) return;  // the nap's end, or a wake-up
   inner_due_.store(true, std::memory_order_relaxed);

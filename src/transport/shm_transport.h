@@ -225,8 +225,10 @@ class ShmTransport final : public DatagramTransport {
   std::chrono::steady_clock::time_point clock_{};            // poll_clock's last read
   std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
-  std::chrono::steady_clock::time_point inner_delivered_{};  // when the socket last had a datagram
-  std::atomic<int64_t> inner_delivered_ns_{0};               // the same, for nap() (any thread)
+  // When the socket last had a datagram (steady_clock ticks): written by the
+  // receive turn, read by it and by a napping thread (nap).
+  std::atomic<int64_t> inner_delivered_{0};
+  bool socket_active(std::chrono::steady_clock::time_point now) const noexcept;
 };
 
 }  // namespace uroce::transport

@@ -625,18 +625,20 @@ void UdpTransport::wait(int timeout_ms) noexcept {
   if (poll(p, 5, timeout_ms) > 0) (void)note_ready(p);
 }
 
+namespace {
+timespec micros(int us) { return timespec{us / 1000000, (us % 1000000) * 1000L}; }
+}  // namespace
+
 void UdpTransport::nap(int timeout_us) noexcept {
   pollfd p = {wake_fd_, POLLIN, 0};
-  timespec t = {timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
-  if (ppoll(&p, 1, &t, nullptr) <= 0) return;
-  uint64_t v;
-  (void)!read(wake_fd_, &v, sizeof v);
+  timespec t = micros(timeout_us);
+  if (ppoll(&p, 1, &t, nullptr) > 0) consume_wake();
 }
 
 bool UdpTransport::nap_or_readable(int timeout_us) noexcept {
   pollfd p[5];
   watched(p);
-  timespec t = {timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
+  timespec t = micros(timeout_us);
   if (ppoll(p, 5, &t, nullptr) <= 0) return false;
   bool woken = p[1].revents & POLLIN;
   return note_ready(p) && !woken;  // a wake-up ends the nap whatever else
@@ -655,14 +657,16 @@ void UdpTransport::watched(pollfd (&p)[5]) const noexcept {
 // After a poll of watched(): consumes a wake-up, notes the sockets a receiver
 // reads only when told (host, IPv6), and says whether any socket is readable.
 bool UdpTransport::note_ready(const pollfd (&p)[5]) noexcept {
-  if (p[1].revents & POLLIN) {
-    uint64_t v;
-    (void)!read(wake_fd_, &v, sizeof v);
-  }
+  if (p[1].revents & POLLIN) consume_wake();
   if (p[2].revents & POLLIN) host_ready_.store(true, std::memory_order_release);
   if (p[3].revents & POLLIN) ipv6_ready_.store(true, std::memory_order_release);
   if (p[4].revents & POLLIN) host6_ready_.store(true, std::memory_order_release);
   return (p[0].revents | p[2].revents | p[3].revents | p[4].revents) & POLLIN;
+}
+
+void UdpTransport::consume_wake() noexcept {
+  uint64_t v;
+  (void)!read(wake_fd_, &v, sizeof v);
 }
 
 void UdpTransport::wake() noexcept {

@@ -72,6 +72,7 @@ class UdpTransport final : public DatagramTransport {
   size_t recv_ipv6(size_t got, size_t want, bool host_due) noexcept;
   void watched(pollfd (&p)[5]) const noexcept;
   bool note_ready(const pollfd (&p)[5]) noexcept;
+  void consume_wake() noexcept;  // reads the eventfd a wake() wrote
 
   // One received (possibly GRO-coalesced) datagram, split by take_received.
   struct RxMessage {
