@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/fast_mutex.h"
 #include "core/container_of.h"
 #include "core/result.h"
 
@@ -90,7 +91,7 @@ class Cq {
   // costs the memory of the most completions it has held at once, not of its
   // size (applications such as libfabric's rxm ask for hundreds of thousands).
   static std::unique_ptr<CqEntry[], FreeRing> allocate_ring(uint32_t entries);
-  std::mutex mu_;
+  base::FastMutex mu_;
   std::unique_ptr<CqEntry[], FreeRing> ring_;
   uint32_t capacity_;
   uint32_t head_ = 0;  // next to poll

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "base/fast_mutex.h"
 #include "core/container_of.h"
 #include "core/work_queue.h"
 
@@ -59,7 +60,7 @@ class Qp {
 
   Srq* srq = nullptr;  // receives come from here when set (ibv_qp_init_attr::srq)
 
-  std::mutex mu;
+  base::FastMutex mu;
   ibv_qp_attr attr{};  // current attributes; attr.qp_state is the state
   SendQueue sq;
   RecvQueue rq;

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/fast_mutex.h"
 #include "core/context.h"
 #include "engine/board_watch.h"
 #include "engine/engine_qp.h"
@@ -274,7 +275,7 @@ class EngineContext : public core::Context {
   // The receive turn: one thread at a time receives from the transport and
   // runs the receive path (the progress thread or a CQ poller). Guards the
   // transport's receiving side, rx_, touched_ and reading_'s growth.
-  std::mutex rx_mu_;
+  base::FastMutex rx_mu_;
   std::vector<transport::RxDatagram> rx_;
   // Set (seq_cst) by the progress thread before it sleeps with no deadline,
   // after which it re-checks the timers; whoever arms a timer then wakes it.

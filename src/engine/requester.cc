@@ -690,7 +690,7 @@ void requester_post(EngineQp& qp, TxBatch& tx) {
   if (!post_waits_for_ack(qp)) requester_run(qp, tx);
 }
 
-void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock) {
+void requester_after_post(EngineQp& qp, std::unique_lock<base::FastMutex>& lock) {
   bool jumbo = std::exchange(qp.req.jumbo_sent, false);
   lock.unlock();
   if (jumbo) qp.engine()->poll_receive();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "base/fast_mutex.h"
 #include "engine/clock.h"
 #include "engine/tx_batch.h"
 #include "transport/datagram.h"
@@ -33,7 +34,7 @@ void requester_post(EngineQp& qp, TxBatch& tx);
 // the progress thread, which would otherwise find them waiting while this
 // thread copies, and copy beside it from a third thread on two CPUs
 // (measured: ib_write_bw 1 MiB 14 -> 23-26 GB/s).
-void requester_after_post(EngineQp& qp, std::unique_lock<std::mutex>& lock);
+void requester_after_post(EngineQp& qp, std::unique_lock<base::FastMutex>& lock);
 
 // Responder (responder.cc): one incoming request packet.
 // `from` and `to_ip` address the datagram (UD: the GRH and the completion's slid).

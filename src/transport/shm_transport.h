@@ -61,6 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/fast_mutex.h"
 #include "transport/datagram.h"
 #include "transport/local_addresses.h"
 #include "transport/shm_ring.h"
@@ -148,7 +149,7 @@ class ShmTransport final : public DatagramTransport {
  private:
   struct Outbound {
     uint16_t key = 0;                  // the destination port it is kept for (set once)
-    std::mutex mu;                     // guards the ring's producer side and the mapping
+    base::FastMutex mu;                // guards the ring's producer side and the mapping
     std::shared_ptr<Mapping> mapping;  // the receiver's segment, at least up to our ring's end
     void* map = nullptr;               // mapping's address
     ShmRing ring;
