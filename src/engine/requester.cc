@@ -480,7 +480,18 @@ void force_ack_req(EngineQp& qp) { qp.req.pkts_since_ack_req = kMaxPacketsPerAck
 
 // --- the completer's requests (roles.h, RequesterLink) ---------------------------
 
-void RequesterLink::resume() const { requester_run(qp_, tx_); }
+// With nothing queued, no ACK waiting to go with a post and nothing in the
+// batch, requester_run would only count the QP in or out of the senders
+// (what an ACK that completes the last WQE leaves, once a message in a
+// ping-pong): done here, without the run.
+void RequesterLink::resume() const {
+  bool ack_waits = qp_.in_ack_list && qp_.resp.ack_pending;
+  if (qp_.req.index == qp_.sq.posted && !ack_waits && tx_.pending() == 0 && is_reliable(qp_.type)) {
+    qp_.engine()->count_sender(qp_, qp_.req.psn != qp_.comp.unacked_psn);
+    return;
+  }
+  requester_run(qp_, tx_);
+}
 
 void RequesterLink::rewind(uint32_t psn) const { rewind_to(qp_, psn); }
 
