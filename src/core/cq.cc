@@ -44,7 +44,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
       }
       return false;
     }
-    CqEntry& e = ring_[(head_ + n) % capacity_];
+    CqEntry& e = ring_[at(n)];
     e.wc = wc;
     // Sampled under the lock, so timestamps never decrease in CQ order.
     e.timestamp_ns = record_completion_ts_ ? completion_clock_ns() : 0;
@@ -65,8 +65,8 @@ void Cq::discard_qp(uint32_t qp_num) noexcept {
   const uint32_t n = count_.load(std::memory_order_relaxed);
   uint32_t kept = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const CqEntry& e = ring_[(head_ + i) % capacity_];
-    if (e.wc.qp_num != qp_num) ring_[(head_ + kept++) % capacity_] = e;
+    const CqEntry& e = ring_[at(i)];
+    if (e.wc.qp_num != qp_num) ring_[at(kept++)] = e;
   }
   if (kept == 0) head_ = 0;  // see allocate_ring
   count_.store(kept, std::memory_order_release);
@@ -77,7 +77,7 @@ int Cq::resize(uint32_t entries) {
   uint32_t n = count_.load(std::memory_order_relaxed);
   if (entries == 0 || entries < n) return EINVAL;
   auto ring = allocate_ring(entries);
-  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[(head_ + i) % capacity_];
+  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[at(i)];
   ring_ = std::move(ring);
   capacity_ = entries;
   head_ = 0;
@@ -91,7 +91,7 @@ int Cq::poll(int max, ibv_wc* out) noexcept {
   uint32_t n = std::min<uint32_t>(uint32_t(max), count_.load(std::memory_order_relaxed));
   for (uint32_t i = 0; i < n; ++i) {
     out[i] = ring_[head_].wc;
-    head_ = (head_ + 1) % capacity_;
+    head_ = at(1);
   }
   uint32_t left = count_.load(std::memory_order_relaxed) - n;
   if (left == 0) head_ = 0;  // see allocate_ring: the ring stays in its first pages
@@ -105,7 +105,7 @@ bool Cq::pop(CqEntry* out) noexcept {
   uint32_t n = count_.load(std::memory_order_relaxed);
   if (n == 0) return false;
   *out = ring_[head_];
-  head_ = n == 1 ? 0 : (head_ + 1) % capacity_;
+  head_ = n == 1 ? 0 : at(1);
   count_.store(n - 1, std::memory_order_release);
   return true;
 }

@@ -95,6 +95,12 @@ class Cq {
   std::unique_ptr<CqEntry[], FreeRing> ring_;
   uint32_t capacity_;
   uint32_t head_ = 0;  // next to poll
+  // The ring index k entries after head_ (k < capacity_): without a division,
+  // which a push and a poll would otherwise each pay (~25 cycles).
+  uint32_t at(uint32_t k) const {
+    uint32_t i = head_ + k;
+    return i < capacity_ ? i : i - capacity_;
+  }
   std::atomic<uint32_t> count_{0};
   Arm arm_ = Arm::kNone;
   std::atomic<uint64_t> overruns_{0};

@@ -54,6 +54,8 @@ ShmRing ShmRing::attach(void* mem, size_t bytes) {
   r.head_ = h->head.load(std::memory_order_acquire);
   r.tail_ = h->tail.load(std::memory_order_acquire);
   if (r.head_ % kAlign || r.tail_ % kAlign || r.head_ - r.tail_ > cap) r.corrupt_ = true;
+  r.head_off_ = uint32_t(r.head_ % cap);
+  r.tail_off_ = uint32_t(r.tail_ % cap);
   return r;
 }
 
@@ -76,17 +78,17 @@ uint8_t* ShmRing::reserve(const Meta& meta, uint32_t len, uint32_t align_at) {
   if (!hdr_ || corrupt_ || len > max_record()) return nullptr;
   // Where the record would start, and the pad that puts its byte `align_at`
   // on a cache line (a copy into the ring then stores whole lines).
-  auto pad_at = [&](uint64_t pos) -> uint32_t {
+  auto pad_at = [&](const uint8_t* where) -> uint32_t {
     if (align_at == kNoAlign) return 0;
-    uint64_t addr = reinterpret_cast<uintptr_t>(at(pos)) + sizeof(RecordHeader) + align_at;
+    uint64_t addr = reinterpret_cast<uintptr_t>(where) + sizeof(RecordHeader) + align_at;
     return uint32_t((kLineBytes - addr % kLineBytes) % kLineBytes);
   };
-  uint32_t pad = pad_at(head_);
+  uint32_t pad = pad_at(head_at());
   uint64_t need = sizeof(RecordHeader) + align_up(pad + len);
-  uint64_t to_end = capacity_ - head_ % capacity_;
+  uint64_t to_end = capacity_ - head_off_;
   uint64_t wrap = to_end < need ? to_end : 0;  // a record never straddles the end
   if (wrap) {
-    pad = pad_at(head_ + wrap);
+    pad = pad_at(data_);  // the record starts the data again
     need = sizeof(RecordHeader) + align_up(pad + len);
   }
   if (!room_for(wrap + need)) return nullptr;
@@ -95,11 +97,11 @@ uint8_t* ShmRing::reserve(const Meta& meta, uint32_t len, uint32_t align_at) {
     // Not visible before publish(); a reservation dropped leaves the next
     // record after the marker, which is then published with it.
     uint32_t marker = kWrap;
-    std::memcpy(at(head_), &marker, sizeof marker);
-    head_ += wrap;
+    std::memcpy(head_at(), &marker, sizeof marker);
+    advance(head_, head_off_, wrap);
   }
   RecordHeader rh{len, pad, meta};
-  uint8_t* p = at(head_);
+  uint8_t* p = head_at();
   std::memcpy(p, &rh, sizeof rh);
   reserved_ = need;
   return p + sizeof rh + pad;
@@ -122,7 +124,7 @@ bool ShmRing::room_for(uint64_t need) {
 }
 
 void ShmRing::publish() {
-  head_ += std::exchange(reserved_, 0);
+  advance(head_, head_off_, std::exchange(reserved_, 0));
   // seq_cst (not only release): a consumer about to block announces it, then
   // looks at the head; a producer stores the head, then looks for that
   // announcement (ShmTransport) — one of the two sees the other.
@@ -138,26 +140,26 @@ bool ShmRing::peek(Record* r) {
       corrupt_ = true;
       return false;
     }
-    uint64_t to_end = capacity_ - tail_ % capacity_;
+    uint64_t to_end = capacity_ - tail_off_;
     uint32_t len;
-    std::memcpy(&len, at(tail_), sizeof len);
+    std::memcpy(&len, tail_at(), sizeof len);
     if (len == kWrap || to_end < sizeof(RecordHeader)) {  // skip to the start
       if (head - tail_ < to_end) {
         corrupt_ = true;
         return false;
       }
-      tail_ += to_end;
+      advance(tail_, tail_off_, to_end);
       hdr_->tail.store(tail_, std::memory_order_release);
       continue;
     }
     RecordHeader rh;
-    std::memcpy(&rh, at(tail_), sizeof rh);  // a local copy: checked, then used
+    std::memcpy(&rh, tail_at(), sizeof rh);  // a local copy: checked, then used
     uint64_t need = sizeof(RecordHeader) + align_up(uint64_t(rh.pad) + rh.len);
     if (rh.len > max_record() || rh.pad >= kLineBytes || need > to_end || need > head - tail_) {
       corrupt_ = true;
       return false;
     }
-    r->data = at(tail_) + sizeof(RecordHeader) + rh.pad;
+    r->data = tail_at() + sizeof(RecordHeader) + rh.pad;
     r->len = rh.len;
     r->meta = rh.meta;
     peeked_ = uint32_t(need);
@@ -167,8 +169,7 @@ bool ShmRing::peek(Record* r) {
 
 void ShmRing::pop() {
   if (!peeked_) return;
-  tail_ += peeked_;
-  peeked_ = 0;
+  advance(tail_, tail_off_, std::exchange(peeked_, 0));
   hdr_->tail.store(tail_, std::memory_order_release);
 }
 

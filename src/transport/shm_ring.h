@@ -100,7 +100,17 @@ class ShmRing {
   struct Header;
   struct RecordHeader;
   ShmRing(Header* h, uint8_t* data, uint32_t capacity) : hdr_(h), data_(data), capacity_(capacity) {}
-  uint8_t* at(uint64_t pos) const { return data_ + (pos % capacity_); }
+  // Where the producer's or the consumer's position lies in the data (the
+  // positions count bytes from the ring's creation; the offsets are kept
+  // beside them, so that no push or peek divides by the capacity).
+  uint8_t* head_at() const { return data_ + head_off_; }
+  uint8_t* tail_at() const { return data_ + tail_off_; }
+  // `pos` advanced by `n` (n <= capacity_ - off: records never straddle the end).
+  void advance(uint64_t& pos, uint32_t& off, uint64_t n) {
+    pos += n;
+    off += uint32_t(n);
+    if (off >= capacity_) off -= capacity_;
+  }
   bool room_for(uint64_t need);  // producer: `need` bytes free from head_ on
 
   Header* hdr_ = nullptr;
@@ -111,6 +121,8 @@ class ShmRing {
   // their side; the shared words only publish them).
   uint64_t head_ = 0;
   uint64_t tail_ = 0;
+  uint32_t head_off_ = 0;  // head_ % capacity_
+  uint32_t tail_off_ = 0;  // tail_ % capacity_
   // The producer's last read of the shared tail (a lower bound of the
   // consumer's: room it shows is there).
   uint64_t tail_seen_ = 0;
