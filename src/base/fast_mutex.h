@@ -17,13 +17,7 @@
 #include <cstdint>
 #include <mutex>
 
-#if defined(__SANITIZE_THREAD__)
-#define UROCE_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UROCE_TSAN 1
-#endif
-#endif
+#include "base/sanitizers.h"
 
 namespace uroce::base {
 

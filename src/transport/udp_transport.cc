@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/sanitizers.h"
 #include "transport/step_probe.h"
 
 #ifndef UDP_SEGMENT
@@ -25,13 +26,6 @@
 #define UDP_GRO 104
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define UROCE_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UROCE_TSAN 1
-#endif
-#endif
 #ifdef UROCE_TSAN
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
