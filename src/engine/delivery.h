@@ -97,6 +97,15 @@ class Delivery {
   bool post_ack_word(uint32_t cell, uint64_t word) {
     return acks_on_board_ && through_memory() && transport_->post_board(dst_, cell, word);
   }
+  // A record of `len` bytes for a bare packet, written in place in the peer's
+  // ring (DatagramTransport::reserve_bare; data null when it cannot be: not
+  // through shared memory now, or a full ring), then committed or abandoned.
+  // Only where packets go bare (icrc() is kOmit).
+  transport::BareSlot reserve_bare(const transport::IpAddress& src_ip, uint32_t len) {
+    return transport_->reserve_bare(dst_, src_ip, len);
+  }
+  void commit_bare(transport::BareSlot& slot) { transport_->commit_bare(slot); }
+  void abandon_bare(transport::BareSlot& slot) { transport_->abandon_bare(slot); }
   // Same-host direct placement of WRITE/READ (RC/UC), or null.
   host::DirectPlacement* placement() const { return placement_; }
 

@@ -47,7 +47,7 @@ int post_send(EngineQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode
   if (qp.state() == IBV_QPS_ERR)
     qp.flush_send_queue();
   else
-    requester_post(qp, TxBatch::local());
+    requester_post(qp);
   qp.engine()->note_poller();  // a posting application polls next, usually
   requester_after_post(qp, lock);
   return err;

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <cstring>
 #include <utility>
 
 #include "core/config.h"
@@ -696,11 +697,6 @@ bool post_waits_for_ack(EngineQp& qp) {
 
 }  // namespace
 
-void requester_post(EngineQp& qp, TxBatch& tx) {
-  qp.delivery.count_post();
-  if (!post_waits_for_ack(qp)) requester_run(qp, tx);
-}
-
 void requester_after_post(EngineQp& qp, std::unique_lock<base::FastMutex>& lock) {
   bool jumbo = std::exchange(qp.req.jumbo_sent, false);
   lock.unlock();
@@ -740,7 +736,113 @@ void stamp_sent(EngineQp& qp) {
   completer_start_timer(qp, now);
 }
 
+// --- a lone packet through shared memory (requester_post) --------------------
+
+// Whether the WQE just posted is a lone packet: the one WQE left to send, a
+// SEND or WRITE of at most one MTU (never placed: a plain WRITE only where
+// the QP has no direct placement), on an RC QP in RTS whose packets go bare
+// through shared memory (Delivery::icrc), with room in the window (a share
+// is never below kMinWindowPsns), no RNR wait, no fence to hold and no ACK
+// waiting to go with the post (requester_run sends it beside the request).
+// A ping-pong's message, on either side, is one.
+bool is_lone_packet(const EngineQp& qp, const core::SendWqe& w) {
+  if (qp.type != IBV_QPT_RC || qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed || w.started) return false;
+  if (qp.req.index + 1 != qp.sq.posted || (qp.in_ack_list && qp.resp.ack_pending)) return false;
+  if (qp.delivery.icrc() != TxBatch::Icrc::kOmit || w.length > qp.path.mtu) return false;
+  bool send = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_SEND_WITH_INV;
+  bool write = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || (w.opcode == IBV_WR_RDMA_WRITE && !qp.delivery.placement());
+  if (!send && !write) return false;
+  if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) return false;
+  return uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn)) < kMinWindowPsns;
+}
+
+// The host address of each of a WQE's pieces (SGEs with bytes) and its MR,
+// under the MR table's lock, which the caller holds; false if a key does not
+// check (local_keys_ok and gather_payload's check, at once).
+struct LocalPieces {
+  std::array<const core::Mr*, core::kMaxSge> mr;  // (the first `count` are set)
+  std::array<iovec, core::kMaxSge> at;
+  unsigned count = 0;
+};
+bool find_pieces(EngineQp& qp, uint32_t index, const core::SendWqe& w, LocalPieces& p) {
+  const core::Sge* sge = qp.sq.sges(index);
+  for (uint16_t i = 0; i < w.num_sge && p.count < p.at.size(); ++i) {
+    if (sge[i].length == 0) continue;
+    const core::Mr* mr = nullptr;
+    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) != core::KeyCheck::kOk)
+      return false;
+    p.mr[p.count] = mr;
+    p.at[p.count++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
+  }
+  return true;
+}
+
+// Copies a WQE's payload to `to`: its inline bytes, or its pieces by the
+// copy that survives a fault (core/mr_access.h); false if one cannot be read.
+bool copy_lone_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, const LocalPieces& p, uint8_t* to) {
+  if (w.is_inline) {
+    std::memcpy(to, qp.sq.inline_buf(index), w.length);
+    return true;
+  }
+  for (unsigned i = 0; i < p.count; ++i) {
+    if (!core::copy_from_mr(*p.mr[i], to, p.at[i].iov_base, p.at[i].iov_len)) return false;
+    to += p.at[i].iov_len;
+  }
+  return true;
+}
+
+// Writes the lone packet of the WQE at `index` straight into the peer's ring
+// (Delivery::reserve_bare): the header and payload in place, no batch, no
+// burst, one key check per piece. Its WQE and the requester then stand as
+// start_wqe, send_data_packet and send_data_step leave them. False, having
+// changed nothing, when it cannot (a key that does not check, an unreadable
+// page, a full ring, a peer no longer reached through memory): the caller
+// runs the requester, which sends it or reports the error as ever.
+bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
+  uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, true, true));
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  unsigned pad = wire::pad_for(w.length);
+  uint32_t bytes = info.header_len + w.length + pad + wire::kIcrcSize;
+  auto mr_lock = qp.ctx->mrs.read_lock();  // the pieces stay valid until the copy is done
+  LocalPieces pieces;
+  if (!w.is_inline && !find_pieces(qp, index, w, pieces)) return false;
+  transport::BareSlot slot = qp.delivery.reserve_bare(qp.path.src_ip, bytes);
+  if (!slot.data) return false;
+  uint8_t* h = slot.data;
+  std::memset(h, 0, info.header_len);
+  wire::Bth(h).fill(opcode, w.send_flags & IBV_SEND_SOLICITED, pad, wire::kDefaultPkey, qp.attr.dest_qp_num, true,
+                    qp.req.psn);
+  fill_request_headers(qp, info, h, w);
+  if (!copy_lone_payload(qp, index, w, pieces, h + info.header_len)) {
+    qp.delivery.abandon_bare(slot);
+    return false;
+  }
+  std::memset(h + info.header_len + w.length, 0, pad + wire::kIcrcSize);
+  qp.delivery.commit_bare(slot);
+  w.started = true;
+  w.first_psn = w.last_psn = qp.req.psn;
+  ++qp.req.index;
+  qp.req.offset = 0;
+  qp.req.pkts_since_ack_req = 0;
+  qp.count_sent(bytes);
+  sample_rtt(qp);
+  advance_psn(qp, 1);
+  return true;
+}
+
 }  // namespace
+
+void requester_post(EngineQp& qp) {
+  qp.delivery.count_post();
+  uint32_t index = qp.req.index;
+  core::SendWqe& w = qp.sq.at(index);  // (the slot after the last WQE when none is left to send)
+  if (is_lone_packet(qp, w) && send_lone_packet(qp, index, w)) {
+    qp.engine()->count_sender(qp, true);
+    stamp_sent(qp);
+    return;
+  }
+  if (!post_waits_for_ack(qp)) requester_run(qp, TxBatch::local());
+}
 
 void requester_run(EngineQp& qp, TxBatch& tx) {
   // The ACK an application turn left for this post (EngineContext::process_burst)

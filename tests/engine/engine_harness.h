@@ -383,7 +383,7 @@ class EngineTest : public ::testing::Test {
     wr.num_sge = int(sges.size());
     std::lock_guard lock(qp->mu);
     ASSERT_EQ(qp->enqueue_send(wr), 0);
-    requester_post(*qp, TxBatch::local());
+    requester_post(*qp);
   }
 
   static ibv_sge sge(const void* addr, uint32_t len, const core::Mr* mr) {

@@ -56,7 +56,7 @@ class Ud : public EngineTest {
     wr.num_sge = 1;
     std::lock_guard lock(qp->mu);
     int rc = qp->enqueue_send(wr);
-    if (rc == 0) requester_post(*qp, TxBatch::local());
+    if (rc == 0) requester_post(*qp);
     return rc;
   }
 
