@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "base/shared_fast_mutex.h"
 #include "core/container_of.h"
 #include "core/limits.h"
 #include "core/pd.h"
@@ -194,7 +195,7 @@ class MrTable {
                uint32_t len) const;
 
   // Holds the table shared while a caller copies through several ranges.
-  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
+  std::shared_lock<base::SharedFastMutex> read_lock() const { return std::shared_lock(mu_); }
   KeyCheck check_locked(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, unsigned need, bool remote,
                         const Mr** out, uint32_t qpn = 0) const;
   // Sets (or, with null, clears) the observer; told of the MRs already
@@ -207,7 +208,7 @@ class MrTable {
   uint8_t random_byte_locked();
   void unbind_locked(Mr* mw);
 
-  mutable std::shared_mutex mu_;
+  mutable base::SharedFastMutex mu_;
   MrObserver* observer_ = nullptr;
   std::vector<Mr*> slots_{nullptr};   // slot 0 unused: key 0 is never valid
   std::vector<uint8_t> variants_{0};  // last key variant of each slot

@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/shared_fast_mutex.h"
 #include "core/srq.h"
 #include "engine/engine_qp.h"
 #include "transport/datagram.h"
@@ -28,7 +29,7 @@ class QpTable {
  public:
   // `transport`: where multicast groups are joined and left (its UDP layer).
   explicit QpTable(transport::DatagramTransport* transport) : transport_(transport) {}
-  std::shared_mutex& mu() { return mu_; }
+  base::SharedFastMutex& mu() { return mu_; }
 
   // A fresh number: `slot` << 16 | 16 random bits, or 24 random bits when
   // `slot` < 0 (QP0/QP1 are never drawn). Random so that a blind sender cannot
@@ -71,7 +72,7 @@ class QpTable {
   void leave_group_locked(uint32_t group);
 
   transport::DatagramTransport* transport_;
-  std::shared_mutex mu_;
+  base::SharedFastMutex mu_;
   std::unordered_map<uint32_t, EngineQp*> qps_;
   std::unordered_set<uint32_t> reserved_;                       // drawn, not yet inserted
   std::unordered_map<uint32_t, std::vector<EngineQp*>> mcast_;  // group -> attached QPs
