@@ -348,22 +348,31 @@ bool streams_as_jumbo(EngineQp& qp, uint32_t index, const core::SendWqe& w) {
   return stream && qp.delivery.jumbo_limit() >= qp.path.mtu;
 }
 
-// The host addresses of a WQE's local ranges through the MR table (whose
-// lock send_burst holds: a device memory MR's addresses are offsets); false
-// if a key no longer checks.
-bool local_ranges(EngineQp& qp, uint32_t index, const core::SendWqe& w, std::array<iovec, core::kMaxSge>& local,
-                  unsigned* n) {
+// A WQE's local ranges: the host address of each (SGEs with bytes, or its
+// inline bytes) and the MR it lies in (null for inline bytes).
+struct LocalPieces {
+  std::array<iovec, core::kMaxSge> at;  // (the first `count` are set)
+  std::array<const core::Mr*, core::kMaxSge> mr;
+  unsigned count = 0;
+};
+
+// Finds a WQE's local pieces through the MR table, whose lock the caller
+// holds for as long as it uses them (a device memory MR's addresses are
+// offsets); false if a key no longer checks.
+bool find_local_pieces(EngineQp& qp, uint32_t index, const core::SendWqe& w, LocalPieces& p) {
   if (w.is_inline) {
-    local[(*n)++] = iovec{qp.sq.inline_buf(index), w.length};
+    p.mr[p.count] = nullptr;
+    p.at[p.count++] = iovec{qp.sq.inline_buf(index), w.length};
     return true;
   }
   const core::Sge* sge = qp.sq.sges(index);
-  for (uint16_t i = 0; i < w.num_sge && *n < local.size(); ++i) {
+  for (uint16_t i = 0; i < w.num_sge && p.count < p.at.size(); ++i) {
     if (!sge[i].length) continue;
     const core::Mr* mr = nullptr;
     if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) != core::KeyCheck::kOk)
       return false;
-    local[(*n)++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
+    p.mr[p.count] = mr;
+    p.at[p.count++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
   }
   return true;
 }
@@ -399,13 +408,11 @@ Placement try_place(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx)
                 dp->reachable(qp.path.dst.ip, qp.attr.dest_qp_num);
     return wait ? Placement::kWait : Placement::kPackets;
   }
-  std::array<iovec, core::kMaxSge> local;
-  unsigned n = 0;
-  if (!local_ranges(qp, index, w, local, &n)) return Placement::kPackets;
+  LocalPieces local;
+  if (!find_local_pieces(qp, index, w, local)) return Placement::kPackets;
   if (tx.pending()) tx.flush();  // UC packets of earlier WQEs go first
-  DirectPlacement::Op op{
-      qp.type, qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey, w.remote_addr, w.length, local.data(),
-      n,       read};
+  DirectPlacement::Op op{qp.type,       qp.qp_num(), qp.attr.dest_qp_num, qp.path.dst.ip, w.rkey,
+                         w.remote_addr, w.length,    local.at.data(),     local.count,    read};
   if (!dp->place(op)) return Placement::kPackets;
   complete_placed(qp, w);
   return Placement::kPlaced;
@@ -746,8 +753,8 @@ void stamp_sent(EngineQp& qp) {
 // waiting to go with the post (requester_run sends it beside the request).
 // A ping-pong's message, on either side, is one.
 bool is_lone_packet(const EngineQp& qp, const core::SendWqe& w) {
-  if (qp.type != IBV_QPT_RC || qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed || w.started) return false;
-  if (qp.req.index + 1 != qp.sq.posted || (qp.in_ack_list && qp.resp.ack_pending)) return false;
+  if (qp.req.index + 1 != qp.sq.posted || w.started || (qp.in_ack_list && qp.resp.ack_pending)) return false;
+  if (qp.type != IBV_QPT_RC || qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed) return false;
   if (qp.delivery.icrc() != TxBatch::Icrc::kOmit || w.length > qp.path.mtu) return false;
   bool send = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_SEND_WITH_INV;
   bool write = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || (w.opcode == IBV_WR_RDMA_WRITE && !qp.delivery.placement());
@@ -756,36 +763,15 @@ bool is_lone_packet(const EngineQp& qp, const core::SendWqe& w) {
   return uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn)) < kMinWindowPsns;
 }
 
-// The host address of each of a WQE's pieces (SGEs with bytes) and its MR,
-// under the MR table's lock, which the caller holds; false if a key does not
-// check (local_keys_ok and gather_payload's check, at once).
-struct LocalPieces {
-  std::array<const core::Mr*, core::kMaxSge> mr;  // (the first `count` are set)
-  std::array<iovec, core::kMaxSge> at;
-  unsigned count = 0;
-};
-bool find_pieces(EngineQp& qp, uint32_t index, const core::SendWqe& w, LocalPieces& p) {
-  const core::Sge* sge = qp.sq.sges(index);
-  for (uint16_t i = 0; i < w.num_sge && p.count < p.at.size(); ++i) {
-    if (sge[i].length == 0) continue;
-    const core::Mr* mr = nullptr;
-    if (qp.ctx->mrs.check_locked(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, 0, false, &mr) != core::KeyCheck::kOk)
-      return false;
-    p.mr[p.count] = mr;
-    p.at[p.count++] = iovec{mr->host_at(sge[i].addr, false), sge[i].length};
-  }
-  return true;
-}
-
-// Copies a WQE's payload to `to`: its inline bytes, or its pieces by the
-// copy that survives a fault (core/mr_access.h); false if one cannot be read.
-bool copy_lone_payload(EngineQp& qp, uint32_t index, const core::SendWqe& w, const LocalPieces& p, uint8_t* to) {
-  if (w.is_inline) {
-    std::memcpy(to, qp.sq.inline_buf(index), w.length);
-    return true;
-  }
+// Copies a WQE's pieces to `to`: inline bytes as they are, registered memory
+// by the copy that survives a fault (core/mr_access.h); false if a piece
+// cannot be read.
+bool copy_pieces(const LocalPieces& p, uint8_t* to) {
   for (unsigned i = 0; i < p.count; ++i) {
-    if (!core::copy_from_mr(*p.mr[i], to, p.at[i].iov_base, p.at[i].iov_len)) return false;
+    if (!p.mr[i])
+      std::memcpy(to, p.at[i].iov_base, p.at[i].iov_len);
+    else if (!core::copy_from_mr(*p.mr[i], to, p.at[i].iov_base, p.at[i].iov_len))
+      return false;
     to += p.at[i].iov_len;
   }
   return true;
@@ -805,7 +791,7 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
   uint32_t bytes = info.header_len + w.length + pad + wire::kIcrcSize;
   auto mr_lock = qp.ctx->mrs.read_lock();  // the pieces stay valid until the copy is done
   LocalPieces pieces;
-  if (!w.is_inline && !find_pieces(qp, index, w, pieces)) return false;
+  if (!find_local_pieces(qp, index, w, pieces)) return false;
   transport::BareSlot slot = qp.delivery.reserve_bare(qp.path.src_ip, bytes);
   if (!slot.data) return false;
   uint8_t* h = slot.data;
@@ -813,7 +799,7 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
   wire::Bth(h).fill(opcode, w.send_flags & IBV_SEND_SOLICITED, pad, wire::kDefaultPkey, qp.attr.dest_qp_num, true,
                     qp.req.psn);
   fill_request_headers(qp, info, h, w);
-  if (!copy_lone_payload(qp, index, w, pieces, h + info.header_len)) {
+  if (!copy_pieces(pieces, h + info.header_len)) {
     qp.delivery.abandon_bare(slot);
     return false;
   }
@@ -835,7 +821,7 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
 void requester_post(EngineQp& qp) {
   qp.delivery.count_post();
   uint32_t index = qp.req.index;
-  core::SendWqe& w = qp.sq.at(index);  // (the slot after the last WQE when none is left to send)
+  core::SendWqe& w = qp.sq.at(index);  // (when none is left to send, a free slot: not lone)
   if (is_lone_packet(qp, w) && send_lone_packet(qp, index, w)) {
     qp.engine()->count_sender(qp, true);
     stamp_sent(qp);
