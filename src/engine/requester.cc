@@ -547,6 +547,15 @@ uint32_t max_reads(const EngineQp& qp) { return qp.attr.max_rd_atomic ? qp.attr.
 
 enum class Start { kSend, kPlaced, kStop };
 
+// A WQE's first packet is next: it takes `packets` PSNs from here on (READ:
+// one per expected response packet), the requester at its start.
+void take_psns(EngineQp& qp, core::SendWqe& w, uint32_t packets) {
+  w.started = true;
+  w.first_psn = qp.req.psn;
+  w.last_psn = wire::psn_add(w.first_psn, packets - 1);
+  qp.req.offset = 0;
+}
+
 // Starts the WQE at `index`: what must hold before its first packet (read
 // credits, the fence, the local keys), then placement; kSend: it goes as
 // packets from here.
@@ -561,10 +570,7 @@ Start start_wqe(EngineQp& qp, uint32_t index, core::SendWqe& w, TxBatch& tx) {
   Placement placed = try_place(qp, index, w, tx);
   if (placed == Placement::kPlaced) return Start::kPlaced;
   if (placed == Placement::kWait) return Start::kStop;
-  w.started = true;
-  w.first_psn = qp.req.psn;
-  w.last_psn = wire::psn_add(w.first_psn, wire::packets_for(w.length, qp.path.mtu) - 1);
-  qp.req.offset = 0;
+  take_psns(qp, w, wire::packets_for(w.length, qp.path.mtu));
   if (is_read(w)) ++qp.req.reads_outstanding;
   if (core::is_atomic(w.opcode)) ++qp.req.read_requests;  // a READ's parts count as they go
   return Start::kSend;
@@ -756,9 +762,7 @@ bool is_lone_packet(const EngineQp& qp, const core::SendWqe& w) {
   if (qp.req.index + 1 != qp.sq.posted || w.started || (qp.in_ack_list && qp.resp.ack_pending)) return false;
   if (qp.type != IBV_QPT_RC || qp.state() != IBV_QPS_RTS || qp.timers.rnr_armed) return false;
   if (qp.delivery.icrc() != TxBatch::Icrc::kOmit || w.length > qp.path.mtu) return false;
-  bool send = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_SEND_WITH_INV;
-  bool write = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || (w.opcode == IBV_WR_RDMA_WRITE && !qp.delivery.placement());
-  if (!send && !write) return false;
+  if (is_read(w) || is_local_op(w) || (w.opcode == IBV_WR_RDMA_WRITE && qp.delivery.placement())) return false;
   if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) return false;
   return uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn)) < kMinWindowPsns;
 }
@@ -805,10 +809,8 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
   }
   std::memset(h + info.header_len + w.length, 0, pad + wire::kIcrcSize);
   qp.delivery.commit_bare(slot);
-  w.started = true;
-  w.first_psn = w.last_psn = qp.req.psn;
+  take_psns(qp, w, 1);  // (at most one MTU: no division)
   ++qp.req.index;
-  qp.req.offset = 0;
   qp.req.pkts_since_ack_req = 0;
   qp.count_sent(bytes);
   sample_rtt(qp);
