@@ -1,9 +1,7 @@
 #include "base/fast_mutex.h"
 
 #if !defined(UROCE_TSAN)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "base/futex.h"
 
 namespace uroce::base {
 
@@ -11,11 +9,10 @@ namespace uroce::base {
 // be the only sleeper). No spinning first, as glibc's default mutex: on a
 // machine with few CPUs a spinning waiter takes the CPU its holder needs.
 void FastMutex::lock_contended() noexcept {
-  while (state_.exchange(2, std::memory_order_acquire) != 0)
-    syscall(SYS_futex, &state_, FUTEX_WAIT_PRIVATE, 2, nullptr, nullptr, 0);
+  while (state_.exchange(2, std::memory_order_acquire) != 0) futex_wait(state_, 2);
 }
 
-void FastMutex::wake_one() noexcept { syscall(SYS_futex, &state_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0); }
+void FastMutex::wake_one() noexcept { futex_wake(state_, 1); }
 
 }  // namespace uroce::base
 #endif

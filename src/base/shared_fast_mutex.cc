@@ -1,11 +1,9 @@
 #include "base/shared_fast_mutex.h"
 
 #if !defined(UROCE_TSAN)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <climits>
+
+#include "base/futex.h"
 
 namespace uroce::base {
 
@@ -41,13 +39,12 @@ void SharedFastMutex::lock_slow() noexcept {
 // the count (wake_all).
 void SharedFastMutex::sleep_while(uint32_t seen) noexcept {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, &state_, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+  futex_wait(state_, seen);
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void SharedFastMutex::wake_all() noexcept {
-  if (sleepers_.load(std::memory_order_seq_cst) != 0)
-    syscall(SYS_futex, &state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake(state_, INT_MAX);
 }
 
 }  // namespace uroce::base
