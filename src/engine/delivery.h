@@ -101,8 +101,8 @@ class Delivery {
   // ring (DatagramTransport::reserve_bare; data null when it cannot be: not
   // through shared memory now, or a full ring), then committed or abandoned.
   // Only where packets go bare (icrc() is kOmit).
-  transport::BareSlot reserve_bare(const transport::IpAddress& src_ip, uint32_t len) {
-    return transport_->reserve_bare(dst_, src_ip, len);
+  bool reserve_bare(const transport::IpAddress& src_ip, uint32_t len, transport::BareSlot& slot) {
+    return transport_->reserve_bare(dst_, src_ip, len, slot);
   }
   void commit_bare(transport::BareSlot& slot) { transport_->commit_bare(slot); }
   void abandon_bare(transport::BareSlot& slot) { transport_->abandon_bare(slot); }

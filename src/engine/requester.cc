@@ -796,8 +796,8 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
   auto mr_lock = qp.ctx->mrs.read_lock();  // the pieces stay valid until the copy is done
   LocalPieces pieces;
   if (!find_local_pieces(qp, index, w, pieces)) return false;
-  transport::BareSlot slot = qp.delivery.reserve_bare(qp.path.src_ip, bytes);
-  if (!slot.data) return false;
+  transport::BareSlot slot;
+  if (!qp.delivery.reserve_bare(qp.path.src_ip, bytes, slot)) return false;
   uint8_t* h = slot.data;
   std::memset(h, 0, info.header_len);
   wire::Bth(h).fill(opcode, w.send_flags & IBV_SEND_SOLICITED, pad, wire::kDefaultPkey, qp.attr.dest_qp_num, true,

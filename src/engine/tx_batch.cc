@@ -53,8 +53,7 @@ uint8_t* TxBatch::begin_packet(const transport::Endpoint& dst, const transport::
   if (icrc != Icrc::kOmit || count_ != 0 || !transport_ || payload_len > kMaxPayload)
     return begin_packet(dst, src_ip, header_len);
   uint32_t len = header_len + payload_len + wire::pad_for(payload_len) + wire::kIcrcSize;
-  in_place_ = transport_->reserve_bare(dst, src_ip, len);
-  if (!in_place_.data) return begin_packet(dst, src_ip, header_len);
+  if (!transport_->reserve_bare(dst, src_ip, len, in_place_)) return begin_packet(dst, src_ip, header_len);
   return start_packet(in_place_.data, dst, src_ip, header_len, payload_len);
 }
 

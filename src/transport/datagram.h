@@ -210,10 +210,12 @@ class DatagramTransport {
   // and no send_burst. The ring stays locked in between: the caller sends
   // nothing else meanwhile. An empty slot when there is no such room (no
   // ring to `dst`, a full one; decorators, whose layer would not see it):
-  // send it with send_burst. Thread-safe.
-  virtual BareSlot reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept {
-    (void)dst, (void)src_ip, (void)len;
-    return {};
+  // false, `slot` left empty; send it with send_burst. Thread-safe. (The
+  // slot is filled in place, not returned: a 16-byte return copied through
+  // the stack made the post wait for the ring's stores.)
+  virtual bool reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len, BareSlot& slot) noexcept {
+    (void)dst, (void)src_ip, (void)len, (void)slot;
+    return false;
   }
   virtual void commit_bare(BareSlot& slot) noexcept { slot = {}; }
   virtual void abandon_bare(BareSlot& slot) noexcept { slot = {}; }

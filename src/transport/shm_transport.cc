@@ -298,16 +298,18 @@ void ShmTransport::wake_if_waiting(Outbound& o) noexcept {
   if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(o.key);
 }
 
-BareSlot ShmTransport::reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept {
+bool ShmTransport::reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len, BareSlot& slot) noexcept {
   Outbound* o = outbound_to(dst);
-  if (!o) return {};
+  if (!o) return false;
   o->mu.lock();
   uint8_t* data = o->live() ? o->ring.reserve(meta_for(dst, src_ip, kBareRecord), len) : nullptr;
   if (!data) {  // (a full ring: send_burst waits for room, as for any datagram)
     o->mu.unlock();
-    return {};
+    return false;
   }
-  return BareSlot{data, o};
+  slot.data = data;
+  slot.ring = o;
+  return true;
 }
 
 void ShmTransport::commit_bare(BareSlot& slot) noexcept {

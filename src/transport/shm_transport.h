@@ -99,7 +99,7 @@ class ShmTransport final : public DatagramTransport {
                        unsigned iovcnt) noexcept override;
   uint32_t jumbo_limit(const Endpoint& dst) noexcept override;
   bool through_memory(const Endpoint& dst) noexcept override;
-  BareSlot reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len) noexcept override;
+  bool reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len, BareSlot& slot) noexcept override;
   void commit_bare(BareSlot& slot) noexcept override;
   void abandon_bare(BareSlot& slot) noexcept override;
   bool post_board(const Endpoint& dst, uint32_t cell, uint64_t word) noexcept override;

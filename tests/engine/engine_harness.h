@@ -108,16 +108,17 @@ class FakeTransport : public transport::DatagramTransport {
   uint32_t jumbo_limit(const transport::Endpoint&) noexcept override { return jumbo_payload; }
   // Same-host packets written in place: offered when in_place_room > 0 (up
   // to that many bytes), one slot at a time, as a ring would.
-  transport::BareSlot reserve_bare(const transport::Endpoint& dst, const transport::IpAddress& src_ip,
-                                   uint32_t len) noexcept override {
-    if (len > in_place_room || slot_open_) return {};
+  bool reserve_bare(const transport::Endpoint& dst, const transport::IpAddress& src_ip, uint32_t len,
+                    transport::BareSlot& slot) noexcept override {
+    if (len > in_place_room || slot_open_) return false;
     slot_open_ = true;
     slot_ = Sent{};
     slot_.dst = dst;
     slot_.src_ip = src_ip.v4();
     slot_.bare = slot_.in_place = true;
     slot_.bytes.assign(len, 0xEE);  // not zero: what the writer leaves unwritten shows
-    return transport::BareSlot{slot_.bytes.data(), this};
+    slot = transport::BareSlot{slot_.bytes.data(), this};
+    return true;
   }
   void commit_bare(transport::BareSlot& slot) noexcept override {
     slot_.message = messages_++;
