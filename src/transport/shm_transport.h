@@ -220,7 +220,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
   std::atomic<uint64_t> board_seen_{0};                      // the board generation take_board_change last saw
   uint64_t board_polled_ = 0;                                // and the one recv_burst last saw
-  unsigned rotate_ = 0;                                      // which active ring is read first
+  size_t rotate_ = 0;                                        // which active ring is read first (< active_.size())
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
   unsigned empty_receives_ = 0;                              // in a row (poll_clock)
   std::chrono::steady_clock::time_point clock_{};            // poll_clock's last read
