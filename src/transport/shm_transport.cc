@@ -496,7 +496,9 @@ size_t ShmTransport::take_from_rings(std::span<RxDatagram> out) noexcept {
   }
   rings_ready_.store(more, std::memory_order_relaxed);
   if (++rotate_ >= active_.size()) rotate_ = 0;
-  if (n) received_->fetch_add(n, std::memory_order_relaxed);
+  // One thread at a time receives (the receive turn): a plain add, not a
+  // locked one on the way from a record to its completion.
+  if (n) received_->store(received_->load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   return n;
 }
 
@@ -529,7 +531,9 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
     if (n > 0 || board_polled()) rings_delivered_ = now;
     bool rings_active = now - rings_delivered_ < kRingsActive;
     bool socket_active = this->socket_active(now);
-    bool waited = inner_due_.exchange(false, std::memory_order_relaxed);
+    // (Looked at before it is taken: an exchange is a locked instruction, a
+    // full barrier on every receive, most of which find it false.)
+    bool waited = inner_due_.load(std::memory_order_relaxed) && inner_due_.exchange(false, std::memory_order_relaxed);
     bool overdue = now - inner_asked_ >= (socket_active ? kInnerMaxGap : kInnerQuietGap);
     bool turn = socket_active && ++inner_skip_ >= kInnerEvery;
     if (n < out.size() && (waited || overdue || (n == 0 && !rings_active) || turn)) {

@@ -137,6 +137,7 @@ class ShmTransport final : public DatagramTransport {
   uint64_t board_posts() const { return board_posts_.load(std::memory_order_relaxed); }
   // Counts into the caller's counters from now on (e.g. ones in shared
   // memory; set before any traffic, they must outlive this transport).
+  // `received` must have no other writer (the receive adds to it unlocked).
   void count_into(std::atomic<uint64_t>& sent, std::atomic<uint64_t>& received,
                   std::atomic<uint64_t>& full_drops) noexcept {
     sent_ = &sent;
