@@ -475,7 +475,7 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
   // (responder_publish), in order with the QP's other receive completions.
   // Such a completion is written where it waits, not built and copied: a copy
   // read back in 16-byte pieces what was just stored in smaller ones, and
-  // each such load waited for the stores (perf: half of this function's time).
+  // each such load waited for the stores (perf: most of this function's samples).
   core::Cq* cq = qp.recv_completion_cq();
   bool held = cq && is_rc(qp);
   if (held && qp.deferred_count == EngineQp::kMaxDeferred) responder_publish(qp, TxBatch::local());

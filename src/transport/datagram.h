@@ -208,11 +208,12 @@ class DatagramTransport {
   // `len` bytes to `dst` in the peer's ring, for the caller to write in place
   // and then send with commit_bare (or drop with abandon_bare), with no copy
   // and no send_burst. The ring stays locked in between: the caller sends
-  // nothing else meanwhile. An empty slot when there is no such room (no
-  // ring to `dst`, a full one; decorators, whose layer would not see it):
-  // false, `slot` left empty; send it with send_burst. Thread-safe. (The
-  // slot is filled in place, not returned: a 16-byte return copied through
-  // the stack made the post wait for the ring's stores.)
+  // nothing else meanwhile. False when there is no such room (no ring to
+  // `dst`, a full one; decorators, whose layer would not see it): send it
+  // with send_burst. Thread-safe. `slot` (empty: commit_bare and abandon_bare
+  // empty it) is written only when it returns true: filled in place, not
+  // returned, as a 16-byte return copied through the stack made the post
+  // wait for the ring's stores (docs/measurements.md, 2026-12-01).
   virtual bool reserve_bare(const Endpoint& dst, const IpAddress& src_ip, uint32_t len, BareSlot& slot) noexcept {
     (void)dst, (void)src_ip, (void)len, (void)slot;
     return false;
