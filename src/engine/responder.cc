@@ -505,7 +505,7 @@ void complete_recv(EngineQp& qp, ibv_wc_status status, ibv_wc_opcode opcode, uin
   if (!qp.srq) ++qp.rq.consumed;
   qp.resp.have_rwqe = false;
   qp.resp.recv_offset = 0;
-  if (!held) {  // UC, UD: no ACK to wait for
+  if (!held) {  // UC, UD: no ACK to wait for (or no CQ to complete to)
     if (cq) cq->push(wc, solicited);
     return;
   }
