@@ -40,15 +40,22 @@ TEST(SharedFastMutex, WritersExcludeReadersAndEachOther) {
   constexpr int kWriters = 2, kReaders = 3, kAdds = 50000;
   std::atomic<bool> writing{true};
   volatile int sink = 0;
-  std::atomic<uint64_t> torn{0}, reads{0};
+  std::atomic<uint64_t> torn{0}, reads{0}, mid_reads{0};
   std::vector<std::thread> threads;
+  // The writers start once every reader has read (on 2 CPUs they could
+  // otherwise finish before a reader ran) and yield now and then outside the
+  // lock, so that readers do come in between writes.
   for (int t = 0; t < kWriters; ++t)
     threads.emplace_back([&] {
+      while (reads.load() < uint64_t(kReaders)) std::this_thread::yield();
       for (int i = 0; i < kAdds; ++i) {
-        std::lock_guard lock(m);
-        a = a + 1;
-        for (int k = 0; k < 50; ++k) sink = k;  // (a reader let in now sees a != b)
-        b = b + 1;
+        {
+          std::lock_guard lock(m);
+          a = a + 1;
+          for (int k = 0; k < 50; ++k) sink = k;  // (a reader let in now sees a != b)
+          b = b + 1;
+        }
+        if (i % 256 == 0) std::this_thread::yield();
       }
     });
   for (int t = 0; t < kReaders; ++t)
@@ -56,6 +63,7 @@ TEST(SharedFastMutex, WritersExcludeReadersAndEachOther) {
       while (writing.load(std::memory_order_relaxed)) {
         std::shared_lock lock(m);
         if (a != b) torn.fetch_add(1);
+        if (a > 0 && a < uint64_t(kWriters) * kAdds) mid_reads.fetch_add(1, std::memory_order_relaxed);
         reads.fetch_add(1, std::memory_order_relaxed);
       }
     });
@@ -65,7 +73,8 @@ TEST(SharedFastMutex, WritersExcludeReadersAndEachOther) {
   EXPECT_EQ(a, uint64_t(kWriters) * kAdds);
   EXPECT_EQ(b, a);
   EXPECT_EQ(torn.load(), 0u);
-  EXPECT_GT(reads.load(), 0u);
+  // Readers that never came in while the writers were at it would test nothing.
+  EXPECT_GT(mid_reads.load(), 0u);
 }
 
 // A writer waits for the reader holding the lock and is woken by its unlock;
