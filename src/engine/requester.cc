@@ -741,12 +741,13 @@ bool ack_may_close_reply(EngineQp& qp, const TxBatch& tx) {
 }
 
 // One clock read for the packets a post sent: the RTT sample they start and
-// the local ACK timer.
-void stamp_sent(EngineQp& qp) {
+// the local ACK timer (and the poller's stamp: requester_post).
+Clock::time_point stamp_sent(EngineQp& qp) {
   auto now = Clock::now();
   if (qp.timers.rtt.unstamped) qp.timers.rtt.sent = now;
   qp.timers.rtt.unstamped = false;
   completer_start_timer(qp, now);
+  return now;
 }
 
 // --- a lone packet through shared memory (requester_post) --------------------
@@ -820,16 +821,16 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
 
 }  // namespace
 
-void requester_post(EngineQp& qp) {
+Clock::time_point requester_post(EngineQp& qp) {
   qp.delivery.count_post();
   uint32_t index = qp.req.index;
   core::SendWqe& w = qp.sq.at(index);  // (when none is left to send, a free slot: not lone)
   if (is_lone_packet(qp, w) && send_lone_packet(qp, index, w)) {
     qp.engine()->count_sender(qp, true);
-    stamp_sent(qp);
-    return;
+    return stamp_sent(qp);
   }
   if (!post_waits_for_ack(qp)) requester_run(qp, TxBatch::local());
+  return {};
 }
 
 void requester_run(EngineQp& qp, TxBatch& tx) {

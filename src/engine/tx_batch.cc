@@ -12,15 +12,22 @@ TxBatch::TxBatch() : arena_(new uint8_t[size_t(kMaxPackets) * kMaxPacketBytes]) 
 
 namespace {
 // Constant-initialized and trivially destructible: readable after the
-// thread's other thread_local objects are gone.
+// thread's other thread_local objects are gone. t_batch points at the
+// thread's batch once made, so that local() costs one TLS look-up.
 thread_local bool t_batch_destroyed = false;
+thread_local TxBatch* t_batch = nullptr;
 struct ThreadBatch {
   TxBatch batch;
-  ~ThreadBatch() { t_batch_destroyed = true; }
+  ThreadBatch() { t_batch = &batch; }
+  ~ThreadBatch() {
+    t_batch = nullptr;
+    t_batch_destroyed = true;
+  }
 };
 }  // namespace
 
 TxBatch& TxBatch::local() {
+  if (TxBatch* b = t_batch) return *b;
   if (t_batch_destroyed) {
     static TxBatch* const after_exit = new TxBatch();  // never freed: exit handlers may outlive statics
     return *after_exit;

@@ -506,12 +506,12 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
   for (int attempt = 0;; ++attempt) {
     // Read before the rings are looked at, not after: a record found waits
     // for no clock read (~25-60 ns) before the engine sees it. A poller's
-    // empty receives read it every kClockEvery-th time only: the read would
-    // be most of such a receive's cost, and the gaps below are microseconds
-    // long.
+    // receives read it every kClockEvery-th time only (poll_clock): the read
+    // would be most of an empty receive's cost, and the gaps below are
+    // microseconds long.
     auto now = poll_clock();
     size_t n = take_from_rings(out);
-    if (n > 0) empty_receives_ = 0;
+    found_in_a_row_ = n > 0 ? found_in_a_row_ + 1 : 0;
     // While the rings deliver (within the last kRingsActive), the socket is
     // not asked on every receive, also when the rings are empty: a poller
     // then looks at its rings every ~0.1 us instead of once per system call.
@@ -559,12 +559,17 @@ size_t ShmTransport::recv_burst(std::span<RxDatagram> out, int timeout_ms) noexc
     }
     if (n > 0 || timeout_ms == 0 || attempt > 0) return n;
     wait(timeout_ms);
-    empty_receives_ = 0;  // the clock is read anew after the wait
+    clock_in_ = 0;  // the clock is read anew after the wait
   }
 }
 
 std::chrono::steady_clock::time_point ShmTransport::poll_clock() noexcept {
-  if (empty_receives_++ % kClockEvery == 0) clock_ = std::chrono::steady_clock::now();
+  if (clock_in_ == 0 || found_in_a_row_ >= 2) {
+    clock_ = std::chrono::steady_clock::now();
+    clock_in_ = kClockEvery;
+    found_in_a_row_ = 0;
+  }
+  --clock_in_;
   return clock_;
 }
 

@@ -184,8 +184,10 @@ class ShmTransport final : public DatagramTransport {
   void ring_doorbell(uint16_t port) noexcept;
   size_t take_from_rings(std::span<RxDatagram> out) noexcept;
   bool board_polled() noexcept;  // recv_burst: whether the board moved since its last look
-  // recv_burst's time: read anew after a receive that found records and on
-  // every kClockEvery-th empty one, else the last read.
+  // recv_burst's time: read on every kClockEvery-th receive, on the one after
+  // two in a row found records (a stream's receives can take long), and after
+  // a wait; else the last read. A ping-pong's receives, which find a record
+  // or an ACK word between empty ones, read it once in kClockEvery.
   std::chrono::steady_clock::time_point poll_clock() noexcept;
   static constexpr unsigned kClockEvery = 8;
   bool rings_have_records() const noexcept;  // any thread: the shared words alone
@@ -223,7 +225,8 @@ class ShmTransport final : public DatagramTransport {
   uint64_t board_polled_ = 0;                                // and the one recv_burst last saw
   size_t rotate_ = 0;                                        // which active ring is read first (< active_.size())
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked
-  unsigned empty_receives_ = 0;                              // in a row (poll_clock)
+  unsigned clock_in_ = 0;                                    // receives until poll_clock reads
+  unsigned found_in_a_row_ = 0;                              // receives that found records (poll_clock)
   std::chrono::steady_clock::time_point clock_{};            // poll_clock's last read
   std::chrono::steady_clock::time_point inner_asked_{};      // when it was last asked
   std::chrono::steady_clock::time_point rings_delivered_{};  // when the rings last had something
