@@ -44,13 +44,13 @@ int post_send(EngineQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode
   }
   int err = enqueue_chain(qp, wr, bad_wr, mode);
   if (err && mode == PostMode::kAllOrNothing) return err;  // nothing new queued
-  Clock::time_point now{};  // (the lone packet's clock read, if one was sent: requester_post)
+  Clock::time_point sent_at{};  // the lone packet's clock read, if one was sent (requester_post)
   if (qp.state() == IBV_QPS_ERR)
     qp.flush_send_queue();
   else
-    now = requester_post(qp);
-  qp.engine()->note_poller(now == Clock::time_point{} ? Clock::now()
-                                                      : now);  // a posting application polls next, usually
+    sent_at = requester_post(qp);
+  // A posting application polls next, usually.
+  qp.engine()->note_poller(sent_at == Clock::time_point{} ? Clock::now() : sent_at);
   requester_after_post(qp, lock);
   return err;
 }

@@ -42,9 +42,10 @@ TEST(SharedFastMutex, WritersExcludeReadersAndEachOther) {
   volatile int sink = 0;
   std::atomic<uint64_t> torn{0}, reads{0}, mid_reads{0};
   std::vector<std::thread> threads;
-  // The writers start once every reader has read (on 2 CPUs they could
-  // otherwise finish before a reader ran) and yield now and then outside the
-  // lock, so that readers do come in between writes.
+  // The writers start once the readers have read kReaders times between
+  // them (on 2 CPUs the writers could otherwise finish before a reader ran)
+  // and yield now and then outside the lock, so that readers do come in
+  // between writes (mid_reads, below).
   for (int t = 0; t < kWriters; ++t)
     threads.emplace_back([&] {
       while (reads.load() < uint64_t(kReaders)) std::this_thread::yield();
