@@ -44,7 +44,7 @@ int post_send(EngineQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode
   }
   int err = enqueue_chain(qp, wr, bad_wr, mode);
   if (err && mode == PostMode::kAllOrNothing) return err;  // nothing new queued
-  Clock::time_point sent_at{};  // the lone packet's clock read, if one was sent (requester_post)
+  Clock::time_point sent_at{};  // the clock read that stamped what the post sent, if any (requester_post)
   if (qp.state() == IBV_QPS_ERR)
     qp.flush_send_queue();
   else

@@ -829,11 +829,10 @@ Clock::time_point requester_post(EngineQp& qp) {
     qp.engine()->count_sender(qp, true);
     return stamp_sent(qp);
   }
-  if (!post_waits_for_ack(qp)) requester_run(qp, TxBatch::local());
-  return {};
+  return post_waits_for_ack(qp) ? Clock::time_point{} : requester_run(qp, TxBatch::local());
 }
 
-void requester_run(EngineQp& qp, TxBatch& tx) {
+Clock::time_point requester_run(EngineQp& qp, TxBatch& tx) {
   // The ACK an application turn left for this post (EngineContext::process_burst)
   // goes in the same burst as the requests, mostly behind them: shorter than
   // they are, it closes their GSO message, so a peer that polls its CQ for
@@ -850,7 +849,7 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   if (acked && !ack_behind) responder_flush_ack(qp, tx);
   if (!may_send) {
     if (acked) tx.flush();
-    return;
+    return {};
   }
   bool sent = false;
   // (With nothing queued — the run an ACK starts, mostly — no burst, nor the MR table's lock.)
@@ -866,10 +865,9 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
     // them (~60 ns a read on the VMs measured: kept out of a same-host
     // one-way's path). No ACK of them is taken before: that needs qp.mu.
     tx.flush();
-    if (sent) stamp_sent(qp);
-    return;
+    return sent ? stamp_sent(qp) : Clock::time_point{};
   }
-  if (sent) stamp_sent(qp);
+  Clock::time_point sent_at = sent ? stamp_sent(qp) : Clock::time_point{};
   // In a receive burst a stream's packets may wait for the burst's end
   // (TxBatch::BurstScope): the other ACKs of the burst release more, and all
   // leave in one system call (ib_write_bw 1 MiB -q 64: ~13 ACKs a receive,
@@ -877,8 +875,8 @@ void requester_run(EngineQp& qp, TxBatch& tx) {
   // ACK comes — which only this receive turn takes — a post to this QP sends
   // nothing itself (post_waits_for_ack), and this thread flushes before it
   // takes another datagram.
-  if (post_waits_for_ack(qp)) return;
-  tx.flush();
+  if (!post_waits_for_ack(qp)) tx.flush();
+  return sent_at;
 }
 
 }  // namespace uroce::engine

@@ -23,13 +23,14 @@ class EngineQp;
 struct BoardAck;
 
 // Requester (requester.cc): turns send WQEs into request packets while the
-// PSN window and the read/atomic credits allow.
-void requester_run(EngineQp& qp, TxBatch& tx);
+// PSN window and the read/atomic credits allow. Returns the clock read that
+// stamped what it sent (stamp_sent), or none (Clock::time_point{}).
+Clock::time_point requester_run(EngineQp& qp, TxBatch& tx);
 // A post (verbs; caller holds qp.mu): a lone packet through shared memory
 // written straight into the peer's ring (requester.cc, send_lone_packet);
 // else requester_run, unless the QP streams (kCoalescePackets): then the new
-// WQEs go with the next ACK's run. Returns the clock read for a lone packet
-// (else none: Clock::time_point{}).
+// WQEs go with the next ACK's run. Returns the clock read that stamped what
+// the post sent, or none (Clock::time_point{}).
 Clock::time_point requester_post(EngineQp& qp);
 // The end of a post (verbs; `lock` holds qp.mu and is released here). A post
 // that sent jumbo packets takes a receive turn right after: the stream's ACKs
