@@ -31,7 +31,10 @@
 #     the median; this VM's two CPUs move data at very different speeds from minute to
 #     minute), each after a run of bench/copy_ceiling (two threads copying 1 MiB messages
 #     through a shared-memory ring in 256 KiB chunks, the same-host stream's shape: its
-#     ceiling), and libfabric's shm provider (fi_pingpong -p shm -e rdm, 64 B and 1 MiB);
+#     ceiling); ROUNDS rounds against libfabric's shm provider, each round ib_send_lat 64 B
+#     and ib_write_bw 1 MiB beside fi_pingpong -p shm -e rdm 64 B and 1 MiB, uroce first in
+#     odd rounds and libfabric first in even ones (the acceptance rows: the median of the
+#     rounds' own ratios);
 #     ring_floor's ping-pongs (tests/transport/ring_floor.cc) through uroce's same-host ring
 #     between two processes (a cache line each way, a record per message, a record and an
 #     ACK per message): the latency floors under ib_send_lat 64 B and libfabric's figure;
@@ -53,9 +56,10 @@
 #                    the table's header says which send/receive path uroce reported
 #   NETNS=0          skip the namespace half;  PEERS=0 skip UCX/libfabric;  SWEEP=0 no sweeps;
 #                    SHM=0 skip the same-host half (the loopback half runs with UROCE_SHM=0)
-#   ROUNDS (3)       the loopback and namespace halves are measured this many times in a row;
-#                    each figure is the median of its rounds; each acceptance ratio is the
-#                    median of the rounds' own ratios, which the row prints too
+#   ROUNDS (3)       the loopback and namespace halves, and the same-host half's match against
+#                    libfabric shm, are measured this many times in a row; each figure is the
+#                    median of its rounds; each acceptance ratio is the median of the rounds'
+#                    own ratios, which the row prints too
 #   UDP_SECONDS (2)  UDP_LAT_ITERS (20000)  BW_ITERS_4K (50000)  BW_ITERS_64K (10000)
 #   BW_ITERS_1M (5000: ~2 s over UDP, as long as a ceiling run)  LAT_ITERS (10000)  PEER_BW_ITERS (UCX, 2000)  PEER_LAT_ITERS (UCX,
 #   20000)  FABRIC_BW_ITERS (500)  FABRIC_LAT_ITERS (10000)  SWEEP_SIZES ("4 16 ... 8388608")
@@ -360,21 +364,22 @@ perftest_bw() { # PROGRAM SIZE ITERS [EXTRA...] -> R[loc:PROGRAM:SIZE(:EXTRA)(:r
   put "$key:drops" $(($(udp_drops) - drops0))
 }
 
-perftest_lat() { # PROGRAM SIZE ITERS -> R[loc:PROGRAM:SIZE] (t_typical), R[...:p99]
-  local prog=$1 size=$2 n=$3 name
-  name="$loc.$prog.$size"
+perftest_lat() { # PROGRAM SIZE ITERS -> R[loc:PROGRAM:SIZE(:run_tag)] (t_typical), R[...:p99]
+  local prog=$1 size=$2 n=$3 key name
+  key="$loc:$prog:$size${run_tag:+:$run_tag}"
+  name="$loc.$prog.$size${run_tag:+.$run_tag}"
   next_port
   local opts=(-d uroce0 -x "$gid" -F -p "$port" -s "$size" -n "$n") drops0
   uroce_pair "$prog" "${opts[@]}"
   drops0=$(udp_drops)
   if pair "$name" tcp "$port"; then
-    put "$loc:$prog:$size" "$(pt_lat "$logs/$name.client.log" 5)"
-    put "$loc:$prog:$size:p99" "$(pt_lat "$logs/$name.client.log" 8)"
+    put "$key" "$(pt_lat "$logs/$name.client.log" 5)"
+    put "$key:p99" "$(pt_lat "$logs/$name.client.log" 8)"
   else
-    put "$loc:$prog:$size" failed
+    put "$key" failed
   fi
-  put "$loc:$prog:$size:rexmit" "$(retransmits "$name")"
-  put "$loc:$prog:$size:drops" $(($(udp_drops) - drops0))
+  put "$key:rexmit" "$(retransmits "$name")"
+  put "$key:drops" $(($(udp_drops) - drops0))
 }
 
 measure_uroce() {
@@ -761,6 +766,59 @@ at_loopback() {
   print_location
 }
 
+# uroce's same-host path against libfabric's shm provider, ROUNDS times (default 3):
+# ib_send_lat 64 B against fi_pingpong 64 B and ib_write_bw 1 MiB against fi_pingpong
+# 1 MiB, uroce first in odd rounds and libfabric first in even ones, so that each round's
+# two figures come from the same minutes. R[shm#K:h2h_*] are round K's figures, R[shm:h2h_*]
+# their medians; the acceptance rows take the median of the rounds' own ratios.
+measure_shm_rounds() {
+  local k key v values
+  for ((k = 1; k <= rounds; k++)); do
+    say "$loc: against libfabric shm, round $k of $rounds"
+    if ((k % 2)); then
+      h2h_uroce "$k"
+      h2h_libfabric "$k"
+    else
+      h2h_libfabric "$k"
+      h2h_uroce "$k"
+    fi
+  done
+  for key in h2h_send_lat h2h_fi_lat h2h_write_bw h2h_fi_bw; do
+    values=()
+    for ((k = 1; k <= rounds; k++)); do
+      v=$(get "$loc#$k:$key")
+      num "$v" || v=failed
+      values+=("$v")
+    done
+    if [[ " ${values[*]} " == *" failed "* ]]; then
+      put "$loc:$key" failed
+    else
+      put "$loc:$key" "$(printf '%s\n' "${values[@]}" | sort -g | sed -n "$(((rounds + 1) / 2))p")"
+    fi
+  done
+}
+h2h_uroce() { # ROUND
+  run_tag=h2h$1 perftest_lat ib_send_lat 64 "$lat_iters"
+  run_tag=h2h$1 perftest_bw ib_write_bw 1048576 "$bw_iters_1m"
+  put "$loc#$1:h2h_send_lat" "$(get "$loc:ib_send_lat:64:h2h$1")"
+  put "$loc#$1:h2h_write_bw" "$(get "$loc:ib_write_bw:1048576:h2h$1")"
+}
+h2h_libfabric() { # ROUND
+  fi_pp "$loc.fi_pingpong_shm.64.h2h$1" 64 "$fi_lat_iters" shm rdm
+  put "$loc#$1:h2h_fi_lat" "$fi_lat"
+  fi_pp "$loc.fi_pingpong_shm.1048576.h2h$1" 1048576 "$fi_iters_1m" shm rdm
+  put "$loc#$1:h2h_fi_bw" "$fi_bw"
+}
+h2h_note() { # KEY_A KEY_B UNIT: each round's ratio and figures, for an acceptance row
+  local k a="" b="" rr
+  for ((k = 1; k <= rounds; k++)); do
+    a+="$(fmt "$(get "$loc#$k:$1")" 2), "
+    b+="$(fmt "$(get "$loc#$k:$2")" 2), "
+  done
+  rr=$(round_ratios "$1" "$2")
+  echo "${rr:+$rr; }uroce ${a%, }, libfabric ${b%, } $3"
+}
+
 # The same two processes on loopback with uroce's same-host path (shared memory, the
 # default): beside the UDP path's figures of the loopback half.
 at_same_host() {
@@ -785,11 +843,10 @@ at_same_host() {
     "$(get shm:ib_write_bw:1048576:run2)" "$(get shm:ib_write_bw:1048576:run3)")"
   put "shm:copy_ceiling:median" "$(median "$(get shm:copy_ceiling:1)" "$(get shm:copy_ceiling:2)" \
     "$(get shm:copy_ceiling:3)")"
-  if ((${PEERS:-1})) && command -v fi_pingpong >/dev/null; then
-    fi_pp "shm.fi_pingpong_shm.64" 64 "$fi_lat_iters" shm rdm
-    put "shm:fi_shm_lat:64" "$fi_lat"
-    fi_pp "shm.fi_pingpong_shm.1048576" 1048576 "$fi_iters_1m" shm rdm
-    put "shm:fi_shm_bw:1048576" "$fi_bw"
+  local h2h=0
+  if ((${PEERS:-1})) && command -v fi_pingpong >/dev/null && command -v ib_send_lat >/dev/null; then
+    h2h=1
+    measure_shm_rounds
   fi
   local mode
   for mode in line message acked; do measure_ring_floor "$mode"; done
@@ -826,14 +883,15 @@ at_same_host() {
     "copy ceiling (median of three)" "$(get shm:copy_ceiling:median)" "$runs"
   row "copy ceiling: 2 threads, 256 KiB chunks" "$(get shm:copy_ceiling:median)" GB/s "" "" \
     "runs: $(fmt "$(get shm:copy_ceiling:1)" 2), $(fmt "$(get shm:copy_ceiling:2)" 2), $(fmt "$(get shm:copy_ceiling:3)" 2) GB/s (bench/copy_ceiling)"
-  if [[ $(get shm:fi_shm_bw:1048576) != n/a ]]; then
-    row "libfabric shm fi_pingpong 1 MiB" "$(get shm:fi_shm_bw:1048576)" GB/s "uroce ib_write_bw 1 MiB (median)" \
-      "$(get shm:ib_write_bw:1048576:median)" "(a ping-pong: one message in flight)"
-    row "libfabric shm fi_pingpong 64 B" "$(get shm:fi_shm_lat:64)" µs "uroce ib_send_lat 64 B" "$(get shm:ib_send_lat:64)"
+  if ((h2h)); then
+    row "libfabric shm fi_pingpong 1 MiB" "$(get shm:h2h_fi_bw)" GB/s "uroce ib_write_bw 1 MiB" \
+      "$(get shm:h2h_write_bw)" "(a ping-pong: one message in flight; rounds below)"
+    row "libfabric shm fi_pingpong 64 B" "$(get shm:h2h_fi_lat)" µs "uroce ib_send_lat 64 B" "$(get shm:h2h_send_lat)" \
+      "(rounds below)"
   fi
   row "ring floor: a cache line each way" "$(get shm:ring_floor:line)" µs "" "" "(ring_floor -m line)"
   row "ring floor: a record per message" "$(get shm:ring_floor:message)" µs "libfabric shm fi_pingpong 64 B" \
-    "$(get shm:fi_shm_lat:64)" "(64 B; -m message)"
+    "$(get shm:h2h_fi_lat)" "(64 B; -m message)"
   row "ring floor: a record and an ACK" "$(get shm:ring_floor:acked)" µs "uroce ib_send_lat 64 B" \
     "$(get shm:ib_send_lat:64)" "(an RC SEND's records; -m acked)"
   emit ""
@@ -844,6 +902,12 @@ at_same_host() {
   emit "Same-host targets (absolute)"
   target "ib_write_bw 1 MiB (median of three runs) / 20 GB/s" "$(get "shm:ib_write_bw:1048576:median")" 20 ">=" 1
   target "ib_send_lat 64 B / 2 µs" "$(get "shm:ib_send_lat:64")" 2 "<=" 1
+  ((h2h)) || return 0
+  emit "Same-host targets against libfabric's shm provider ($rounds rounds, uroce and libfabric alternated; each ratio the median of the rounds' own)"
+  target_ratio "ib_send_lat 64 B / libfabric shm fi_pingpong 64 B" "$(accept_ratio h2h_send_lat h2h_fi_lat)" "<=" 1 \
+    "$(h2h_note h2h_send_lat h2h_fi_lat µs)"
+  target_ratio "ib_write_bw 1 MiB / libfabric shm fi_pingpong 1 MiB" "$(accept_ratio h2h_write_bw h2h_fi_bw)" ">=" 1 \
+    "$(h2h_note h2h_write_bw h2h_fi_bw GB/s)"
 }
 
 same_host_packets() { # packets uroce sent through shared memory (UROCE_STATS) in this location's logs
