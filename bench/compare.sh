@@ -242,8 +242,11 @@ num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 put() { R[$1]=$2; }
 get() { echo "${R[$1]:-n/a}"; }
 
+middle() { # FIGURE...: the middle figure (of an even count, the lower of the two middle ones)
+  printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"
+}
 median() { # A B C: the median of three figures ("failed" if any is not a number)
-  if num "$1" && num "$2" && num "$3"; then printf '%s\n' "$1" "$2" "$3" | sort -g | sed -n 2p; else echo failed; fi
+  if num "$1" && num "$2" && num "$3"; then middle "$1" "$2" "$3"; else echo failed; fi
 }
 kv() { # LINE KEY: value of KEY=value in a udp_ceiling line, or "failed"
   local v
@@ -555,7 +558,7 @@ measure_location() {
       values+=("$v")
       num "$v" || all=0
     done
-    ((all)) && R["$loc:$name"]=$(printf '%s\n' "${values[@]}" | sort -g | sed -n "$(((rounds + 1) / 2))p")
+    ((all)) && R["$loc:$name"]=$(middle "${values[@]}")
   done
   return 0
 }
@@ -578,7 +581,7 @@ accept_ratio() {
     }
     list+=("$r")
   done
-  printf '%s\n' "${list[@]}" | sort -g | sed -n "$(((rounds + 1) / 2))p"
+  middle "${list[@]}"
 }
 
 # The ratio KEY_A / KEY_B of every round at $loc: "r1, r2, ..." (empty with one round).
@@ -772,7 +775,7 @@ at_loopback() {
 # two figures come from the same minutes. R[shm#K:h2h_*] are round K's figures, R[shm:h2h_*]
 # their medians; the acceptance rows take the median of the rounds' own ratios.
 measure_shm_rounds() {
-  local k key v values
+  local k key v values all
   for ((k = 1; k <= rounds; k++)); do
     say "$loc: against libfabric shm, round $k of $rounds"
     if ((k % 2)); then
@@ -784,17 +787,13 @@ measure_shm_rounds() {
     fi
   done
   for key in h2h_send_lat h2h_fi_lat h2h_write_bw h2h_fi_bw; do
-    values=()
+    values=() all=1
     for ((k = 1; k <= rounds; k++)); do
       v=$(get "$loc#$k:$key")
-      num "$v" || v=failed
       values+=("$v")
+      num "$v" || all=0
     done
-    if [[ " ${values[*]} " == *" failed "* ]]; then
-      put "$loc:$key" failed
-    else
-      put "$loc:$key" "$(printf '%s\n' "${values[@]}" | sort -g | sed -n "$(((rounds + 1) / 2))p")"
-    fi
+    if ((all)); then put "$loc:$key" "$(middle "${values[@]}")"; else put "$loc:$key" failed; fi
   done
 }
 h2h_uroce() { # ROUND
