@@ -538,7 +538,7 @@ rexmit_note() { # KEY [SEPARATOR]: "retransmits N, UDP rcvbuf drops M" when not 
 # the acceptance rows also print each round's ratio.
 rounds=${ROUNDS:-3}
 measure_location() {
-  local k key name v all values
+  local k key name v
   for ((k = 1; k <= rounds; k++)); do
     ((rounds == 1)) || say "$loc: round $k of $rounds"
     measure_ceilings
@@ -552,15 +552,20 @@ measure_location() {
   ((rounds > 1)) || return 0
   for key in "${!R[@]}"; do
     [[ $key == "$loc#1:"* ]] || continue
-    name=${key#"$loc#1:"} values=() all=1
-    for ((k = 1; k <= rounds; k++)); do
-      v=${R["$loc#$k:$name"]:-n/a}
-      values+=("$v")
-      num "$v" || all=0
-    done
-    ((all)) && R["$loc:$name"]=$(middle "${values[@]}")
+    name=${key#"$loc#1:"}
+    v=$(rounds_median "$name") && R["$loc:$name"]=$v
   done
   return 0
+}
+
+rounds_median() { # KEY: the middle of R[$loc#1..ROUNDS:KEY]; status 1 unless every round has a number
+  local k v values=()
+  for ((k = 1; k <= rounds; k++)); do
+    v=$(get "$loc#$k:$1")
+    num "$v" || return 1
+    values+=("$v")
+  done
+  middle "${values[@]}"
 }
 
 # The acceptance ratio KEY_A / KEY_B at $loc. With several rounds: the median of the
@@ -775,7 +780,7 @@ at_loopback() {
 # two figures come from the same minutes. R[shm#K:h2h_*] are round K's figures, R[shm:h2h_*]
 # their medians; the acceptance rows take the median of the rounds' own ratios.
 measure_shm_rounds() {
-  local k key v values all
+  local k key v
   for ((k = 1; k <= rounds; k++)); do
     say "$loc: against libfabric shm, round $k of $rounds"
     if ((k % 2)); then
@@ -787,13 +792,7 @@ measure_shm_rounds() {
     fi
   done
   for key in h2h_send_lat h2h_fi_lat h2h_write_bw h2h_fi_bw; do
-    values=() all=1
-    for ((k = 1; k <= rounds; k++)); do
-      v=$(get "$loc#$k:$key")
-      values+=("$v")
-      num "$v" || all=0
-    done
-    if ((all)); then put "$loc:$key" "$(middle "${values[@]}")"; else put "$loc:$key" failed; fi
+    if v=$(rounds_median "$key"); then put "$loc:$key" "$v"; else put "$loc:$key" failed; fi
   done
 }
 h2h_uroce() { # ROUND
