@@ -513,17 +513,19 @@ target() { # LABEL A B OP LIMIT [NOTE]
   target_ratio "$1" "$(ratio "$2" "$3")" "${@:4}"
 }
 
-target_ratio() { # LABEL RATIO OP LIMIT [NOTE]
-  local label=$1 r=$2 op=$3 limit=$4 note=${5:-} verdict
-  if [[ $r == - ]]; then
+target_ratio() { # LABEL RATIO OP LIMIT [NOTE]; OP "-": a ratio shown beside the targets, not one
+  local label=$1 r=$2 op=$3 limit=$4 note=${5:-} verdict goal="(target $3 $4×)" kind=acceptance
+  if [[ $op == - ]]; then
+    verdict="" goal="(not a target)" kind=ratio
+  elif [[ $r == - ]]; then
     verdict="not measured"
   elif awk -v r="$r" -v l="$limit" -v op="$op" 'BEGIN { exit !((op == ">=") ? r >= l : r <= l) }'; then
     verdict=met
   else
     verdict="not met"
   fi
-  emit "$(printf '  %-62s %7s  (target %s %s×)  %s' "$label" "$(times "$r")" "$op" "$limit" "$verdict")${note:+  $note}"
-  csv "$loc" "acceptance: $label" "" "$r" ratio "$op $limit" "" "$verdict"
+  emit "$(printf '  %-62s %7s  %s' "$label" "$(times "$r")" "$goal")${verdict:+  $verdict}${note:+  $note}"
+  csv "$loc" "$kind: $label" "" "$r" ratio "$op $limit" "" "${verdict:-not a target}"
 }
 
 rexmit_note() { # KEY [SEPARATOR]: "retransmits N, UDP rcvbuf drops M" when not zero
@@ -911,8 +913,8 @@ at_same_host() {
     "$(h2h_note h2h_write_bw h2h_fi_bw GB/s)"
   # fi_pingpong prints a mean (usec/xfer), perftest's t_typical is a median: the row above
   # follows each tool's own figure; this one sets mean against mean (not a target).
-  emit "$(printf '  %-62s %7s  (not a target)  %s' "ib_send_lat 64 B mean (t_avg) / fi_pingpong 64 B (a mean)" \
-    "$(times "$(accept_ratio h2h_send_lat_avg h2h_fi_lat)")" "$(h2h_note h2h_send_lat_avg h2h_fi_lat µs)")"
+  target_ratio "ib_send_lat 64 B mean (t_avg) / fi_pingpong 64 B (a mean)" \
+    "$(accept_ratio h2h_send_lat_avg h2h_fi_lat)" - - "$(h2h_note h2h_send_lat_avg h2h_fi_lat µs)"
 }
 
 same_host_packets() { # packets uroce sent through shared memory (UROCE_STATS) in this location's logs
