@@ -231,7 +231,7 @@ void grow_window(CompleterState& c, uint32_t acked) {
   c.cwnd = std::min(c.cwnd, kMaxCwnd);
 }
 
-// A loss (sequence NAK, local ACK timeout): the window halves, once for
+// A loss (sequence NAK; local ACK timeout, collapse_window): the window halves, once for
 // all the losses of one window (those before recover_psn, the PSN the
 // requester had reached), as TCP's NewReno. Half of what was in flight
 // rather than of cwnd (RFC 5681's FlightSize), since slow start may have
@@ -246,6 +246,54 @@ void shrink_window(EngineQp& qp, const RequesterLink& req) {
   c.cwnd_credit = 0;
   c.recovering = true;
   c.recover_psn = req.sent_end();
+}
+
+// A local ACK timeout: ssthresh as for any loss, but the window restarts
+// from kLossWindow and grows back by slow start, as TCP's after its
+// retransmission timer (RFC 5681 3.1: "no more than the loss window, LW,
+// which equals 1 full-sized segment"). A timeout mostly means a peer that
+// stopped for a while, not a window lost: the kernel's rxe in a guest starved
+// of CPU acknowledged nothing for 70-330 ms at a time, and each timeout that
+// re-sent a halved window (~100 packets) into its backlog drew ~100 duplicate
+// requests (11 % of a run's packets) and an ACK for each. The one packet
+// re-sent now is answered, behind the backlog, with an ACK of everything the
+// peer holds (catch_up then skips it); a real loss is re-sent in a few round
+// trips of slow start.
+void collapse_window(EngineQp& qp, const RequesterLink& req) {
+  CompleterState& c = qp.comp;
+  core::SendWqe* w = oldest_pending(qp);
+  if (!c.timeout.open && w && !core::is_read_or_atomic(w->opcode))
+    c.timeout = TimeoutUndo{true, c.unacked_psn, c.cwnd, c.ssthresh, c.recovering, qp.timers.rtt};
+  shrink_window(qp, req);
+  qp.comp.cwnd = kLossWindow;
+  qp.comp.cwnd_credit = 0;
+}
+
+// The first ACK that acknowledges more after a local ACK timeout tells
+// whether the timeout was spurious (RFC 4015's Eifel detection, by PSN
+// rather than timestamp): the timeout re-sent only the oldest packet, so an
+// ACK past it acknowledges originals, which were only late. The window then
+// comes back (RFC 4015's response) and the requester goes on after the newest
+// packet it sent instead of re-sending the rest of the window into the
+// peer's backlog. The round-trip sample the resend discarded times an
+// original, so it counts again: without it, a peer answering ~800 ms behind
+// its backlog (rxe in a starved guest) timed out every 67 ms, each timeout
+// discarding the sample that would have lengthened the timer. Returns
+// whether it undid the timeout.
+bool undo_spurious_timeout(EngineQp& qp, const RequesterLink& req, Clock::time_point now) {
+  CompleterState& c = qp.comp;
+  if (!c.timeout.open) return false;
+  c.timeout.open = false;
+  if (wire::psn_diff(c.unacked_psn, wire::psn_add(c.timeout.psn, 1)) <= 0) return false;
+  c.cwnd = c.timeout.cwnd;
+  c.ssthresh = c.timeout.ssthresh;
+  c.recovering = c.timeout.recovering;
+  req.rewind(req.sent_end());
+  if (c.timeout.rtt.active && c.timeout.rtt.psn != c.timeout.psn) {
+    qp.timers.rtt = c.timeout.rtt;
+    sample_rtt(qp, c.unacked_psn, now);
+  }
+  return true;
 }
 
 // A sequence NAK. Within a recovery, a NAK for a later PSN than the last one
@@ -351,13 +399,15 @@ void acknowledge_before(Response& r, uint32_t psn) {
     complete_send_wqe(qp, w, IBV_WC_SUCCESS);
     advanced = true;
   }
+  bool undone = false;
   if (int32_t acked = wire::psn_diff(psn, qp.comp.unacked_psn); acked > 0) {
     qp.comp.unacked_psn = psn;
-    grow_window(qp.comp, uint32_t(acked));
+    undone = undo_spurious_timeout(qp, r.requester, r.now);
+    if (!undone) grow_window(qp.comp, uint32_t(acked));
     advanced = true;
   }
   retire_send_wqes(qp);
-  r.requester.catch_up();
+  if (!undone) r.requester.catch_up();
   if (advanced) progress(qp, r.now);
 }
 
@@ -653,6 +703,10 @@ void rnr_timer_expired(EngineQp& qp, const RequesterLink& req) {
 // interval doubles, up to half the timeout.
 void maybe_probe(EngineQp& qp, const RequesterLink& req, Clock::time_point now) {
   QpTimers& t = qp.timers;
+  // After a local ACK timeout, none until progress (as TCP sends no loss
+  // probe after its retransmission timer): the peer is slow or gone, and each
+  // probe is a duplicate for its backlog.
+  if (t.backoff > 0) return;
   if (now < t.probe_deadline || t.probe_interval * 2 >= qp.local_ack_timeout()) return;
   probe_tail(qp, req);
   t.probe_interval *= 2;
@@ -665,7 +719,7 @@ void ack_timeout(EngineQp& qp, const RequesterLink& req) {
   qp.count(&QpCounters::local_ack_timeout_err);
   qp.engine()->stats.timeouts.fetch_add(1, std::memory_order_relaxed);
   if (!take_retry(qp.attr.retry_cnt, qp.comp.retry_left)) return fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
-  shrink_window(qp, req);
+  collapse_window(qp, req);
   ++qp.timers.backoff;
   qp.delivery.recheck();  // a same-host peer may have gone away
   go_back_n(qp, req);

@@ -89,11 +89,35 @@ struct RequesterState {
 // the PSNs acknowledged up to kMaxCwnd while nothing is lost (slow start
 // below ssthresh, then about one PSN per window), and halves — once per
 // window of loss, and again when a resent packet is lost — on a sequence NAK
-// or a local ACK timeout, to kMinCwnd at least. The requester sends at most
-// min(its share of the window, cwnd).
+// or a local ACK timeout, to kMinCwnd at least; a local ACK timeout then
+// restarts it from kLossWindow (completer.cc, collapse_window). The requester
+// sends at most min(its share of the window, cwnd).
 inline constexpr uint32_t kInitialCwnd = 128;
 inline constexpr uint32_t kMinCwnd = 32;
 inline constexpr uint32_t kMaxCwnd = 1024;
+inline constexpr uint32_t kLossWindow = 1;
+
+// The round-trip sample in flight: a new (never resent) packet with AckReq,
+// timed until its acknowledgement. The requester starts and stamps it
+// (requester.cc), the completer ends it into srtt (sample_rtt), a rewind
+// discards it (Karn: a resent packet's ACK times nothing).
+struct RttSample {
+  bool active = false;
+  bool unstamped = false;  // started by this post: requester_run stamps `sent` once it is built
+  uint32_t psn = 0;
+  Clock::time_point sent{};
+};
+
+// What a local ACK timeout changed, kept until the next ACK tells whether
+// the originals were only late (completer.cc, undo_spurious_timeout).
+struct TimeoutUndo {
+  bool open = false;
+  uint32_t psn = 0;  // the packet the timeout re-sent (the oldest unacknowledged)
+  uint32_t cwnd = 0;
+  uint32_t ssthresh = 0;
+  bool recovering = false;
+  RttSample rtt;  // the sample the resend discarded (Karn), good again if undone
+};
 
 struct CompleterState {
   uint32_t unacked_psn = 0;  // oldest PSN not yet acknowledged
@@ -107,6 +131,7 @@ struct CompleterState {
   uint32_t recover_psn = 0;  // a loss before this PSN does not shrink the window again
   uint32_t nak_psn = 0;      // the last sequence NAK's (completer.cc, shrink_window_on_nak)
   bool recovering = false;
+  TimeoutUndo timeout;
 };
 
 // A saved READ (or, later, ATOMIC) context for duplicate replay (C9-110; the
@@ -177,17 +202,6 @@ static_assert(std::is_trivially_copyable_v<ResponderState>);
 // when its probes turn out spurious (completer.cc, note_spurious_probe).
 inline constexpr Clock::duration kFirstProbeInterval = std::chrono::milliseconds(2);
 inline constexpr Clock::duration kMaxProbeFloor = std::chrono::milliseconds(64);
-
-// The round-trip sample in flight: a new (never resent) packet with AckReq,
-// timed until its acknowledgement. The requester starts and stamps it
-// (requester.cc), the completer ends it into srtt (sample_rtt), a rewind
-// discards it (Karn: a resent packet's ACK times nothing).
-struct RttSample {
-  bool active = false;
-  bool unstamped = false;  // started by this post: requester_run stamps `sent` once it is built
-  uint32_t psn = 0;
-  Clock::time_point sent{};
-};
 
 struct QpTimers {
   bool retransmit_armed = false;            // QpTimers: written by completer.cc only (roles.h), reset with the QP

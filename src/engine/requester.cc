@@ -471,9 +471,11 @@ void rewind_to(EngineQp& qp, uint32_t psn) {
     qp.req.pkts_since_ack_req = 0;
     return;
   }
-  // `psn` follows every started WQE: continue with the first unstarted one.
-  if (psn == qp.req.psn || wire::psn_diff(psn, qp.req.psn) > 0) return;
-  bool follows_started = i == qp.sq.retired || wire::psn_add(qp.sq.at(i - 1).last_psn, 1) == psn;
+  // `psn` follows every started WQE: continue with the first unstarted one
+  // (also after a rewind whose resends an ACK made needless: catch_up).
+  if (psn == qp.req.psn) return;
+  bool follows_started =
+      i == qp.sq.retired ? psn == qp.comp.unacked_psn : wire::psn_add(qp.sq.at(i - 1).last_psn, 1) == psn;
   if (follows_started) {
     qp.req.index = i;
     qp.req.offset = 0;
@@ -505,7 +507,15 @@ void RequesterLink::rewind(uint32_t psn) const { rewind_to(qp_, psn); }
 
 void RequesterLink::resend_one(uint32_t psn) const {
   const RequesterState before = qp_.req;
+  const RttSample sample = qp_.timers.rtt;
   rewind_to(qp_, psn);
+  // Karn's rule only when the probe repeats the sampled packet: responses
+  // come in PSN order, so the first ACK past an earlier or later PSN still
+  // answers the original (had the sampled packet been lost, a later one
+  // draws a NAK, not an ACK). Probes discarding every sample left srtt at a
+  // few ms against rxe in a starved guest answering ~700 ms behind its
+  // backlog: probes every ~30 ms, each one a duplicate.
+  if (sample.psn != psn) qp_.timers.rtt = sample;
   if (qp_.req.psn != psn) return;  // not outstanding
   force_ack_req(qp_);
   qp_.req.single_packet = true;

@@ -128,16 +128,90 @@ TEST_F(Requester, PostsToAStreamingQpGoWithTheNextAck) {
 }
 
 // Post 20 one-packet SENDs (the last four kept: the QP streams) and let no ACK
-// come / Expect the local ACK timeout (67 ms) to send them, behind the
-// unacknowledged ones again (go-back-N from the oldest).
-TEST_F(Requester, PostsKeptForAnAckGoWhenTheTimerFires) {
+// come / Expect the local ACK timeout (67 ms) to resend the oldest alone, with
+// AckReq (the window restarts from one packet, completer.cc collapse_window).
+// The peer was only late: it answers with an ACK of all 16 / Expect the four
+// kept posts sent, nothing sent twice more.
+TEST_F(Requester, PostsKeptForAnAckGoWhenTheTimersResendIsAnswered) {
   auto t0 = Clock::now();
   for (uint32_t i = 0; i < 20; ++i) send(i, 64);
   ASSERT_EQ(take().size(), 16u);
   run_timers(t0 + std::chrono::milliseconds(100));
   auto tx = take();
-  ASSERT_EQ(tx.size(), 20u);
-  for (uint32_t i = 0; i < 20; ++i) EXPECT_EQ(tx[i].psn, sq(i));
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(0));
+  EXPECT_TRUE(tx[0].ack_req);
+  ack(sq(15));
+  tx = take();
+  ASSERT_EQ(tx.size(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(tx[i].psn, sq(16 + i));
+  EXPECT_EQ(poll(*scq).size(), 16u);
+}
+
+// Post 8 one-packet SENDs, all lost / Expect the local ACK timeout to resend
+// the oldest alone; each ACK then opens the window by the packets it
+// acknowledges (slow start: 1, 2, 4 packets, then the last one), none sent
+// twice.
+TEST_F(Requester, LocalAckTimeoutRestartsFromOnePacket) {
+  auto t0 = Clock::now();
+  for (uint32_t i = 0; i < 8; ++i) send(i, 64);
+  ASSERT_EQ(take().size(), 8u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  const std::vector<std::vector<uint32_t>> rounds = {{0}, {1, 2}, {3, 4, 5, 6}, {7}};
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    SCOPED_TRACE(r);
+    auto tx = take();
+    ASSERT_EQ(tx.size(), rounds[r].size());
+    for (size_t i = 0; i < tx.size(); ++i) EXPECT_EQ(tx[i].psn, sq(rounds[r][i]));
+    EXPECT_TRUE(tx.back().ack_req);
+    ack(tx.back().psn);
+  }
+  EXPECT_EQ(poll(*scq).size(), 8u);
+  EXPECT_TRUE(take().empty());
+}
+
+// A 200-packet SEND (the window sends 128) and no ACK until the local ACK
+// timeout re-sends the first packet alone; then an ACK of the first 60: the
+// originals were only late (it acknowledges packets never re-sent) / Expect
+// the window back (128) and the requester going on after the newest packet
+// it sent: sq(128) on, nothing before it sent a third time.
+TEST_F(Requester, SpuriousLocalAckTimeoutIsUndone) {
+  std::vector<uint8_t> big(200 * kMtu, 3);
+  core::Mr* big_mr = reg(big, IBV_ACCESS_LOCAL_WRITE);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  auto t0 = Clock::now();
+  post_send(wr, {sge(big.data(), uint32_t(big.size()), big_mr)});
+  ASSERT_EQ(take().size(), kInitialCwnd);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(0));
+  EXPECT_EQ(qp->comp.cwnd, kLossWindow);
+  ack(sq(59));
+  EXPECT_EQ(qp->comp.cwnd, kInitialCwnd);
+  tx = take();
+  ASSERT_EQ(tx.size(), 60u);
+  for (uint32_t i = 0; i < 60; ++i) EXPECT_EQ(tx[i].psn, sq(128 + i)) << i;
+}
+
+// A SEND, no ACK: probes, then the local ACK timeout's resend / Expect no
+// probe after it until the next timeout (the peer is slow or gone: a probe
+// would be one more duplicate in its backlog).
+TEST_F(Requester, NoProbeAfterALocalAckTimeout) {
+  auto t0 = Clock::now();
+  send(1, 10);
+  take();
+  run_timers(t0 + std::chrono::milliseconds(100));
+  take();  // probes before the timeout, and the timeout's resend
+  for (int ms = 2; ms <= 64; ms *= 2) {
+    run_timers(Clock::now() + std::chrono::milliseconds(ms));
+    EXPECT_TRUE(take().empty()) << "probed " << ms << " ms after the timeout";
+  }
+  run_timers(Clock::now() + std::chrono::seconds(1));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(0));
 }
 
 // Post SEND_WITH_IMM (solicited) of 5 bytes / Expect one
@@ -582,8 +656,9 @@ TEST_F(RequesterSlowAcks, ProbesResendOnePacketNewestThenOldest) {
 
 // A SEND, then a READ, neither answered, local ACK timeout 1.07 s / Expect no
 // probe in the first 500 ms (a responder executes a re-sent READ again: a
-// slow one was livelocked by probes), then at the local ACK timeout one
-// go-back-N resend of both, the READ request unchanged.
+// slow one was livelocked by probes), then at the local ACK timeout the SEND
+// resent (alone: the window restarts from one packet); its ACK / Expect the
+// READ request resent unchanged.
 TEST_F(RequesterSlowAcks, NoProbeWhileAReadIsOutstanding) {
   std::vector<uint8_t> dst(3000, 0);
   core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
@@ -603,11 +678,14 @@ TEST_F(RequesterSlowAcks, NoProbeWhileAReadIsOutstanding) {
   }
   run_timers(Clock::now() + std::chrono::milliseconds(1100));
   auto re = take();
-  ASSERT_EQ(re.size(), 2u);
+  ASSERT_EQ(re.size(), 1u);
   EXPECT_EQ(re[0].psn, sq(0));
-  EXPECT_EQ(re[1].opcode, kReadRequest);
-  EXPECT_EQ(re[1].psn, sq(1));
-  EXPECT_EQ(re[1].reth_len, 3000u);
+  ack(sq(0));
+  re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].opcode, kReadRequest);
+  EXPECT_EQ(re[0].psn, sq(1));
+  EXPECT_EQ(re[0].reth_len, 3000u);
 }
 
 // Same-host ACK words (ack_board.h): a SEND, a READ, a SEND; the word
@@ -683,10 +761,10 @@ TEST_F(Requester, LocalAckTimerWaitsForASlowPeerUpToFourTimes) {
   EXPECT_EQ(re[0].psn, sq(1));
 }
 
-// No ACK arrives / Expect nothing resent before the timer, a go-back-N resend
-// of the outstanding packets after the local ACK timeout, retry_cnt such
-// resends, then IBV_WC_RETRY_EXC_ERR for the WR, FLUSH_ERR for the next and the
-// QP in ERR.
+// No ACK arrives / Expect nothing resent before the timer, the oldest
+// outstanding packet resent after each local ACK timeout (alone, with AckReq:
+// the window restarts from one packet), retry_cnt such resends, then
+// IBV_WC_RETRY_EXC_ERR for the WR, FLUSH_ERR for the next and the QP in ERR.
 TEST_F(Requester, LocalAckTimeoutRetransmitsThenRetryExceeded) {
   auto t0 = Clock::now();
   send(1, 2 * kMtu);
@@ -698,12 +776,11 @@ TEST_F(Requester, LocalAckTimeoutRetransmitsThenRetryExceeded) {
   for (int i = 0; i < retry_cnt; ++i) {
     run_timers(Clock::now() + std::chrono::seconds(1));
     auto re = take();
-    ASSERT_EQ(re.size(), 3u) << "retry " << i;
-    for (int k = 0; k < 3; ++k) {
-      EXPECT_EQ(re[k].psn, orig[k].psn);
-      EXPECT_EQ(re[k].opcode, orig[k].opcode);
-      EXPECT_EQ(re[k].payload, orig[k].payload);
-    }
+    ASSERT_EQ(re.size(), 1u) << "retry " << i;
+    EXPECT_EQ(re[0].psn, orig[0].psn);
+    EXPECT_EQ(re[0].opcode, orig[0].opcode);
+    EXPECT_EQ(re[0].payload, orig[0].payload);
+    EXPECT_TRUE(re[0].ack_req);
     EXPECT_TRUE(poll(*scq).empty());
   }
   run_timers(Clock::now() + std::chrono::seconds(1));
