@@ -145,16 +145,23 @@ void progress(EngineQp& qp, Clock::time_point now) {
   restart_timer(qp, now);
 }
 
-// Resends from the oldest unacknowledged PSN (or the first missing READ
-// response).
+// A local ACK timeout's resend: the oldest unacknowledged packet, or the
+// oldest READ's (atomic's) request for what is still missing. The requester
+// then holds after it (TimeoutUndo) until an answer tells whether the
+// originals behind it were lost or only late (undo_spurious_timeout).
 void go_back_n(EngineQp& qp, const RequesterLink& req) {
   count_retransmit(qp);
   qp.timers.probe_open = false;  // duplicates answered from here on are the window's
-  qp.comp.rewound = false;
+  CompleterState& c = qp.comp;
+  c.rewound = false;
   core::SendWqe* w = oldest_pending(qp);
-  uint32_t from = qp.comp.unacked_psn;
-  if (w && core::is_read_or_atomic(w->opcode) && w->started) from = first_missing(qp, *w);
-  req.rewind(from);
+  bool request = w && core::is_read_or_atomic(w->opcode) && w->started;
+  uint32_t from = request ? first_missing(qp, *w) : c.unacked_psn;
+  c.timeout.open = true;
+  c.timeout.psn = from;
+  c.timeout.end = request ? wire::psn_add(w->last_psn, 1) : wire::psn_add(from, 1);
+  c.timeout.answered_alone = !request;
+  req.rewind_asking(from);
   req.resume();
 }
 
@@ -259,38 +266,50 @@ void shrink_window(EngineQp& qp, const RequesterLink& req) {
 // re-sent now is answered, behind the backlog, with an ACK of everything the
 // peer holds (catch_up then skips it); a real loss is re-sent in a few round
 // trips of slow start.
+// What it changes is kept for undo_spurious_timeout (the first timeout's, when
+// several come before an answer).
 void collapse_window(EngineQp& qp, const RequesterLink& req) {
   CompleterState& c = qp.comp;
-  core::SendWqe* w = oldest_pending(qp);
-  if (!c.timeout.open && w && !core::is_read_or_atomic(w->opcode))
-    c.timeout = TimeoutUndo{true, c.unacked_psn, c.cwnd, c.ssthresh, c.recovering, qp.timers.rtt};
+  if (!c.timeout.open) {
+    c.timeout.cwnd = c.cwnd;
+    c.timeout.ssthresh = c.ssthresh;
+    c.timeout.recovering = c.recovering;
+    c.timeout.rtt = qp.timers.rtt;
+  }
   shrink_window(qp, req);
   qp.comp.cwnd = kLossWindow;
   qp.comp.cwnd_credit = 0;
 }
 
-// The first ACK that acknowledges more after a local ACK timeout tells
-// whether the timeout was spurious (RFC 4015's Eifel detection, by PSN
-// rather than timestamp): the timeout re-sent only the oldest packet, so an
-// ACK past it acknowledges originals, which were only late. The window then
-// comes back (RFC 4015's response) and the requester goes on after the newest
-// packet it sent instead of re-sending the rest of the window into the
-// peer's backlog. The round-trip sample the resend discarded times an
-// original, so it counts again: without it, a peer answering ~800 ms behind
-// its backlog (rxe in a starved guest) timed out every 67 ms, each timeout
-// discarding the sample that would have lengthened the timer. Returns
-// whether it undid the timeout.
+// The first answer past what a local ACK timeout re-sent tells that the
+// timeout was spurious (RFC 4015's Eifel detection, by PSN rather than
+// timestamp): it acknowledges originals that were never re-sent, so they were
+// only late. The window then comes back (RFC 4015's response) and the
+// requester goes on after the newest packet it sent, instead of re-sending
+// the rest of the window into the peer's backlog. An ACK of just the re-sent
+// packet says the originals after it were lost: the hold ends and they are
+// re-sent in slow start. A READ's (atomic's) responses within its range may
+// answer the original or the resend, so its hold lasts until an answer past
+// it, a NAK, the next timeout, or nothing left outstanding. The round-trip sample the resend discarded
+// times an original, so it counts again: without it, a peer answering
+// ~800 ms behind its backlog (rxe in a starved guest) timed out every 67 ms,
+// each timeout discarding the sample that would have lengthened the timer.
+// Returns whether it undid the timeout.
 bool undo_spurious_timeout(EngineQp& qp, const RequesterLink& req, Clock::time_point now) {
   CompleterState& c = qp.comp;
-  if (!c.timeout.open) return false;
-  c.timeout.open = false;
-  if (wire::psn_diff(c.unacked_psn, wire::psn_add(c.timeout.psn, 1)) <= 0) return false;
-  c.cwnd = c.timeout.cwnd;
-  c.ssthresh = c.timeout.ssthresh;
-  c.recovering = c.timeout.recovering;
+  TimeoutUndo& u = c.timeout;
+  if (!u.open) return false;
+  if (wire::psn_diff(c.unacked_psn, u.end) <= 0) {
+    if (u.answered_alone || c.unacked_psn == req.sent_end()) u.open = false;
+    return false;
+  }
+  u.open = false;
+  c.cwnd = u.cwnd;
+  c.ssthresh = u.ssthresh;
+  c.recovering = u.recovering;
   req.rewind(req.sent_end());
-  if (c.timeout.rtt.active && c.timeout.rtt.psn != c.timeout.psn) {
-    qp.timers.rtt = c.timeout.rtt;
+  if (u.rtt.active && u.rtt.psn != u.psn) {
+    qp.timers.rtt = u.rtt;
     sample_rtt(qp, c.unacked_psn, now);
   }
   return true;
@@ -389,6 +408,7 @@ void acknowledge_before(Response& r, uint32_t psn) {
         } else if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
           // The response passed the whole READ: its responses were lost.
           qp.comp.rewound = true;
+          qp.comp.timeout.open = false;  // a loss shown: no hold
           r.requester.rewind(missing);
         }
         psn = missing;
@@ -550,7 +570,7 @@ CompState do_atomic(Response& r) {
 CompState update_comp(Response& r) {
   CompleterState& c = r.qp.comp;
   c.unacked_psn = wire::psn_add(r.psn, 1);
-  grow_window(c, 1);
+  if (!undo_spurious_timeout(r.qp, r.requester, r.now)) grow_window(c, 1);
   if (!r.read) return CompState::kCompWqe;
   if (c.read_offset != r.wqe->length) return CompState::kReadPart;
   c.read_offset = 0;
@@ -591,6 +611,7 @@ CompState resume(Response& r) {
 CompState read_gap(Response& r) {
   if (r.qp.comp.rewound) return CompState::kDone;
   r.qp.comp.rewound = true;
+  r.qp.comp.timeout.open = false;  // a loss shown: no hold
   r.requester.rewind(r.expected);
   return CompState::kResume;
 }
@@ -607,6 +628,7 @@ CompState error_retry(Response& r) {
   }
   shrink_window_on_nak(qp, r.requester, r.psn);
   count_retransmit(qp);
+  qp.comp.timeout.open = false;  // a loss shown: no hold
   r.requester.rewind(r.psn);
   return CompState::kResume;
 }
@@ -623,6 +645,7 @@ CompState rnr_retry(Response& r) {
     r.status = IBV_WC_RNR_RETRY_EXC_ERR;
     return CompState::kError;
   }
+  qp.comp.timeout.open = false;
   r.requester.rewind(r.psn);
   qp.timers.rnr_armed = true;
   qp.timers.rnr_deadline = r.now + std::chrono::microseconds(kRnrTimerUs[r.pkt.aeth().code()]);

@@ -108,11 +108,14 @@ struct RttSample {
   Clock::time_point sent{};
 };
 
-// What a local ACK timeout changed, kept until the next ACK tells whether
-// the originals were only late (completer.cc, undo_spurious_timeout).
+// A local ACK timeout's resend, [psn, end), while the requester holds after
+// it, and what the timeout changed, until an answer tells whether the
+// originals were lost or only late (completer.cc, undo_spurious_timeout).
 struct TimeoutUndo {
-  bool open = false;
-  uint32_t psn = 0;  // the packet the timeout re-sent (the oldest unacknowledged)
+  bool open = false;            // the requester sends nothing from `end` on
+  bool answered_alone = false;  // a SEND/WRITE packet: its own ACK says the rest was lost
+  uint32_t psn = 0;
+  uint32_t end = 0;
   uint32_t cwnd = 0;
   uint32_t ssthresh = 0;
   bool recovering = false;

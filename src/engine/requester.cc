@@ -505,6 +505,11 @@ void RequesterLink::resume() const {
 
 void RequesterLink::rewind(uint32_t psn) const { rewind_to(qp_, psn); }
 
+void RequesterLink::rewind_asking(uint32_t psn) const {
+  rewind_to(qp_, psn);
+  force_ack_req(qp_);
+}
+
 void RequesterLink::resend_one(uint32_t psn) const {
   const RequesterState before = qp_.req;
   const RttSample sample = qp_.timers.rtt;
@@ -690,6 +695,9 @@ bool send_burst(EngineQp& qp, TxBatch& tx, bool* sent) {
   auto mr_lock = qp.ctx->mrs.read_lock();
   TxBatch::ReferenceScope references(tx);  // ends first: its packets leave under the lock
   while (qp.req.index != qp.sq.posted && qp.state() == IBV_QPS_RTS) {
+    // After a local ACK timeout only its resend goes, until an answer tells
+    // whether the originals behind it were lost (completer.cc, undo_spurious_timeout).
+    if (qp.comp.timeout.open && wire::psn_diff(qp.req.psn, qp.comp.timeout.end) >= 0) break;
     uint32_t index = qp.req.index;
     core::SendWqe& w = qp.sq.at(index);
     if (!w.started && is_local_op(w)) return !((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0);

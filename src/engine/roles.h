@@ -78,6 +78,10 @@ class RequesterLink {
   // Go-back-N: the next request packet sent will be `psn` again (never an
   // acknowledged one: a late NAK may name it).
   void rewind(uint32_t psn) const;
+  // A local ACK timeout's go-back-N: as rewind, and the packet `psn` asks for
+  // an ACK (a responder answers a duplicate only when asked or at a
+  // message's end, and the requester holds after it).
+  void rewind_asking(uint32_t psn) const;
   // A tail-loss probe: the packet `psn` (outstanding) sent again, alone and
   // with AckReq; the requester then goes on from where it was.
   void resend_one(uint32_t psn) const;

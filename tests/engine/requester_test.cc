@@ -195,6 +195,89 @@ TEST_F(Requester, SpuriousLocalAckTimeoutIsUndone) {
   for (uint32_t i = 0; i < 60; ++i) EXPECT_EQ(tx[i].psn, sq(128 + i)) << i;
 }
 
+// Three one-packet READs, unanswered until the local ACK timeout re-sends the
+// first alone / Expect its response to re-send nothing more (it may answer the
+// original: the requester holds), then the second READ's response (its
+// original was only late) / Expect the timeout undone: the third READ is not
+// re-sent either, and all three complete from the originals' responses.
+TEST_F(Requester, SpuriousLocalAckTimeoutOnReadsIsUndone) {
+  std::vector<uint8_t> dst(3 * 13, 0);
+  core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  auto t0 = Clock::now();
+  for (uint32_t i = 0; i < 3; ++i) post_read(i, 0x9000000 + 13 * i, dst.data() + 13 * i, 13, m);
+  ASSERT_EQ(take().size(), 3u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(0));
+  for (uint32_t i = 0; i < 3; ++i) {
+    deliver(Craft{.opcode = kReadRespOnly, .psn = sq(i), .msn = i + 1, .payload = pattern(13, uint8_t(i))});
+    EXPECT_TRUE(take().empty()) << "re-sent after the response to READ " << i;
+  }
+  auto wc = poll(*scq);
+  ASSERT_EQ(wc.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+}
+
+// Two one-packet READs whose requests were lost: the local ACK timeout re-sends
+// the first alone, and its response comes / Expect nothing more until the next
+// timeout, which re-sends the second (the first's response could not tell
+// whether the second's request had arrived).
+TEST_F(Requester, LocalAckTimeoutReSendsOneReadAtATime) {
+  std::vector<uint8_t> dst(2 * 13, 0);
+  core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  auto t0 = Clock::now();
+  for (uint32_t i = 0; i < 2; ++i) post_read(i, 0x9000000 + 13 * i, dst.data() + 13 * i, 13, m);
+  ASSERT_EQ(take().size(), 2u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  ASSERT_EQ(take().size(), 1u);
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = pattern(13, 0)});
+  EXPECT_TRUE(take().empty());
+  run_timers(Clock::now() + std::chrono::seconds(1));
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].opcode, kReadRequest);
+  EXPECT_EQ(tx[0].psn, sq(1));
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(1), .msn = 2, .payload = pattern(13, 1)});
+  EXPECT_EQ(poll(*scq).size(), 2u);
+}
+
+// Through shared memory (no congestion window): a 3-packet SEND, no ACK /
+// Expect the local ACK timeout's resend of its first packet to ask for an ACK
+// (a responder answers a duplicate FIRST or MIDDLE only when asked, and the
+// requester holds after it: without AckReq both sides waited for ever).
+TEST_F(Requester, LocalAckTimeoutResendAsksForAnAck) {
+  transport->memory_path = true;
+  redecide_delivery();
+  auto t0 = Clock::now();
+  send(1, 3 * kMtu);
+  ASSERT_EQ(take().size(), 3u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  auto re = take();
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].psn, sq(0));
+  EXPECT_TRUE(re[0].ack_req);
+}
+
+// A READ unanswered until the local ACK timeout re-sends it, then its response
+// / Expect the hold over (nothing is outstanding): a new SEND goes at once.
+TEST_F(Requester, HoldAfterATimeoutEndsWithNothingOutstanding) {
+  std::vector<uint8_t> dst(13, 0);
+  core::Mr* m = reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  auto t0 = Clock::now();
+  post_read(1, 0x9000000, dst.data(), 13, m);
+  ASSERT_EQ(take().size(), 1u);
+  run_timers(t0 + std::chrono::milliseconds(100));
+  ASSERT_EQ(take().size(), 1u);
+  deliver(Craft{.opcode = kReadRespOnly, .psn = sq(0), .msn = 1, .payload = pattern(13, 0)});
+  ASSERT_EQ(poll(*scq).size(), 1u);
+  send(2, 10);
+  auto tx = take();
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].psn, sq(1));
+}
+
 // A SEND, no ACK: probes, then the local ACK timeout's resend / Expect no
 // probe after it until the next timeout (the peer is slow or gone: a probe
 // would be one more duplicate in its backlog).
