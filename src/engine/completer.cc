@@ -277,8 +277,8 @@ void collapse_window(EngineQp& qp, const RequesterLink& req) {
     c.timeout.rtt = qp.timers.rtt;
   }
   shrink_window(qp, req);
-  qp.comp.cwnd = kLossWindow;
-  qp.comp.cwnd_credit = 0;
+  c.cwnd = kLossWindow;
+  c.cwnd_credit = 0;
 }
 
 // The first answer past what a local ACK timeout re-sent tells that the
@@ -325,6 +325,14 @@ void shrink_window_on_nak(EngineQp& qp, const RequesterLink& req, uint32_t psn) 
   if (c.recovering && wire::psn_diff(psn, c.nak_psn) > 0) c.recovering = false;
   c.nak_psn = psn;
   shrink_window(qp, req);
+}
+
+// A loss shown (a NAK, a READ response past a gap) or an RNR NAK: the requester
+// goes back to `psn`, and a local ACK timeout's hold (TimeoutUndo) ends, since
+// the answer it waited for has come.
+void rewind_after_answer(EngineQp& qp, const RequesterLink& req, uint32_t psn) {
+  qp.comp.timeout.open = false;
+  req.rewind(psn);
 }
 
 // --- the response state machine --------------------------------------------------
@@ -408,8 +416,7 @@ void acknowledge_before(Response& r, uint32_t psn) {
         } else if (wire::psn_diff(w.last_psn, psn) < 0 && !qp.comp.rewound) {
           // The response passed the whole READ: its responses were lost.
           qp.comp.rewound = true;
-          qp.comp.timeout.open = false;  // a loss shown: no hold
-          r.requester.rewind(missing);
+          rewind_after_answer(qp, r.requester, missing);
         }
         psn = missing;
       }
@@ -611,8 +618,7 @@ CompState resume(Response& r) {
 CompState read_gap(Response& r) {
   if (r.qp.comp.rewound) return CompState::kDone;
   r.qp.comp.rewound = true;
-  r.qp.comp.timeout.open = false;  // a loss shown: no hold
-  r.requester.rewind(r.expected);
+  rewind_after_answer(r.qp, r.requester, r.expected);
   return CompState::kResume;
 }
 
@@ -628,8 +634,7 @@ CompState error_retry(Response& r) {
   }
   shrink_window_on_nak(qp, r.requester, r.psn);
   count_retransmit(qp);
-  qp.comp.timeout.open = false;  // a loss shown: no hold
-  r.requester.rewind(r.psn);
+  rewind_after_answer(qp, r.requester, r.psn);
   return CompState::kResume;
 }
 
@@ -645,8 +650,7 @@ CompState rnr_retry(Response& r) {
     r.status = IBV_WC_RNR_RETRY_EXC_ERR;
     return CompState::kError;
   }
-  qp.comp.timeout.open = false;
-  r.requester.rewind(r.psn);
+  rewind_after_answer(qp, r.requester, r.psn);
   qp.timers.rnr_armed = true;
   qp.timers.rnr_deadline = r.now + std::chrono::microseconds(kRnrTimerUs[r.pkt.aeth().code()]);
   qp.engine()->timer_armed();
