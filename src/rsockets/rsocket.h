@@ -6,28 +6,31 @@
 // channel (whose fd is the rsocket's number, as in librdmacm: a real,
 // process-unique descriptor), PD, CQ and completion channel.
 //
-// Data path: every message is a SEND_WITH_IMM of at most kBufBytes from one of
-// kSendSlots registered send buffers into one of the peer's kRecvBufs data
-// receive buffers (byte_len > 0). Flow control is by credits: a side may have
-// at most kRecvBufs data messages that the peer has not yet consumed; the imm
-// of every message carries the sender's count of data buffers it consumed
-// (mod 2^32), and a receiver that consumed kCreditBatch buffers since it last
-// said so, with no data to carry it, sends a zero-length SEND_WITH_IMM (a
-// credit update). Credit updates land in the kCtrlRecvs extra receive buffers
-// beyond the data ones; a side sends at most kCtrlRecvs of them per window of
-// its peer's data, and each is consumed (and its buffer reposted) as soon as
-// it is polled, so they never starve the data ones. Wire format (not
-// librdmacm's): the private data of the CM REQ/REP is an RsHello.
-//
-// riomap(PROT_WRITE) registers a region for the peer to write and announces
-// it with a SEND without imm carrying an IomapMsg (it lands in one of
-// kMaxIoMaps more receive buffers); riowrite RDMA-WRITEs (through a send
-// buffer) into a region the peer announced, ordered with the sends.
+// The wire protocol is librdmacm's (rdma-core librdmacm/rsocket.c, its RoCE
+// and InfiniBand form), so that an rsocket on uroce talks to one on a RoCE NIC
+// or the kernel's rxe:
+// - the CM REQ and REP carry an RsConnData: where the peer may write (its
+//   receive buffer's first half) and the address of its target buffer list;
+// - data moves by RDMA WRITE WITH IMM into the peer's receive buffer (imm: op
+//   kData and the length; each such message takes one of the peer's
+//   zero-length receives), at the place the peer's target SGL entries say;
+// - the receiver gives the buffer back half by half: an RDMA WRITE WITH IMM of
+//   a new RsSge into the sender's target SGL (imm: op kSgl and the sequence
+//   number up to which the sender may send), or the imm alone;
+// - riomap'ed regions are announced by an RDMA WRITE WITH IMM of an RsIomap
+//   into the peer's target iomap table (op kIomapSgl), which riowrite then
+//   writes by plain RDMA WRITEs;
+// - rshutdown and rclose send op kCtrl (kShutdown: the end of the stream,
+//   kDisconnect: the connection's end) before the CM disconnect.
+// At most kCtrlSlots control messages (kSgl, kCtrl) are outstanding; every
+// send is signalled, and its wr_id is its imm (rs_poll_cq's accounting).
 //
 // Not implemented (ENOSYS with a message): datagram rsockets (SOCK_DGRAM).
-// Non-blocking rconnect completes before it returns. riounmap does not tell
-// the peer: a riowrite to the region before the peer hears of a new one
-// replacing it fails the connection (as a write to a deregistered MR does).
+// Non-blocking rconnect completes before it returns. The buffer sizes are
+// librdmacm's defaults (SO_SNDBUF, SO_RCVBUF, RDMA_SQSIZE, RDMA_RQSIZE and
+// RDMA_INLINE are accepted and reported, without effect); RDMA_IOMAPSIZE sets
+// how many regions the peer may announce. The iWARP form (SENDs instead of
+// immediate data) is not spoken: uroce is RoCE.
 //
 // Locking: each RSocket has one mutex, held by every operation on it except
 // while it waits in poll(2); the table of rsockets has its own (rsocket_api.cc).
@@ -46,31 +49,47 @@
 
 namespace uroce::rsockets {
 
-inline constexpr uint32_t kBufBytes = 64 * 1024;  // one message at most
-inline constexpr uint32_t kRecvBufs = 16;         // data receive buffers = credits
-inline constexpr uint32_t kCtrlRecvs = 5;         // extra receive buffers: credit updates, FIN
-inline constexpr uint32_t kSendSlots = 16;
-inline constexpr uint32_t kMaxIoMaps = 4;  // riomap'ed regions a socket may have at once
-inline constexpr uint32_t kCreditBatch = kRecvBufs / (kCtrlRecvs - 1);
+inline constexpr uint32_t kBufBytes = 1 << 17;     // receive and send buffer (librdmacm's def_mem, def_wmem)
+inline constexpr uint16_t kQueueSize = 384;        // send and receive queue (def_sqsize, def_rqsize)
+inline constexpr uint32_t kInlineBytes = 64;       // def_inline
+inline constexpr uint32_t kCtrlSlots = 4;          // RS_QP_CTRL_SIZE
+inline constexpr uint32_t kSglSize = 2;            // RS_SGL_SIZE: target entries, one per buffer half
+inline constexpr uint32_t kSendLowWater = 2048;    // RS_SNDLOWAT
+inline constexpr uint32_t kFirstTransfer = 2048;   // RS_OLAP_START_SIZE: a send's first message
+inline constexpr uint32_t kMaxTransfer = 1 << 16;  // RS_MAX_TRANSFER
+inline constexpr uint32_t kMaxIoMaps = 128;        // RDMA_IOMAPSIZE's limit here
 
-// The CM REQ/REP private data (at most 56 bytes in a REQ).
-struct RsHello {
-  uint32_t magic;  // kHelloMagic
-  uint32_t version;
-  uint32_t recv_bufs;  // data buffers the sender of this hello posted
-  uint32_t buf_bytes;
-};
-inline constexpr uint32_t kHelloMagic = 0x75527353;  // "uRsS"
-
-// The announcement of a riomap'ed region.
-struct IomapMsg {
-  uint32_t magic;  // kIomapMagic
-  uint32_t rkey;
-  uint64_t offset;  // the riowrite offset of the region's first byte
+// librdmacm's wire structures. An RsSge or RsIomap written into the peer's
+// memory is in the writer's byte order (RsConnData::flags says which); the
+// RsConnData's own fields are big-endian.
+struct RsSge {
   uint64_t addr;
-  uint64_t len;
+  uint32_t key;
+  uint32_t length;
 };
-inline constexpr uint32_t kIomapMagic = 0x49326d4d;
+struct RsIomap {
+  uint64_t offset;
+  RsSge sge;
+};
+struct RsConnData {
+  uint8_t version;  // 1
+  uint8_t flags;    // kConnFlagNet, kConnFlagIomap
+  uint16_t credits;
+  uint8_t reserved[3];
+  uint8_t target_iomap_size;  // scaled (rs_value_to_scale)
+  RsSge target_sgl;
+  RsSge data_buf;
+};
+static_assert(sizeof(RsSge) == 16 && sizeof(RsIomap) == 24 && sizeof(RsConnData) == 40);
+inline constexpr uint8_t kConnFlagNet = 1;    // the sender is big-endian
+inline constexpr uint8_t kConnFlagIomap = 2;  // a target iomap table follows the target SGL
+
+// The immediate data: an op in the top three bits, its datum below.
+enum class RsOp : uint32_t { kData = 0, kWrite = 2, kSgl = 4, kIomapSgl = 6, kCtrl = 7 };
+enum RsCtrl : uint32_t { kCtrlDisconnect = 0, kCtrlKeepalive = 1, kCtrlShutdown = 2 };
+constexpr uint32_t rs_msg(RsOp op, uint32_t data) { return (uint32_t(op) << 29) | data; }
+constexpr RsOp rs_msg_op(uint32_t msg) { return RsOp(msg >> 29); }
+constexpr uint32_t rs_msg_data(uint32_t msg) { return msg & 0x1FFFFFFF; }
 
 // Copies `from` into a caller's (addr, *addrlen) as accept(2) and
 // getsockname(2) do: truncated to *addrlen, which is set to the full length.
@@ -95,8 +114,10 @@ class RSocket {
   int connect(const sockaddr* addr);
   // Accepts one connection: *out is the new socket.
   int accept(std::shared_ptr<RSocket>* out, sockaddr* addr, socklen_t* addrlen);
-  // SHUT_WR: FIN after the data sent so far; SHUT_RDWR: FIN, then the
-  // disconnect once every send completed (bounded wait); SHUT_RD: nothing.
+  // As librdmacm's rshutdown: SHUT_WR sends kCtrlShutdown after the data sent
+  // so far (kCtrlDisconnect if this side no longer reads); SHUT_RDWR sends
+  // kCtrlDisconnect, waits (bounded) for every send's completion and
+  // disconnects; SHUT_RD ends reading (and disconnects once writing ended too).
   int shutdown(int how);
 
   // >= 0 bytes, or -errno.
@@ -118,8 +139,8 @@ class RSocket {
 
   bool nonblocking = false;
   int pending_error = 0;  // SO_ERROR
-  // Options set with rsetsockopt, reported back by rgetsockopt (uroce's
-  // buffers and queues have fixed sizes: none changes its behaviour).
+  // Options set with rsetsockopt, reported back by rgetsockopt; of them only
+  // RDMA_IOMAPSIZE, read when the connection is set up, changes anything.
   struct Option {
     int level, name;
     std::vector<uint8_t> value;
@@ -130,23 +151,43 @@ class RSocket {
  private:
   RSocket() = default;
   int init_channel();
-  int setup_connection(rdma_cm_id* id);  // PD, CQ, QP, MRs, receives
-  int post_recv(uint32_t slot);
+  uint16_t iomap_option() const;  // RDMA_IOMAPSIZE, as librdmacm rounds it
+  // PD, CQ, QP, buffers and their MRs, the receives; `iomaps`: the peer may announce that many regions.
+  int setup_connection(rdma_cm_id* id, uint16_t iomaps);
+  int register_buffers();
+  int post_recv();
   int wait_event(rdma_cm_event_type want, int timeout_ms, uint8_t* private_data, size_t* private_len);
-  int check_hello(const uint8_t* data, size_t len) const;
+  RsConnData conn_data() const;
+  int save_conn_data(const uint8_t* data, size_t len);
   // Polls the CM channel and the CQ without blocking (a fatal error of the
-  // connection goes to error_); true if it took anything from either.
+  // connection goes to error_), gives credits when due; true if it took anything.
   bool progress();
   void handle_cm_event(rdma_cm_event* ev);
+  void take_send_completion(const ibv_wc& wc);
+  void take_recv_completion(const ibv_wc& wc);
+  void refresh_target_sgl();
+  void take_iomap(uint32_t index);
   // Waits (mutex released) until progress may change something, at most timeout_ms.
   int block(std::unique_lock<std::mutex>* lock, int timeout_ms);
-  uint32_t credits() const { return kRecvBufs - (sent_data_ - peer_consumed_); }
-  // Waits (unless nb) until a send buffer and a send WQE are free, and a
-  // credit if need_credit: 0, EAGAIN, or why the connection cannot send.
-  int wait_send_room(std::unique_lock<std::mutex>* lock, bool need_credit, bool nb);
-  enum class SendKind { kData, kCredits, kFin, kIomap };
-  int post_send(SendKind kind, const uint8_t* data, uint32_t len);
-  void maybe_send_credits();
+
+  // The sending side (librdmacm's rs_can_send and what it checks).
+  bool connected() const { return state_ == RsState::kConnected; }
+  bool can_send() const;
+  bool ctrl_avail() const { return ctrl_seqno_ != ctrl_max_seqno_; }
+  bool all_sends_done() const { return (ctrl_max_seqno_ - ctrl_seqno_) + sqe_avail_ == sq_size_; }
+  // Waits (unless nb) until can_send: 0, EAGAIN, or why the connection cannot send.
+  int wait_send_room(std::unique_lock<std::mutex>* lock, bool nb);
+  uint32_t next_transfer(uint32_t* olen, size_t left, uint64_t limit) const;
+  // Copies `len` bytes into the send buffer (wrapping: two SGEs) or leaves them inline.
+  int stage(const uint8_t* data, uint32_t len, ibv_sge sge[2], int* flags);
+  int post_write(uint32_t msg, bool with_imm, const ibv_sge* sge, int nsge, int flags, uint64_t addr, uint32_t rkey);
+  int post_msg(uint32_t msg);  // a control message: the imm alone
+  int write_data(const uint8_t* data, uint32_t len);
+  void give_credits();
+  int send_iomaps(std::unique_lock<std::mutex>* lock, bool nb);
+  const RsIomap* peer_map_at(uint64_t pos) const;
+  size_t copy_out(uint8_t* buf, size_t len, bool consume);
+  void send_ctrl(std::unique_lock<std::mutex>* lock, uint32_t ctrl, int64_t deadline);
 
   std::mutex mu_;
   RsState state_ = RsState::kIdle;
@@ -156,34 +197,58 @@ class RSocket {
   ibv_comp_channel* comp_ = nullptr;
   ibv_cq* cq_ = nullptr;
   bool cq_armed_ = false;
-  std::vector<uint8_t> recv_area_, send_area_;
-  ibv_mr* recv_mr_ = nullptr;
-  ibv_mr* send_mr_ = nullptr;
+  uint16_t sq_size_ = kQueueSize, rq_size_ = kQueueSize;
+  uint32_t sq_inline_ = kInlineBytes;
 
-  struct Ready {  // a received data buffer not yet fully read
-    uint32_t slot;
+  // Receiving: the buffer the peer writes, read in order from rbuf_offset_;
+  // each message's op and length in rmsg_ until read.
+  std::vector<uint8_t> rbuf_;
+  ibv_mr* rmr_ = nullptr;
+  uint32_t rbuf_offset_ = 0;       // the next byte to read
+  uint32_t rbuf_free_offset_ = 0;  // the half to give next
+  uint32_t rbuf_bytes_avail_ = 0;  // read and not yet given back
+  struct RMsg {
     uint32_t len;
-    uint32_t offset = 0;
   };
-  std::deque<Ready> ready_;
-  uint32_t consumed_ = 0;                     // data buffers this side consumed (mod 2^32)
-  uint32_t consumed_told_ = 0;                // the last count sent to the peer
-  uint32_t sent_data_ = 0;                    // data messages sent (mod 2^32)
-  uint32_t peer_consumed_ = 0;                // the peer's consumed count, from its imm
-  uint32_t send_posted_ = 0, send_done_ = 0;  // data send slots used / completed
-  uint32_t sq_busy_ = 0;                      // send WQEs not completed (data + credit updates)
-  bool peer_closed_ = false;                  // DISCONNECTED
-  bool local_closed_ = false;                 // this side disconnected
-  bool fin_sent_ = false;                     // SHUT_WR: no more sends
-  bool fin_received_ = false;                 // the peer's SHUT_WR: end of stream after ready_
-  int error_ = 0;                             // a fatal error of the connection (ECONNRESET, ...)
+  std::deque<RMsg> rmsg_;
+  uint16_t rseq_no_ = 0, rseq_comp_ = 0;  // messages read; when to give credits next
 
-  struct IoRegion {
-    uint64_t offset, addr, len;
-    uint32_t rkey;
-    ibv_mr* mr;  // local regions only
+  // Where this side may write: the target buffer list (RsSge[kSglSize], then
+  // RsIomap[iomap_size_]) that the peer writes, and local copies of its entries.
+  std::vector<uint8_t> target_area_;
+  ibv_mr* target_mr_ = nullptr;
+  uint16_t iomap_size_ = 0;
+  RsSge sgl_[kSglSize] = {};
+  uint32_t target_sge_ = 0;
+  std::vector<RsIomap> peer_maps_;
+  bool swap_ = false;                     // the peer's byte order is not ours
+  uint16_t sseq_no_ = 0, sseq_comp_ = 0;  // data messages sent; the peer's limit
+
+  // The peer's target buffer list, for credits and iomap announcements.
+  RsSge remote_sgl_ = {}, remote_iomap_ = {};
+  uint32_t remote_sge_ = 1;
+
+  // Sending: a ring of kBufBytes staged for RDMA WRITEs.
+  std::vector<uint8_t> sbuf_;
+  ibv_mr* smr_ = nullptr;
+  uint32_t sbuf_head_ = 0;         // where the next staged bytes go
+  uint32_t sbuf_bytes_avail_ = 0;  // not in flight
+  uint32_t sqe_avail_ = 0;         // send WQEs free for data
+  uint32_t ctrl_seqno_ = 0, ctrl_max_seqno_ = kCtrlSlots;
+
+  bool readable_ = true, writable_ = true;
+  bool shutdown_sent_ = false;  // a kCtrl message of this side's shutdown went
+  bool peer_closed_ = false;    // the peer's kCtrlDisconnect or CM DISCONNECTED
+  bool local_closed_ = false;   // this side disconnected
+  int error_ = 0;               // a fatal error of the connection (ECONNRESET, ...)
+
+  // riomap'ed regions the peer may write, one per slot of its target iomap table.
+  struct LocalMap {
+    uint64_t offset = 0;
+    ibv_mr* mr = nullptr;
+    bool announced = false;
   };
-  std::vector<IoRegion> local_maps_, remote_maps_;
+  std::vector<LocalMap> local_maps_;
 };
 
 }  // namespace uroce::rsockets
