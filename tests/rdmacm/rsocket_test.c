@@ -1,7 +1,8 @@
 // rsockets over uroce, against librdmacm's public <rdma/rsocket.h>: bad input
 // (errno as librdmacm), a stream with half-close and rpoll over a mix of
-// descriptors, and riomap/riowrite. The server is a forked child; every wait
-// is bounded. Usage: rsocket_test CASE PORT.
+// descriptors, riomap/riowrite, and a raw peer whose message lies about its
+// length. The server is a forked child; every wait is bounded.
+// Usage: rsocket_test CASE PORT.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE  // before any system header (cm_test_util.h needs it)
 #endif
@@ -219,10 +220,79 @@ static void case_iomap(void) {
   free(data);
 }
 
+// librdmacm's connection data (rsocket.c's struct rs_conn_data), byte for byte.
+struct conn_data {
+  uint8_t version, flags;
+  uint16_t credits_be;
+  uint8_t reserved[3], target_iomap_size;
+  uint64_t sgl_addr_be;
+  uint32_t sgl_key_be, sgl_len_be;
+  uint64_t buf_addr_be;
+  uint32_t buf_key_be, buf_len_be;
+};
+
+// The child's rsocket must end the connection with EPROTO, not read out of
+// its buffer, when its peer's message claims more than a buffer half.
+static void hostile_server(int ready_fd) {
+  int ls = listen_on_port();
+  signal_peer(ready_fd);
+  int s = raccept(ls, NULL, NULL);
+  REQUIRE(s >= 0, "raccept: %s", strerror(errno));
+  char b[16];
+  ssize_t r = rrecv(s, b, sizeof b, 0);
+  REQUIRE(r == -1 && errno == EPROTO, "rrecv after an oversized message: %zd (%s)", r, strerror(errno));
+  REQUIRE(rclose(s) == 0 && rclose(ls) == 0, "server rclose");
+  exit(0);
+}
+
+// A peer speaking raw verbs and rdma_cm connects with librdmacm's connection
+// data, then RDMA-WRITEs an empty message whose immediate data says 64 KiB + 1.
+static void case_hostile(void) {
+  pid_t pid = start_server(hostile_server);
+  struct async_client c;
+  async_client_setup(&c, atoi(g_port));
+  static uint8_t area[4096];
+  struct ibv_mr* mr = ibv_reg_mr(c.pd, area, sizeof area, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  REQUIRE(mr, "ibv_reg_mr: %s", strerror(errno));
+  struct conn_data mine = {.version = 1,
+                           .credits_be = htobe16(16),
+                           .sgl_addr_be = htobe64((uintptr_t)area),
+                           .sgl_key_be = htobe32(mr->rkey),
+                           .sgl_len_be = htobe32(2),
+                           .buf_addr_be = htobe64((uintptr_t)area + 64),
+                           .buf_key_be = htobe32(mr->rkey),
+                           .buf_len_be = htobe32(2048)};
+  _Static_assert(sizeof mine == 40, "librdmacm's connection data is 40 bytes");
+  struct rdma_conn_param param = basic_param(&mine, sizeof mine);
+  REQUIRE(rdma_connect(c.id, &param) == 0, "rdma_connect: %s", strerror(errno));
+  struct rdma_cm_event* ev = expect_event(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000);
+  struct conn_data theirs;
+  REQUIRE(ev->param.conn.private_data_len >= sizeof theirs, "REP private data: %u bytes",
+          ev->param.conn.private_data_len);
+  memcpy(&theirs, ev->param.conn.private_data, sizeof theirs);
+  rdma_ack_cm_event(ev);
+  REQUIRE(theirs.version == 1 && be32toh(theirs.buf_len_be) == 65536, "the server's connection data");
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(65537);  // op 0 (data), length 64 KiB + 1
+  wr.wr.rdma.remote_addr = be64toh(theirs.buf_addr_be);
+  wr.wr.rdma.rkey = be32toh(theirs.buf_key_be);
+  REQUIRE(ibv_post_send(c.id->qp, &wr, &bad) == 0, "ibv_post_send");
+  struct ibv_wc wc;
+  int n = 0;
+  for (double end = now_ms() + 10000; n == 0 && now_ms() < end;) n = ibv_poll_cq(c.cq, 1, &wc);
+  REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS, "the write's completion: %d, status %d", n, n ? (int)wc.status : -1);
+  expect_child_ok(pid);
+  ibv_dereg_mr(mr);
+  async_client_teardown(&c);
+}
+
 int main(int argc, char** argv) {
   g_program = "rsocket_test";
   if (argc != 3) {
-    fprintf(stderr, "usage: rsocket_test rsocket_errors|rsocket_stream|rsocket_iomap PORT\n");
+    fprintf(stderr, "usage: rsocket_test rsocket_errors|rsocket_stream|rsocket_iomap|rsocket_hostile PORT\n");
     return 2;
   }
   g_case = argv[1];
@@ -233,6 +303,8 @@ int main(int argc, char** argv) {
     case_stream();
   else if (strcmp(g_case, "rsocket_iomap") == 0)
     case_iomap();
+  else if (strcmp(g_case, "rsocket_hostile") == 0)
+    case_hostile();
   else
     fail("unknown case");
   printf("rsocket_test %s: passed\n", g_case);
