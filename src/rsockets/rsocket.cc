@@ -21,7 +21,6 @@ constexpr uint8_t kVersion = 1;
 constexpr int kResolveTimeoutMs = 2000;
 constexpr int kConnectTimeoutMs = 30000;
 constexpr int kCloseWaitMs = 2000;
-constexpr uint32_t kHalf = kBufBytes / 2;
 // Receives have bit 63 set (librdmacm's RS_WR_ID_FLAG_RECV); a send's wr_id is its imm.
 constexpr uint64_t kRecvWrId = uint64_t(1) << 63;
 constexpr bool kBigEndian = std::endian::native == std::endian::big;
@@ -116,14 +115,25 @@ int RSocket::listen(int backlog) {
   return 0;
 }
 
-uint16_t RSocket::iomap_option() const {
+bool RSocket::option_int(int level, int name, int* value) const {
   for (const Option& o : options) {
-    if (o.level != SOL_RDMA || o.name != RDMA_IOMAPSIZE || o.value.size() < sizeof(int)) continue;
-    int v;
-    std::memcpy(&v, o.value.data(), sizeof v);
-    return uint16_t(scale_to_value(value_to_scale(uint32_t(std::clamp<int>(v, 0, kMaxIoMaps)))));
+    if (o.level != level || o.name != name || o.value.size() < sizeof(int)) continue;
+    std::memcpy(value, o.value.data(), sizeof(int));
+    return true;
   }
-  return 0;
+  return false;
+}
+
+RSocket::Sizes RSocket::sizes_from_options() const {
+  Sizes z;
+  int v;
+  if (option_int(SOL_SOCKET, SO_RCVBUF, &v) && v > 0)
+    z.rbuf = std::clamp(uint32_t(v) << 1, 2 * kSendLowWater, kMaxBufBytes) & ~63u;
+  if (option_int(SOL_SOCKET, SO_SNDBUF, &v) && v > 0)
+    z.sbuf = std::clamp(uint32_t(v) << 1, 2 * kSendLowWater, kMaxBufBytes) & ~63u;
+  if (option_int(SOL_RDMA, RDMA_IOMAPSIZE, &v))
+    z.iomaps = uint16_t(scale_to_value(value_to_scale(uint32_t(std::clamp<int>(v, 0, kMaxIoMaps)))));
+  return z;
 }
 
 // Waits on the channel (non-blocking fd) for one event; the wanted one
@@ -171,7 +181,7 @@ int RSocket::connect(const sockaddr* addr) {
   if (int err = wait_event(RDMA_CM_EVENT_ADDR_RESOLVED, kResolveTimeoutMs * 2, nullptr, nullptr)) return err;
   if (rdma_resolve_route(id_, kResolveTimeoutMs)) return errno;
   if (int err = wait_event(RDMA_CM_EVENT_ROUTE_RESOLVED, kResolveTimeoutMs * 2, nullptr, nullptr)) return err;
-  if (int err = setup_connection(id_, iomap_option())) return err;
+  if (int err = setup_connection(id_, sizes_from_options())) return err;
   RsConnData mine = conn_data();
   rdma_conn_param param = conn_param(&mine);
   if (rdma_connect(id_, &param)) return errno;
@@ -194,7 +204,7 @@ RsConnData RSocket::conn_data() const {
   c.credits = htobe16(rq_size_);
   c.target_iomap_size = value_to_scale(iomap_size_);
   c.target_sgl = to_be({address_of(target_area_.data()), target_mr_->rkey, kSglSize});
-  c.data_buf = to_be({address_of(rbuf_.data()), rmr_->rkey, kHalf});
+  c.data_buf = to_be({address_of(rbuf_.data()), rmr_->rkey, half()});
   return c;
 }
 
@@ -245,7 +255,7 @@ int RSocket::accept(std::shared_ptr<RSocket>* out, sockaddr* addr, socklen_t* ad
   }
   rs->id_ = new_id;
   new_id->context = rs.get();
-  if ((err = rs->setup_connection(new_id, iomap_option())) || (err = rs->save_conn_data(request, request_len))) {
+  if ((err = rs->setup_connection(new_id, sizes_from_options())) || (err = rs->save_conn_data(request, request_len))) {
     rdma_reject(new_id, nullptr, 0);
     return err == EPROTO || err == ENOTSUP ? ECONNABORTED : err;  // ~RSocket destroys the id
   }
@@ -259,8 +269,10 @@ int RSocket::accept(std::shared_ptr<RSocket>* out, sockaddr* addr, socklen_t* ad
   return 0;
 }
 
-int RSocket::setup_connection(rdma_cm_id* id, uint16_t iomaps) {
-  iomap_size_ = iomaps;
+int RSocket::setup_connection(rdma_cm_id* id, const Sizes& sizes) {
+  iomap_size_ = sizes.iomaps;
+  rbuf_size_ = sizes.rbuf;
+  sbuf_size_ = sizes.sbuf;
   pd_ = ibv_alloc_pd(id->verbs);
   comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
   if (!comp_) return errno ? errno : ENOMEM;
@@ -290,17 +302,17 @@ int RSocket::setup_connection(rdma_cm_id* id, uint16_t iomaps) {
 // The receive buffer and the target buffer list, which the peer writes, and
 // the send buffer (librdmacm's rs_init_bufs).
 int RSocket::register_buffers() {
-  rbuf_.assign(kBufBytes, 0);
-  sbuf_.assign(kBufBytes, 0);
+  rbuf_.assign(rbuf_size_, 0);
+  sbuf_.assign(sbuf_size_, 0);
   target_area_.assign(sizeof(RsSge) * kSglSize + sizeof(RsIomap) * iomap_size_, 0);
   const int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   rmr_ = ibv_reg_mr(pd_, rbuf_.data(), rbuf_.size(), remote);
   target_mr_ = rmr_ ? ibv_reg_mr(pd_, target_area_.data(), target_area_.size(), remote) : nullptr;
   smr_ = target_mr_ ? ibv_reg_mr(pd_, sbuf_.data(), sbuf_.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
   if (!smr_) return errno;
-  rbuf_free_offset_ = kHalf;
-  rbuf_bytes_avail_ = kHalf;
-  sbuf_bytes_avail_ = kBufBytes;
+  rbuf_free_offset_ = half();
+  rbuf_bytes_avail_ = half();
+  sbuf_bytes_avail_ = sbuf_size_;
   sqe_avail_ = sq_size_ - ctrl_max_seqno_;
   rseq_comp_ = rq_size_ / 2;
   return 0;
@@ -339,10 +351,10 @@ int RSocket::stage(const uint8_t* data, uint32_t len, ibv_sge sge[2], int* flags
     return 1;
   }
   *flags = 0;
-  uint32_t first = std::min(len, kBufBytes - sbuf_head_);
+  uint32_t first = std::min(len, sbuf_size_ - sbuf_head_);
   std::memcpy(sbuf_.data() + sbuf_head_, data, first);
   sge[0] = {address_of(sbuf_.data() + sbuf_head_), first, smr_->lkey};
-  sbuf_head_ = (sbuf_head_ + first) % kBufBytes;
+  sbuf_head_ = (sbuf_head_ + first) % sbuf_size_;
   if (first == len) return 1;
   std::memcpy(sbuf_.data(), data + first, len - first);
   sge[1] = {address_of(sbuf_.data()), len - first, smr_->lkey};
@@ -390,7 +402,7 @@ int RSocket::write_data(const uint8_t* data, uint32_t len) {
 // entry.
 void RSocket::give_credits() {
   if (!connected() || local_closed_ || peer_closed_ || error_ || !ctrl_avail()) return;
-  const bool half_free = rbuf_bytes_avail_ >= kHalf;
+  const bool half_free = rbuf_bytes_avail_ >= half();
   if (!half_free && int16_t(uint16_t(rseq_no_ - rseq_comp_)) < 0) return;
   ++ctrl_seqno_;
   rseq_comp_ = uint16_t(rseq_no_ + rq_size_ / 2);
@@ -399,13 +411,13 @@ void RSocket::give_credits() {
   if (!half_free) {
     err = post_msg(msg);
   } else {
-    RsSge entry{address_of(rbuf_.data() + rbuf_free_offset_), rmr_->rkey, kHalf};
+    RsSge entry{address_of(rbuf_.data() + rbuf_free_offset_), rmr_->rkey, half()};
     if (swap_) entry = swapped(entry);
     ibv_sge sge{address_of(&entry), sizeof entry, 0};
     err = post_write(msg, true, &sge, 1, IBV_SEND_INLINE, remote_sgl_.addr + remote_sge_ * sizeof(RsSge),
                      remote_sgl_.key);
-    rbuf_bytes_avail_ -= kHalf;
-    rbuf_free_offset_ = (rbuf_free_offset_ + kHalf) % kBufBytes;
+    rbuf_bytes_avail_ -= half();
+    rbuf_free_offset_ = (rbuf_free_offset_ + half()) % rbuf_size_;
     if (++remote_sge_ >= remote_sgl_.length) remote_sge_ = 0;
   }
   if (err) error_ = err;
@@ -491,7 +503,7 @@ void RSocket::take_recv_completion(const ibv_wc& wc) {
     case RsOp::kWrite:
       break;
     default:
-      if (datum > kHalf || rmsg_.size() >= rq_size_) {
+      if (datum > half() || rmsg_.size() >= rq_size_) {
         error_ = EPROTO;  // never longer than a target entry, never more than the credits given
         return;
       }
@@ -609,8 +621,8 @@ size_t RSocket::copy_out(uint8_t* buf, size_t len, bool consume) {
   for (size_t i = 0; done < len && i < rmsg_.size();) {
     uint32_t n = uint32_t(std::min<size_t>(len - done, rmsg_[i].len));
     for (uint32_t k = 0; k < n;) {
-      if (off == kBufBytes) off = 0;
-      uint32_t c = std::min(n - k, kBufBytes - off);
+      if (off == rbuf_size_) off = 0;
+      uint32_t c = std::min(n - k, rbuf_size_ - off);
       std::memcpy(buf + done + k, rbuf_.data() + off, c);
       off += c;
       k += c;

@@ -27,9 +27,10 @@
 //
 // Not implemented (ENOSYS with a message): datagram rsockets (SOCK_DGRAM).
 // Non-blocking rconnect completes before it returns. The buffer sizes are
-// librdmacm's defaults (SO_SNDBUF, SO_RCVBUF, RDMA_SQSIZE, RDMA_RQSIZE and
-// RDMA_INLINE are accepted and reported, without effect); RDMA_IOMAPSIZE sets
-// how many regions the peer may announce. The iWARP form (SENDs instead of
+// librdmacm's defaults; as there, SO_RCVBUF and SO_SNDBUF set before the
+// connection make the buffers twice the value, and RDMA_IOMAPSIZE how many
+// regions the peer may announce (RDMA_SQSIZE, RDMA_RQSIZE and RDMA_INLINE are
+// accepted and reported, without effect). The iWARP form (SENDs instead of
 // immediate data) is not spoken: uroce is RoCE.
 //
 // Locking: each RSocket has one mutex, held by every operation on it except
@@ -50,6 +51,7 @@
 namespace uroce::rsockets {
 
 inline constexpr uint32_t kBufBytes = 1 << 17;     // receive and send buffer (librdmacm's def_mem, def_wmem)
+inline constexpr uint32_t kMaxBufBytes = 1 << 26;  // SO_RCVBUF's and SO_SNDBUF's limit here
 inline constexpr uint16_t kQueueSize = 384;        // send and receive queue (def_sqsize, def_rqsize)
 inline constexpr uint32_t kInlineBytes = 64;       // def_inline
 inline constexpr uint32_t kCtrlSlots = 4;          // RS_QP_CTRL_SIZE
@@ -151,9 +153,16 @@ class RSocket {
  private:
   RSocket() = default;
   int init_channel();
-  uint16_t iomap_option() const;  // RDMA_IOMAPSIZE, as librdmacm rounds it
-  // PD, CQ, QP, buffers and their MRs, the receives; `iomaps`: the peer may announce that many regions.
-  int setup_connection(rdma_cm_id* id, uint16_t iomaps);
+  // What the options set before the connection change (as librdmacm): the
+  // buffers (SO_RCVBUF, SO_SNDBUF: twice the value) and RDMA_IOMAPSIZE.
+  struct Sizes {
+    uint32_t rbuf = kBufBytes, sbuf = kBufBytes;
+    uint16_t iomaps = 0;
+  };
+  Sizes sizes_from_options() const;
+  bool option_int(int level, int name, int* value) const;
+  // PD, CQ, QP, buffers and their MRs, the receives.
+  int setup_connection(rdma_cm_id* id, const Sizes& sizes);
   int register_buffers();
   int post_recv();
   int wait_event(rdma_cm_event_type want, int timeout_ms, uint8_t* private_data, size_t* private_len);
@@ -200,8 +209,10 @@ class RSocket {
   uint16_t sq_size_ = kQueueSize, rq_size_ = kQueueSize;
   uint32_t sq_inline_ = kInlineBytes;
 
-  // Receiving: the buffer the peer writes, read in order from rbuf_offset_;
-  // each message's op and length in rmsg_ until read.
+  // Receiving: the buffer the peer writes (given back by halves), read in
+  // order from rbuf_offset_; each message's length in rmsg_ until read.
+  uint32_t rbuf_size_ = kBufBytes;
+  uint32_t half() const { return rbuf_size_ / 2; }
   std::vector<uint8_t> rbuf_;
   ibv_mr* rmr_ = nullptr;
   uint32_t rbuf_offset_ = 0;       // the next byte to read
@@ -228,7 +239,8 @@ class RSocket {
   RsSge remote_sgl_ = {}, remote_iomap_ = {};
   uint32_t remote_sge_ = 1;
 
-  // Sending: a ring of kBufBytes staged for RDMA WRITEs.
+  // Sending: a ring of sbuf_size_ bytes staged for RDMA WRITEs.
+  uint32_t sbuf_size_ = kBufBytes;
   std::vector<uint8_t> sbuf_;
   ibv_mr* smr_ = nullptr;
   uint32_t sbuf_head_ = 0;         // where the next staged bytes go
