@@ -30,7 +30,8 @@ pair options:
     --capture ALLOW_LIST    capture the test on the tap and compare the two sides' packets
                             (pcap_compare.py with that allow-list)
 In the commands, @DEV@ @GID@ @SELF@ @PEER@ @PORT@ stand for the side's device, its GID
-index, its own and its peer's address, and --port.
+index, its own and its peer's address, and --port; @TOOLS@ for the folder where
+`vm.sh start --guest-tool` put the build's programs that both sides run.
 
 A test passes when both programs exit 0 within the limit and every expectation holds. It
 is skipped (77) when not run as root or when the guest is not up (interop.setup skipped).
@@ -229,7 +230,8 @@ def expand(argv, side, port, state):
              "@GID@": str(state["guest_gid" if guest else "host_gid"]),
              "@SELF@": GUEST_IP if guest else HOST_IP,
              "@PEER@": HOST_IP if guest else GUEST_IP,
-             "@PORT@": str(port)}
+             "@PORT@": str(port),
+             "@TOOLS@": CACHE + "/tools"}
     return [re.sub("|".join(subst), lambda m: subst[m.group(0)], x) for x in argv]
 
 

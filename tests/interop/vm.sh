@@ -2,7 +2,9 @@
 # The interop tests' guest: Debian 12's kernel with Soft-RoCE (rdma_rxe) in a QEMU guest,
 # reachable from the host only inside network namespace uroce-interop.
 #
-#   vm.sh start --uroce LAUNCHER --logdir DIR   prepare (once), boot, write the state file
+#   vm.sh start --uroce LAUNCHER --logdir DIR [--guest-tool FILE]...
+#                                               prepare (once), boot, write the state file;
+#                                               each FILE is copied to $CACHE/tools first
 #   vm.sh stop                                  power the guest off, delete the namespace
 #   vm.sh prepare                               only the cached, idempotent preparation
 #
@@ -122,19 +124,24 @@ stop() {  # the guest (the agent powers it off; qemu killed by its pid if it lin
 }
 
 start() {
-  local uroce='' logdir=''
+  local uroce='' logdir='' tools=()
   while (($#)); do
     case $1 in
       --uroce) uroce=$2; shift 2 ;;
       --logdir) logdir=$2; shift 2 ;;
+      --guest-tool) tools+=("$2"); shift 2 ;;
       *) die "unknown option $1" ;;
     esac
   done
-  [[ -x $uroce && -n $logdir ]] || die "usage: vm.sh start --uroce LAUNCHER --logdir DIR"
+  [[ -x $uroce && -n $logdir ]] || die "usage: vm.sh start --uroce LAUNCHER --logdir DIR [--guest-tool FILE]..."
   ((EUID == 0)) || skip "needs root (network namespace, tap device, apt-get)"
   local t0=$SECONDS
   prepare
   stop  # what an interrupted run left behind
+  # Programs of the build the guest runs too (@TOOLS@ in interop.py): copied before the
+  # boot to where the guest sees the host's files (its /tmp and /run are its own).
+  rm -rf "$CACHE/tools" && mkdir -p "$CACHE/tools"
+  ((${#tools[@]} == 0)) || cp "${tools[@]}" "$CACHE/tools/"
 
   local accel=${ACCEL:-auto} accel_args
   if [[ $accel == auto ]]; then
