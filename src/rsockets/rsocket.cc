@@ -60,7 +60,7 @@ rdma_conn_param conn_param(const RsConnData* data) {
 
 void copy_address(const sockaddr* from, sockaddr* addr, socklen_t* addrlen) {
   socklen_t n = from->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  std::memcpy(addr, from, std::min(n, *addrlen));
+  if (*addrlen) std::memcpy(addr, from, std::min(n, *addrlen));
   *addrlen = n;
 }
 

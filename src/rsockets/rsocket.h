@@ -94,7 +94,8 @@ constexpr RsOp rs_msg_op(uint32_t msg) { return RsOp(msg >> 29); }
 constexpr uint32_t rs_msg_data(uint32_t msg) { return msg & 0x1FFFFFFF; }
 
 // Copies `from` into a caller's (addr, *addrlen) as accept(2) and
-// getsockname(2) do: truncated to *addrlen, which is set to the full length.
+// getsockname(2) do: truncated to *addrlen, which is set to the full length
+// (addr may be NULL when *addrlen is 0: librspreload asks the length so).
 void copy_address(const sockaddr* from, sockaddr* addr, socklen_t* addrlen);
 
 enum class RsState : uint8_t { kIdle, kListening, kConnected, kClosed, kError };

@@ -355,7 +355,7 @@ UROCE_API int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* excep
 
 UROCE_API int rgetpeername(int s, sockaddr* addr, socklen_t* addrlen) {
   return with_socket<int>(s, [&](RSocket& rs) {
-    if (!addr || !addrlen) return fail(EFAULT);
+    if (!addrlen || (!addr && *addrlen)) return fail(EFAULT);  // (NULL, 0): the length only
     uroce::rsockets::copy_address(rdma_get_peer_addr(rs.id()), addr, addrlen);
     return 0;
   });
@@ -363,7 +363,7 @@ UROCE_API int rgetpeername(int s, sockaddr* addr, socklen_t* addrlen) {
 
 UROCE_API int rgetsockname(int s, sockaddr* addr, socklen_t* addrlen) {
   return with_socket<int>(s, [&](RSocket& rs) {
-    if (!addr || !addrlen) return fail(EFAULT);
+    if (!addrlen || (!addr && *addrlen)) return fail(EFAULT);  // (NULL, 0): the length only
     uroce::rsockets::copy_address(rdma_get_local_addr(rs.id()), addr, addrlen);
     return 0;
   });

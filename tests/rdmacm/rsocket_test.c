@@ -56,6 +56,12 @@ static void case_errors(void) {
   REQUIRE(s >= 0, "rsocket: %s", strerror(errno));
   REQUIRE(rrecv(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rrecv unconnected: errno %d", errno);
   REQUIRE(rsend(s, b, sizeof b, 0) == -1 && errno == ENOTCONN, "rsend unconnected: errno %d", errno);
+  // The length alone, as librspreload asks it before it moves a socket to the kernel.
+  socklen_t name_len = 0;
+  REQUIRE(rgetsockname(s, NULL, &name_len) == 0 && name_len == sizeof(struct sockaddr_in),
+          "rgetsockname(NULL, 0): errno %d, length %u", errno, (unsigned)name_len);
+  name_len = 4;
+  REQUIRE(rgetsockname(s, NULL, &name_len) == -1 && errno == EFAULT, "rgetsockname(NULL, 4): errno %d", errno);
   int v = 1;
   REQUIRE(rsetsockopt(s, SOL_SOCKET, SO_BROADCAST, &v, sizeof v) == -1 && errno == ENOPROTOOPT,
           "unknown option: errno %d", errno);
