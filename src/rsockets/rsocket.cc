@@ -40,6 +40,7 @@ uint8_t value_to_scale(uint32_t v) { return uint8_t(v <= 128 ? v : 0x80 | (v >> 
 uint32_t scale_to_value(uint8_t s) { return s <= 128 ? s : uint32_t(s & 0x7F) << 8; }
 
 RsSge swapped(RsSge e) { return {bswap_64(e.addr), bswap_32(e.key), bswap_32(e.length)}; }
+RsIomap swapped(RsIomap m) { return {bswap_64(m.offset), swapped(m.sge)}; }
 RsSge from_be(RsSge e) { return {be64toh(e.addr), be32toh(e.key), be32toh(e.length)}; }
 RsSge to_be(RsSge e) { return {htobe64(e.addr), htobe32(e.key), htobe32(e.length)}; }
 uint64_t address_of(const void* p) { return reinterpret_cast<uintptr_t>(p); }
@@ -342,6 +343,18 @@ int RSocket::post_write(uint32_t msg, bool with_imm, const ibv_sge* sge, int nsg
 
 int RSocket::post_msg(uint32_t msg) { return post_write(msg, true, nullptr, 0, 0, 0, 0); }
 
+// A message that takes a send WQE and `len` bytes of the send buffer, both
+// given back at its completion (take_send_completion): data, a riowrite, an
+// iomap announcement.
+int RSocket::post_counted(uint32_t msg, bool with_imm, const void* data, uint32_t len, uint64_t addr, uint32_t rkey) {
+  ibv_sge sge[2];
+  int flags;
+  int nsge = stage(static_cast<const uint8_t*>(data), len, sge, &flags);
+  --sqe_avail_;
+  sbuf_bytes_avail_ -= len;
+  return post_write(msg, with_imm, sge, nsge, flags, addr, rkey);
+}
+
 // The bytes of one message: inline when short, else copied into the send
 // ring (two pieces where it wraps). Returns the number of SGEs.
 int RSocket::stage(const uint8_t* data, uint32_t len, ibv_sge sge[2], int* flags) {
@@ -381,9 +394,6 @@ uint32_t RSocket::next_transfer(uint32_t* olen, size_t left, uint64_t limit) con
 // One data message into the peer's receive buffer, where its current target
 // entry says (librdmacm's rs_write_data: the entry moves before the post).
 int RSocket::write_data(const uint8_t* data, uint32_t len) {
-  ibv_sge sge[2];
-  int flags;
-  int nsge = stage(data, len, sge, &flags);
   RsSge& t = sgl_[target_sge_];
   uint64_t addr = t.addr;
   uint32_t key = t.key;
@@ -391,9 +401,7 @@ int RSocket::write_data(const uint8_t* data, uint32_t len) {
   t.length -= len;
   if (t.length == 0) target_sge_ = (target_sge_ + 1) % kSglSize;
   ++sseq_no_;
-  --sqe_avail_;
-  sbuf_bytes_avail_ -= len;
-  return post_write(rs_msg(RsOp::kData, len), true, sge, nsge, flags, addr, key);
+  return post_counted(rs_msg(RsOp::kData, len), true, data, len, addr, key);
 }
 
 // librdmacm's rs_give_credits and rs_send_credits: once half the messages
@@ -535,11 +543,7 @@ void RSocket::take_iomap(uint32_t index) {
   if (index >= peer_maps_.size()) return;
   RsIomap m;
   std::memcpy(&m, target_area_.data() + sizeof(RsSge) * kSglSize + sizeof(RsIomap) * index, sizeof m);
-  if (swap_) {
-    m.offset = bswap_64(m.offset);
-    m.sge = swapped(m.sge);
-  }
-  peer_maps_[index] = m;
+  peer_maps_[index] = swap_ ? swapped(m) : m;
 }
 
 void RSocket::handle_cm_event(rdma_cm_event* ev) {
@@ -772,13 +776,10 @@ int RSocket::send_iomaps(std::unique_lock<std::mutex>* lock, bool nb) {
     if (!m.mr || m.announced) continue;
     if (int err = wait_send_room(lock, nb)) return err;
     RsIomap iom{m.offset, {address_of(m.mr->addr), m.mr->rkey, uint32_t(m.mr->length)}};
-    if (swap_) iom = {bswap_64(iom.offset), swapped(iom.sge)};
-    ibv_sge sge{address_of(&iom), sizeof iom, 0};
+    if (swap_) iom = swapped(iom);
     ++sseq_no_;
-    --sqe_avail_;
-    sbuf_bytes_avail_ -= sizeof(RsIomap);
-    if (int err = post_write(rs_msg(RsOp::kIomapSgl, uint32_t(index)), true, &sge, 1, IBV_SEND_INLINE,
-                             remote_iomap_.addr + index * sizeof(RsIomap), remote_iomap_.key))
+    if (int err = post_counted(rs_msg(RsOp::kIomapSgl, uint32_t(index)), true, &iom, sizeof iom,
+                               remote_iomap_.addr + index * sizeof(RsIomap), remote_iomap_.key))
       return err;
     m.announced = true;
   }
@@ -805,13 +806,8 @@ ssize_t RSocket::iowrite(const uint8_t* buf, size_t count, uint64_t offset, bool
     const RsIomap* iom = peer_map_at(pos);
     if (!iom) break;
     uint32_t n = next_transfer(&olen, count - done, iom->sge.length - (pos - iom->offset));
-    ibv_sge sge[2];
-    int flags;
-    int nsge = stage(buf + done, n, sge, &flags);
-    --sqe_avail_;
-    sbuf_bytes_avail_ -= n;
-    if ((err = post_write(rs_msg(RsOp::kWrite, n), false, sge, nsge, flags, iom->sge.addr + (pos - iom->offset),
-                          iom->sge.key)))
+    if ((err = post_counted(rs_msg(RsOp::kWrite, n), false, buf + done, n, iom->sge.addr + (pos - iom->offset),
+                            iom->sge.key)))
       break;
     done += n;
   }

@@ -143,7 +143,8 @@ class RSocket {
   bool nonblocking = false;
   int pending_error = 0;  // SO_ERROR
   // Options set with rsetsockopt, reported back by rgetsockopt; of them only
-  // RDMA_IOMAPSIZE, read when the connection is set up, changes anything.
+  // SO_RCVBUF, SO_SNDBUF and RDMA_IOMAPSIZE, read when the connection is set up
+  // (sizes_from_options), change anything.
   struct Option {
     int level, name;
     std::vector<uint8_t> value;
@@ -192,6 +193,7 @@ class RSocket {
   int stage(const uint8_t* data, uint32_t len, ibv_sge sge[2], int* flags);
   int post_write(uint32_t msg, bool with_imm, const ibv_sge* sge, int nsge, int flags, uint64_t addr, uint32_t rkey);
   int post_msg(uint32_t msg);  // a control message: the imm alone
+  int post_counted(uint32_t msg, bool with_imm, const void* data, uint32_t len, uint64_t addr, uint32_t rkey);
   int write_data(const uint8_t* data, uint32_t len);
   void give_credits();
   int send_iomaps(std::unique_lock<std::mutex>* lock, bool nb);

@@ -82,9 +82,9 @@ void say_datagrams_unsupported() {
 
 namespace {
 
-// The options rsockets know: accepted and reported back. Only RDMA_IOMAPSIZE
-// changes what a connection does (uroce's buffers and queues have fixed
-// sizes, rsocket.h; keepalive and Nagle have no meaning on an RC connection).
+// The options rsockets know: accepted and reported back. Only SO_RCVBUF,
+// SO_SNDBUF and RDMA_IOMAPSIZE change what a connection does (rsocket.h; the
+// queue sizes are fixed, keepalive and Nagle have no meaning on an RC connection).
 bool known_option(int level, int name) {
   switch (level) {
     case SOL_SOCKET:
