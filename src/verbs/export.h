@@ -80,10 +80,15 @@ void abi_guard(F&& f) {
 
 // For functions whose result is an errno value (0 or a positive errno: the int
 // verbs, ibv_modify_qp, ibv_destroy_*...): on an exception returns that errno.
+// A failure also leaves its value in errno, as a kernel provider's failed
+// system call does: programs print errno after such a verb (qperf's "failed to
+// modify QP to RTR: Invalid argument").
 template <class F>
 auto abi_guard_errno(F&& f) -> decltype(f()) {
   try {
-    return f();
+    auto r = f();
+    if (r > 0) errno = static_cast<int>(r);
+    return r;
   } catch (...) {
     return detail::exception_errno();
   }

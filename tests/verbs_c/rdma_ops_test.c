@@ -1381,8 +1381,11 @@ out:
 
 static void expect_modify_einval(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask, enum ibv_qp_state before,
                                  const char* what) {
+  errno = 0;
   int rc = ibv_modify_qp(qp, a, mask);
   CHECK(rc == EINVAL, "ibv_modify_qp %s returns %s (expected EINVAL)", what, err_name(rc));
+  /* As a kernel provider's failed command leaves it (qperf prints it). */
+  CHECK(errno == EINVAL, "  ... and errno is %s (expected EINVAL)", err_name(errno));
   enum ibv_qp_state s = qp_state(qp);
   CHECK(s == before, "  ... and the QP stays in %s (is %s)", qp_state_name(before), qp_state_name(s));
 }
@@ -1400,6 +1403,10 @@ static void case_modify_qp_bad_transition(const void* arg) {
   if (qp_init(&p, A)) goto out;
   rts_attr(&a, A);
   expect_modify_einval(p.qp[A], &a, RTS_MASK, IBV_QPS_INIT, "INIT->RTS (all RTS attributes)");
+  /* A RoCE port has no LID routing: an address without a GRH (qperf's UC and UD tests). */
+  rtr_attr(&a, B, p.qp[B]->qp_num, IBV_MTU_1024);
+  a.ah_attr.is_global = 0;
+  expect_modify_einval(p.qp[A], &a, RTR_MASK, IBV_QPS_INIT, "INIT->RTR without a GRH");
   /* The legal sequence still works afterwards. */
   if (qp_init(&p, B) || qp_rtr(&p, A, IBV_MTU_1024) || qp_rtr(&p, B, IBV_MTU_1024) || qp_rts(&p, A) || qp_rts(&p, B))
     goto out;
