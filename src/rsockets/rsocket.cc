@@ -134,8 +134,26 @@ RSocket::Sizes RSocket::sizes_from_options() const {
     z.sbuf = std::clamp(uint32_t(v) << 1, 2 * kSendLowWater, kMaxBufBytes) & ~63u;
   if (option_int(SOL_RDMA, RDMA_IOMAPSIZE, &v))
     z.iomaps = uint16_t(scale_to_value(value_to_scale(uint32_t(std::clamp<int>(v, 0, kMaxIoMaps)))));
+  // As librdmacm, read as unsigned: a negative value is the largest.
+  if (option_int(SOL_RDMA, RDMA_SQSIZE, &v)) z.sq = uint16_t(std::min<uint32_t>(uint32_t(v), kQueueMax));
+  if (option_int(SOL_RDMA, RDMA_RQSIZE, &v)) z.rq = uint16_t(std::min<uint32_t>(uint32_t(v), kQueueMax));
+  if (option_int(SOL_RDMA, RDMA_INLINE, &v)) z.inline_bytes = std::min<uint32_t>(uint32_t(v), kQueueMax);
   return z;
 }
+
+uint32_t RSocket::queue_option(int name) const {
+  Sizes z = sizes_from_options();
+  if (cq_) z.sq = sq_size_, z.rq = rq_size_, z.inline_bytes = sq_inline_;
+  return name == RDMA_SQSIZE ? z.sq : name == RDMA_RQSIZE ? z.rq : z.inline_bytes;
+}
+
+namespace {
+// librdmacm's rs_set_qp_size: a queue within kQueueMin and the device's limit.
+uint16_t fit_queue(uint16_t asked, uint16_t max) {
+  if (asked > max) return max;
+  return std::max(asked, kQueueMin);
+}
+}  // namespace
 
 // Waits on the channel (non-blocking fd) for one event; the wanted one
 // returns 0 (its private data copied out), REJECTED is ECONNREFUSED, any
@@ -274,6 +292,12 @@ int RSocket::setup_connection(rdma_cm_id* id, const Sizes& sizes) {
   iomap_size_ = sizes.iomaps;
   rbuf_size_ = sizes.rbuf;
   sbuf_size_ = sizes.sbuf;
+  ibv_device_attr dev{};
+  if (int err = ibv_query_device(id->verbs, &dev)) return err;
+  uint16_t max = uint16_t(std::clamp<int>(dev.max_qp_wr, kQueueMin, kQueueMax));
+  sq_size_ = fit_queue(sizes.sq, max);
+  rq_size_ = fit_queue(sizes.rq, max);
+  sq_inline_ = std::max<uint32_t>(sizes.inline_bytes, sizeof(RsIomap));  // control messages go inline
   pd_ = ibv_alloc_pd(id->verbs);
   comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
   if (!comp_) return errno ? errno : ENOMEM;

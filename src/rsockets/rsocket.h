@@ -28,10 +28,13 @@
 // Not implemented (ENOSYS with a message): datagram rsockets (SOCK_DGRAM).
 // Non-blocking rconnect completes before it returns. The buffer sizes are
 // librdmacm's defaults; as there, SO_RCVBUF and SO_SNDBUF set before the
-// connection make the buffers twice the value, and RDMA_IOMAPSIZE how many
-// regions the peer may announce (RDMA_SQSIZE, RDMA_RQSIZE and RDMA_INLINE are
-// accepted and reported, without effect). The iWARP form (SENDs instead of
-// immediate data) is not spoken: uroce is RoCE.
+// connection make the buffers twice the value, RDMA_IOMAPSIZE how many
+// regions the peer may announce, RDMA_SQSIZE and RDMA_RQSIZE the queues
+// (kQueueMin up to the device's max_qp_wr; the receive queue is the credit the
+// peer is given) and RDMA_INLINE the inline size. Unlike librdmacm, the inline
+// size is at least sizeof(RsIomap): uroce sends its control messages inline,
+// where librdmacm keeps a buffer for them when RDMA_INLINE is smaller. The
+// iWARP form (SENDs instead of immediate data) is not spoken: uroce is RoCE.
 //
 // Locking: each RSocket has one mutex, held by every operation on it except
 // while it waits in poll(2); the table of rsockets has its own (rsocket_api.cc).
@@ -53,6 +56,8 @@ namespace uroce::rsockets {
 inline constexpr uint32_t kBufBytes = 1 << 17;     // receive and send buffer (librdmacm's def_mem, def_wmem)
 inline constexpr uint32_t kMaxBufBytes = 1 << 26;  // SO_RCVBUF's and SO_SNDBUF's limit here
 inline constexpr uint16_t kQueueSize = 384;        // send and receive queue (def_sqsize, def_rqsize)
+inline constexpr uint16_t kQueueMin = 16;          // RS_QP_MIN_SIZE
+inline constexpr uint16_t kQueueMax = 0xFFFE;      // RS_QP_MAX_SIZE (also RDMA_INLINE's limit)
 inline constexpr uint32_t kInlineBytes = 64;       // def_inline
 inline constexpr uint32_t kCtrlSlots = 4;          // RS_QP_CTRL_SIZE
 inline constexpr uint32_t kSglSize = 2;            // RS_SGL_SIZE: target entries, one per buffer half
@@ -143,23 +148,31 @@ class RSocket {
   bool nonblocking = false;
   int pending_error = 0;  // SO_ERROR
   // Options set with rsetsockopt, reported back by rgetsockopt; of them only
-  // SO_RCVBUF, SO_SNDBUF and RDMA_IOMAPSIZE, read when the connection is set up
-  // (sizes_from_options), change anything.
+  // SO_RCVBUF, SO_SNDBUF and the SOL_RDMA ones, read when the connection is set
+  // up (sizes_from_options), change anything.
   struct Option {
     int level, name;
     std::vector<uint8_t> value;
   };
   std::vector<Option> options;
   rdma_cm_id* id() const { return id_; }
+  // RDMA_SQSIZE, RDMA_RQSIZE or RDMA_INLINE as rgetsockopt reports it, as
+  // librdmacm: what the connection uses once set up, before that what the
+  // options (else the defaults) ask for.
+  uint32_t queue_option(int name) const;
 
  private:
   RSocket() = default;
   int init_channel();
   // What the options set before the connection change (as librdmacm): the
-  // buffers (SO_RCVBUF, SO_SNDBUF: twice the value) and RDMA_IOMAPSIZE.
+  // buffers (SO_RCVBUF, SO_SNDBUF: twice the value), RDMA_IOMAPSIZE, and the
+  // queues and inline size (at most kQueueMax here; setup_connection fits
+  // them to the device).
   struct Sizes {
     uint32_t rbuf = kBufBytes, sbuf = kBufBytes;
     uint16_t iomaps = 0;
+    uint16_t sq = kQueueSize, rq = kQueueSize;
+    uint32_t inline_bytes = kInlineBytes;
   };
   Sizes sizes_from_options() const;
   bool option_int(int level, int name, int* value) const;

@@ -83,8 +83,8 @@ void say_datagrams_unsupported() {
 namespace {
 
 // The options rsockets know: accepted and reported back. Only SO_RCVBUF,
-// SO_SNDBUF and RDMA_IOMAPSIZE change what a connection does (rsocket.h; the
-// queue sizes are fixed, keepalive and Nagle have no meaning on an RC connection).
+// SO_SNDBUF and the SOL_RDMA ones change what a connection does (rsocket.h;
+// keepalive and Nagle have no meaning on an RC connection).
 bool known_option(int level, int name) {
   switch (level) {
     case SOL_SOCKET:
@@ -389,6 +389,12 @@ UROCE_API int rgetsockopt(int s, int level, int name, void* value, socklen_t* le
       rs.pending_error = 0;
       std::memcpy(value, &err, std::min<socklen_t>(*len, sizeof err));
       *len = sizeof err;
+      return 0;
+    }
+    if (level == SOL_RDMA && (name == RDMA_SQSIZE || name == RDMA_RQSIZE || name == RDMA_INLINE)) {
+      int v = int(rs.queue_option(name));
+      std::memcpy(value, &v, std::min<socklen_t>(*len, sizeof v));
+      *len = sizeof v;
       return 0;
     }
     for (const RSocket::Option& o : rs.options) {

@@ -1,7 +1,8 @@
 // rsockets over uroce, against librdmacm's public <rdma/rsocket.h>: bad input
 // (errno as librdmacm), a stream with half-close and rpoll over a mix of
-// descriptors, riomap/riowrite, and a raw peer whose message lies about its
-// length. The server is a forked child; every wait is bounded.
+// descriptors, riomap/riowrite, a raw peer whose message lies about its
+// length, and the queue options. The server is a forked child; every wait is
+// bounded.
 // Usage: rsocket_test CASE PORT.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE  // before any system header (cm_test_util.h needs it)
@@ -78,8 +79,15 @@ static void case_errors(void) {
 
 // The child: accepts one connection, reads until the client's SHUT_WR (EOF),
 // then answers the byte count and a checksum on the same socket, and closes.
+static int g_server_queue;  // RDMA_SQSIZE and RDMA_RQSIZE of the server's listener, if set
+
 static void stream_server(int ready_fd) {
   int ls = listen_on_port();
+  if (g_server_queue) {  // inherited by the accepted socket, as librdmacm's
+    REQUIRE(rsetsockopt(ls, SOL_RDMA, RDMA_RQSIZE, &g_server_queue, sizeof g_server_queue) == 0 &&
+                rsetsockopt(ls, SOL_RDMA, RDMA_SQSIZE, &g_server_queue, sizeof g_server_queue) == 0,
+            "server RDMA_RQSIZE/RDMA_SQSIZE: %s", strerror(errno));
+  }
   signal_peer(ready_fd);
   int s = raccept(ls, NULL, NULL);
   REQUIRE(s >= 0, "raccept: %s", strerror(errno));
@@ -117,19 +125,9 @@ static pid_t start_server(void (*server)(int ready_fd)) {
   return pid;
 }
 
-// A stream: non-blocking reads say EAGAIN, rpoll reports an ordinary pipe
-// among rsockets, 3 MB in gathered pieces arrive intact, and after SHUT_WR the
-// peer still answers; then the end of the stream and POLLHUP.
-static void case_stream(void) {
-  pid_t pid = start_server(stream_server);
-  int s = connect_to_port();
-  char b[4];
-  REQUIRE(rrecv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN, "empty rrecv: errno %d", errno);
-  int p[2];
-  REQUIRE(pipe(p) == 0 && write(p[1], "x", 1) == 1, "pipe");
-  struct pollfd pf[2] = {{.fd = s, .events = POLLIN}, {.fd = p[0], .events = POLLIN}};
-  REQUIRE(rpoll(pf, 2, 5000) == 1 && pf[1].revents == POLLIN && pf[0].revents == 0, "rpoll: %d %d", pf[0].revents,
-          pf[1].revents);
+// 3 MB in gathered pieces, then SHUT_WR; stream_server's answer must be their
+// count and sum.
+static void send_and_check(int s) {
   const size_t kBytes = 3 << 20;
   unsigned char* data = malloc(kBytes);
   REQUIRE(data, "malloc");
@@ -144,11 +142,29 @@ static void case_stream(void) {
     piece = piece > (1 << 17) ? 1 : piece * 3 + 1;
   }
   REQUIRE(rshutdown(s, SHUT_WR) == 0, "rshutdown: %s", strerror(errno));
-  REQUIRE(rsend(s, b, 1, 0) == -1 && errno == EPIPE, "rsend after SHUT_WR: errno %d", errno);
+  char b;
+  REQUIRE(rsend(s, &b, 1, 0) == -1 && errno == EPIPE, "rsend after SHUT_WR: errno %d", errno);
   uint64_t reply[2];
   read_all(s, reply, sizeof reply);
   REQUIRE(reply[0] == kBytes && reply[1] == sum, "server saw %llu bytes, sum %llu (sent %zu, sum %llu)",
           (unsigned long long)reply[0], (unsigned long long)reply[1], kBytes, (unsigned long long)sum);
+  free(data);
+}
+
+// A stream: non-blocking reads say EAGAIN, rpoll reports an ordinary pipe
+// among rsockets, 3 MB in gathered pieces arrive intact, and after SHUT_WR the
+// peer still answers; then the end of the stream and POLLHUP.
+static void case_stream(void) {
+  pid_t pid = start_server(stream_server);
+  int s = connect_to_port();
+  char b[4];
+  REQUIRE(rrecv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN, "empty rrecv: errno %d", errno);
+  int p[2];
+  REQUIRE(pipe(p) == 0 && write(p[1], "x", 1) == 1, "pipe");
+  struct pollfd pf[2] = {{.fd = s, .events = POLLIN}, {.fd = p[0], .events = POLLIN}};
+  REQUIRE(rpoll(pf, 2, 5000) == 1 && pf[1].revents == POLLIN && pf[0].revents == 0, "rpoll: %d %d", pf[0].revents,
+          pf[1].revents);
+  send_and_check(s);
   double deadline = now_ms() + 5000;
   ssize_t r;
   while ((r = rrecv(s, b, sizeof b, MSG_DONTWAIT)) == -1 && errno == EAGAIN && now_ms() < deadline) usleep(1000);
@@ -164,7 +180,51 @@ static void case_stream(void) {
   REQUIRE(pf[0].revents & POLLHUP, "no POLLHUP within 5 s of the peer's close");
   REQUIRE(rclose(s) == 0, "rclose");
   expect_child_ok(pid);
-  free(data);
+}
+
+static int queue_option(int s, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  REQUIRE(rgetsockopt(s, SOL_RDMA, name, &v, &len) == 0 && len == sizeof v, "rgetsockopt: %s", strerror(errno));
+  return v;
+}
+
+// The smaller of 0xFFFE and the first device's max_qp_wr.
+static int device_queue_limit(void) {
+  struct ibv_context** devs = rdma_get_devices(NULL);
+  REQUIRE(devs && devs[0], "rdma_get_devices: %s", strerror(errno));
+  struct ibv_device_attr dev;
+  REQUIRE(ibv_query_device(devs[0], &dev) == 0, "ibv_query_device");
+  rdma_free_devices(devs);
+  return dev.max_qp_wr < 0xFFFE ? dev.max_qp_wr : 0xFFFE;
+}
+
+// RDMA_SQSIZE, RDMA_RQSIZE and RDMA_INLINE as librdmacm takes them: reported
+// as asked (at most 0xFFFE) before the connection and as fitted after (at
+// least 16, at most the device's max_qp_wr). Both sides' queues at 16 (the
+// server's receive queue is the client's credit) still carry the stream.
+static void case_queues(void) {
+  int s = rsocket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(s >= 0, "rsocket: %s", strerror(errno));
+  int sq = queue_option(s, RDMA_SQSIZE), rq = queue_option(s, RDMA_RQSIZE), inl = queue_option(s, RDMA_INLINE);
+  REQUIRE(sq == 384 && rq == 384 && inl == 64, "defaults: sq %d, rq %d, inline %d", sq, rq, inl);
+  int big = 100000, small = 4, none = 0;
+  REQUIRE(rsetsockopt(s, SOL_RDMA, RDMA_RQSIZE, &big, sizeof big) == 0 &&
+              rsetsockopt(s, SOL_RDMA, RDMA_SQSIZE, &small, sizeof small) == 0 &&
+              rsetsockopt(s, SOL_RDMA, RDMA_INLINE, &none, sizeof none) == 0,
+          "rsetsockopt: %s", strerror(errno));
+  sq = queue_option(s, RDMA_SQSIZE), rq = queue_option(s, RDMA_RQSIZE), inl = queue_option(s, RDMA_INLINE);
+  REQUIRE(sq == 4 && rq == 0xFFFE && inl == 0, "as asked: sq %d, rq %d, inline %d", sq, rq, inl);
+  g_server_queue = 16;
+  pid_t pid = start_server(stream_server);
+  struct sockaddr_in a = loopback(atoi(g_port));
+  REQUIRE(rconnect(s, (struct sockaddr*)&a, sizeof a) == 0, "rconnect: %s", strerror(errno));
+  int max = device_queue_limit();
+  sq = queue_option(s, RDMA_SQSIZE), rq = queue_option(s, RDMA_RQSIZE), inl = queue_option(s, RDMA_INLINE);
+  REQUIRE(sq == 16 && rq == max && inl >= 24, "fitted: sq %d, rq %d (device %d), inline %d", sq, rq, max, inl);
+  send_and_check(s);
+  REQUIRE(rclose(s) == 0, "rclose");
+  expect_child_ok(pid);
 }
 
 // The child maps a buffer for writing, says so, and after the client's "done"
@@ -298,7 +358,8 @@ static void case_hostile(void) {
 int main(int argc, char** argv) {
   g_program = "rsocket_test";
   if (argc != 3) {
-    fprintf(stderr, "usage: rsocket_test rsocket_errors|rsocket_stream|rsocket_iomap|rsocket_hostile PORT\n");
+    fprintf(stderr,
+            "usage: rsocket_test rsocket_errors|rsocket_stream|rsocket_iomap|rsocket_hostile|rsocket_queues PORT\n");
     return 2;
   }
   g_case = argv[1];
@@ -311,6 +372,8 @@ int main(int argc, char** argv) {
     case_iomap();
   else if (strcmp(g_case, "rsocket_hostile") == 0)
     case_hostile();
+  else if (strcmp(g_case, "rsocket_queues") == 0)
+    case_queues();
   else
     fail("unknown case");
   printf("rsocket_test %s: passed\n", g_case);
