@@ -197,6 +197,10 @@ int open_socket(const FamilyOptions& f, const UdpConfig& cfg, bool gro) {
     // otherwise drops (RFC 6936 lets a tunnel protocol take it): the ICRC
     // covers the datagram.
     setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);
+    // Flow label 0, as rxe sends (the kernel would choose one per socket):
+    // the label is masked from the ICRC, and a GRH's flow label is not carried.
+    int off = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, &off, sizeof off);
   }
   if (gro) (void)enable_gro(fd);
   // Destination address of received packets (the ICRC covers it); IPv4's

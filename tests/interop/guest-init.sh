@@ -1,6 +1,6 @@
 #!/bin/bash
 # PID 1 of the interop guest, after the initramfs switch_roots into the host's root
-# (read-only, under a tmpfs overlay). Brings eth0 up with uroce.ip= and uroce.mtu= (kernel
+# (read-only, under a tmpfs overlay). Brings eth0 up with uroce.ip=, uroce.ip6= and uroce.mtu= (kernel
 # command line), loads Soft-RoCE, creates rxe0 on eth0 and serves agent.py until the host asks it to shut
 # down; then powers off. Everything it prints goes to the serial console (LOGDIR/vm/console.log).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -13,10 +13,11 @@ agent=$(<"$here/agent.py")
 say() { echo "interop-guest: $*"; }
 poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30; }
 
-ip_cidr=198.51.100.2/24 mtu=1500
+ip_cidr=198.51.100.2/24 ip6_cidr='' mtu=1500
 for arg in $(cat /proc/cmdline); do
   case $arg in
     uroce.ip=*) ip_cidr=${arg#uroce.ip=} ;;
+    uroce.ip6=*) ip6_cidr=${arg#uroce.ip6=} ;;
     uroce.mtu=*) mtu=${arg#uroce.mtu=} ;;
   esac
 done
@@ -32,11 +33,12 @@ ulimit -l unlimited
 say "kernel $(uname -r), $(nproc) CPUs"
 modprobe virtio_net || { say "FAILED: modprobe virtio_net"; poweroff_now; }
 for _ in $(seq 50); do [[ -e /sys/class/net/eth0 ]] && break; sleep 0.1; done
-# IPv4 only: rxe's GID table then holds the one RoCEv2 GID of the guest's address.
-echo 1 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6
+# rxe's GID table then holds its link-local GID (index 0) and one RoCEv2 GID for each
+# address: the IPv4 one, and the IPv6 one (uroce.ip6=, no duplicate address detection).
 ip link set lo up
 ip link set eth0 mtu "$mtu" up
 ip addr add "$ip_cidr" dev eth0
+[[ -n $ip6_cidr ]] && { ip -6 addr add "$ip6_cidr" dev eth0 nodad || say "no IPv6 address"; }
 for m in rdma_rxe ib_uverbs rdma_ucm; do modprobe "$m" || { say "FAILED: modprobe $m"; poweroff_now; }; done
 rdma link add rxe0 type rxe netdev eth0 || { say "FAILED: rdma link add"; poweroff_now; }
 for _ in $(seq 50); do ibv_devices 2>/dev/null | grep -q rxe0 && break; sleep 0.1; done

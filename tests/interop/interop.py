@@ -30,7 +30,8 @@ pair options:
     --capture ALLOW_LIST    capture the test on the tap and compare the two sides' packets
                             (pcap_compare.py with that allow-list)
 In the commands, @DEV@ @GID@ @SELF@ @PEER@ @PORT@ stand for the side's device, its GID
-index, its own and its peer's address, and --port; @TOOLS@ for the folder where
+index, its own and its peer's address, and --port (@GID6@ @SELF6@ @PEER6@: the same over
+IPv6; a test that names them skips where the link has no IPv6); @TOOLS@ for the folder where
 `vm.sh start --guest-tool` put the build's programs that both sides run.
 
 A test passes when both programs exit 0 within the limit and every expectation holds. It
@@ -49,6 +50,7 @@ import time
 
 NS, TAP = "uroce-interop", "uitap0"
 HOST_IP, GUEST_IP, AGENT_PORT = "198.51.100.1", "198.51.100.2", 7070
+HOST_IP6, GUEST_IP6 = "2001:db8:100::1", "2001:db8:100::2"  # vm.sh's, where the kernel has IPv6
 CACHE = os.environ.get("CACHE", "/var/tmp/uroce-interop")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -133,10 +135,18 @@ def probe(a):
         say("uroce has no GID for %s:\n%s" % (HOST_IP, out))
         return 1
     state = dict(guest_gid=guest_gid, host_gid=int(m.group(1)), kernel=kernel)
-    with open(a.state, "w") as f:
-        json.dump(state, f)
     say("rxe0 GID index %d (%s), uroce0 GID index %d (%s)" %
         (guest_gid, GUEST_IP, state["host_gid"], HOST_IP))
+    m6 = re.search(r"GID\[\s*(\d+)\]:\s+%s, RoCE v2" % re.escape(GUEST_IP6), info)
+    h6 = re.search(r"GID\[(\d+)\] %s," % re.escape(HOST_IP6), out)
+    if m6 and h6:
+        state.update(guest_gid6=int(m6.group(1)), host_gid6=int(h6.group(1)))
+        say("over IPv6: rxe0 GID index %d (%s), uroce0 GID index %d (%s)" %
+            (state["guest_gid6"], GUEST_IP6, state["host_gid6"], HOST_IP6))
+    else:
+        say("no IPv6 GID on %s: the tests over IPv6 will skip" % ("rxe0" if not m6 else "uroce0"))
+    with open(a.state, "w") as f:
+        json.dump(state, f)
     return 0
 
 
@@ -228,8 +238,11 @@ def expand(argv, side, port, state):
     guest = side == "guest"
     subst = {"@DEV@": "rxe0" if guest else "uroce0",
              "@GID@": str(state["guest_gid" if guest else "host_gid"]),
+             "@GID6@": str(state.get("guest_gid6" if guest else "host_gid6")),
              "@SELF@": GUEST_IP if guest else HOST_IP,
              "@PEER@": HOST_IP if guest else GUEST_IP,
+             "@SELF6@": GUEST_IP6 if guest else HOST_IP6,
+             "@PEER6@": HOST_IP6 if guest else GUEST_IP6,
              "@PORT@": str(port),
              "@TOOLS@": CACHE + "/tools"}
     return [re.sub("|".join(subst), lambda m: subst[m.group(0)], x) for x in argv]
@@ -468,7 +481,8 @@ class Capture:
 
     def compare(self, allow, base):
         r = subprocess.run([sys.executable, os.path.join(HERE, "pcap_compare.py"), self.path,
-                            "--uroce", HOST_IP, "--rxe", GUEST_IP, "--allow", allow],
+                            "--uroce", HOST_IP, "--uroce", HOST_IP6, "--rxe", GUEST_IP,
+                            "--rxe", GUEST_IP6, "--allow", allow],
                            capture_output=True, text=True, timeout=300)
         with open(base + ".compare.txt", "w") as f:
             f.write(r.stdout + r.stderr)
@@ -569,6 +583,10 @@ def main():
             state = json.load(f)
     except FileNotFoundError:
         say("SKIPPED: the guest is not running (interop.setup was skipped: see its output)")
+        return SKIP
+    if cmd == "pair" and "host_gid6" not in state and \
+            any(re.search("@(GID6|SELF6|PEER6)@", x) for x in o["server"] + o["client"]):
+        say("SKIPPED: no IPv6 between the host and the guest (see interop.setup's output)")
         return SKIP
     if os.environ.get("UROCE_INTEROP_NETNS") != NS:
         os.environ["UROCE_INTEROP_NETNS"] = NS

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Compares the RoCEv2 packets uroce and rxe sent in one capture, field by field.
 
-    pcap_compare.py CAPTURE --uroce IP --rxe IP --allow ALLOW_LIST
+    pcap_compare.py CAPTURE --uroce IP [--uroce IP6] --rxe IP [--rxe IP6] --allow ALLOW_LIST
 
-Every IPv4/UDP packet to UDP port 4791 between the two addresses is taken as RoCEv2. Each
-packet's ICRC is recomputed by tests/tools/icrc_check.py (which shares no code with uroce)
-and must match; so must the IPv4 header checksum and a non-zero UDP checksum. Then, for
-each header field below, the set of values each side sent is compared:
+Every IPv4 or IPv6 UDP packet to UDP port 4791 between the two sides' addresses is taken
+as RoCEv2. Each packet's ICRC is recomputed by tests/tools/icrc_check.py (which shares no
+code with uroce) and must match; so must the IPv4 header checksum and a non-zero UDP
+checksum. Then, for each header field below, the set of values each side sent is compared:
 
-  ip.version ip.ihl ip.dscp ip.ecn ip.flags ip.frag_offset ip.ttl ip.id (0 or nonzero)
-  ip.header_checksum udp.dport udp.sport (below or from 0xC000) udp.checksum (0, valid,
+  ip.version ip.dscp ip.ecn; IPv4: ip.ihl ip.flags ip.frag_offset ip.ttl ip.id (0 or
+  nonzero) ip.header_checksum; IPv6: ip6.flow_label (0 or nonzero) ip6.hop_limit;
+  udp.dport udp.sport (below or from 0xC000) udp.checksum (0, valid,
   INVALID) bth.tver bth.pkey bth.migreq bth.byte4 (FECN, BECN, resv6a) bth.resv7 (the 7
   bits beside AckReq), and for each opcode both sent: bth.se, bth.ackreq, bth.padcnt,
   payload length; aeth.syndrome of ACKs.
@@ -27,6 +28,7 @@ difference was allowed; 1 otherwise.
 """
 import argparse
 import collections
+import ipaddress
 import os
 import struct
 import sys
@@ -55,21 +57,43 @@ def ones_complement_sum(data):
 def udp_checksum(ip, udp, payload):
     if struct.unpack(">H", udp[6:8])[0] == 0:
         return "0"
-    pseudo = ip[12:20] + b"\0\x11" + udp[4:6]
+    if ip[0] >> 4 == 6:  # source, destination, upper-layer length, next header
+        pseudo = ip[8:40] + b"\0\0" + udp[4:6] + b"\0\0\0\x11"
+    else:
+        pseudo = ip[12:20] + b"\0\x11" + udp[4:6]
     return "valid" if ones_complement_sum(pseudo + udp + payload) == 0xFFFF else "INVALID"
 
 
-def fields_of(ip, udp, roce):
-    """-> {field: value} of one packet."""
-    f = {}
+def ip_fields(ip):
+    """-> {field: value} of an IPv4 or IPv6 header."""
+    f = {"ip.version": ip[0] >> 4}
+    if f["ip.version"] == 6:
+        tclass = (ip[0] & 0xF) << 4 | ip[1] >> 4
+        f["ip.dscp"], f["ip.ecn"] = tclass >> 2, tclass & 3
+        f["ip6.flow_label"] = "0" if struct.unpack(">I", ip[0:4])[0] & 0xFFFFF == 0 else "nonzero"
+        f["ip6.hop_limit"] = ip[7]
+        return f
     flags = struct.unpack(">H", ip[6:8])[0]
-    f["ip.version"], f["ip.ihl"] = ip[0] >> 4, (ip[0] & 0xF) * 4
+    f["ip.ihl"] = (ip[0] & 0xF) * 4
     f["ip.dscp"], f["ip.ecn"] = ip[1] >> 2, ip[1] & 3
     f["ip.flags"] = ("DF" if flags & 0x4000 else "") + ("MF" if flags & 0x2000 else "") or "none"
     f["ip.frag_offset"] = flags & 0x1FFF
     f["ip.ttl"] = ip[8]
     f["ip.id"] = "0" if ip[4:6] == b"\0\0" else "nonzero"
     f["ip.header_checksum"] = "valid" if ones_complement_sum(bytes(ip)) == 0xFFFF else "INVALID"
+    return f
+
+
+def addresses(ip):
+    """-> (source, destination) of an IPv4 or IPv6 header, as ipaddress writes them."""
+    if ip[0] >> 4 == 6:
+        return str(ipaddress.IPv6Address(bytes(ip[8:24]))), str(ipaddress.IPv6Address(bytes(ip[24:40])))
+    return str(ipaddress.IPv4Address(bytes(ip[12:16]))), str(ipaddress.IPv4Address(bytes(ip[16:20])))
+
+
+def fields_of(ip, udp, roce):
+    """-> {field: value} of one packet."""
+    f = ip_fields(ip)
     sport, dport = struct.unpack(">HH", udp[0:4])
     f["udp.dport"] = dport
     f["udp.sport"] = ">=0xC000" if sport >= 0xC000 else "<0xC000"
@@ -100,7 +124,7 @@ def analyse(path, addrs):
     problems = []
     for number, (linktype, frame, orig_len) in enumerate(icrc_check.read_capture(path), 1):
         ip = icrc_check.ip_packet(linktype, frame)
-        if ip is None or ip[0] >> 4 != 4:
+        if ip is None or ip[0] >> 4 not in (4, 6):
             continue
         try:
             d = icrc_check.udp_datagram(ip)
@@ -110,7 +134,7 @@ def analyse(path, addrs):
         if d is None:
             continue
         iph, udp, roce = d
-        src, dst = ".".join(map(str, iph[12:16])), ".".join(map(str, iph[16:20]))
+        src, dst = addresses(iph)
         if src not in addrs or dst not in addrs or struct.unpack(">H", udp[2:4])[0] != 4791:
             continue
         side = addrs[src]
@@ -160,14 +184,17 @@ def read_allow(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("capture")
-    ap.add_argument("--uroce", required=True)
-    ap.add_argument("--rxe", required=True)
+    ap.add_argument("--uroce", required=True, action="append", help="repeatable (IPv4, IPv6)")
+    ap.add_argument("--rxe", required=True, action="append", help="repeatable (IPv4, IPv6)")
     ap.add_argument("--allow", required=True)
     a = ap.parse_args()
-    seen, count, resent, problems = analyse(a.capture, {a.uroce: "uroce", a.rxe: "rxe"})
+    addrs = {str(ipaddress.ip_address(x)): "uroce" for x in a.uroce}
+    addrs.update({str(ipaddress.ip_address(x)): "rxe" for x in a.rxe})
+    seen, count, resent, problems = analyse(a.capture, addrs)
     allow = read_allow(a.allow)
     print("%s: %d packets from rxe (%s), %d from uroce (%s); retransmissions: rxe %d, uroce %d"
-          % (a.capture, count["rxe"], a.rxe, count["uroce"], a.uroce, resent["rxe"], resent["uroce"]))
+          % (a.capture, count["rxe"], " ".join(a.rxe), count["uroce"], " ".join(a.uroce), resent["rxe"],
+             resent["uroce"]))
     print("%-34s %-28s %-28s %s" % ("field", "rxe", "uroce", "verdict"))
     unexpected = 0
     for k in sorted(set(seen["rxe"]) | set(seen["uroce"])):

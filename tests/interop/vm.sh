@@ -14,8 +14,9 @@
 # with dpkg -x, never installed) and builds a busybox initramfs. Cached in $CACHE
 # (default /var/tmp/uroce-interop).
 #
-# start: namespace uroce-interop with tap uitap0 (198.51.100.1/24, a documentation range,
-# only inside the namespace), then the guest on it (198.51.100.2): the host's root read-only
+# start: namespace uroce-interop with tap uitap0 (198.51.100.1/24 and 2001:db8:100::1/64,
+# documentation ranges, only inside the namespace), then the guest on it (198.51.100.2,
+# 2001:db8:100::2): the host's root read-only
 # over 9p under a tmpfs overlay, so the guest runs the host's own programs; guest-init.sh
 # loads rdma_rxe, creates rxe0 on eth0 and serves agent.py on 198.51.100.2:7070. KVM where
 # the CPU has hardware virtualisation, TCG otherwise; qemu runs under `nice`. Then
@@ -30,6 +31,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${CACHE:-/var/tmp/uroce-interop}
 NS=uroce-interop TAP=uitap0 HOST_CIDR=198.51.100.1/24 GUEST_CIDR=198.51.100.2/24
+HOST6_CIDR=2001:db8:100::1/64 GUEST6_CIDR=2001:db8:100::2/64
 pidfile=$CACHE/qemu.pid state=$CACHE/state.json
 
 skip() { echo "vm.sh: SKIPPED: $*"; exit 77; }
@@ -161,8 +163,12 @@ start() {
   ip netns add "$NS" 2>/dev/null || skip "cannot create a network namespace"
   ip -n "$NS" link set lo up
   ip -n "$NS" tuntap add dev "$TAP" mode tap || { stop; skip "cannot create a tap device"; }
-  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"  # IPv4 only on the link
   ip -n "$NS" addr add "$HOST_CIDR" dev "$TAP"
+  # IPv6 beside it (documentation prefixes, no duplicate address detection), for the tests
+  # over IPv6 GIDs; where the kernel has no IPv6 the probe finds no IPv6 GID and they skip.
+  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=0" 2>/dev/null &&
+    ip -n "$NS" -6 addr add "$HOST6_CIDR" dev "$TAP" nodad 2>/dev/null ||
+    echo "vm.sh: no IPv6 on $TAP: the tests over IPv6 will skip"
   ip -n "$NS" link set "$TAP" mtu "${MTU:-1500}" up
   # No checksum offload on the tap (vnet_hdr off here and in qemu): checksums are complete
   # before the capture sees a packet, so the capture test can check them.
@@ -174,7 +180,7 @@ start() {
   ip netns exec "$NS" nice -n "${NICE:-10}" qemu-system-x86_64 "${accel_args[@]}" \
     -smp "${VCPUS:-2}" -m "${MEM_MB:-2048}" -nodefaults -display none -no-reboot \
     -kernel "$CACHE/kernel/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 panic=-1 loglevel=4 uroce.modules=$CACHE/kernel/lib/modules uroce.init=$here/guest-init.sh uroce.ip=$GUEST_CIDR uroce.mtu=${MTU:-1500}" \
+    -append "console=ttyS0 panic=-1 loglevel=4 uroce.modules=$CACHE/kernel/lib/modules uroce.init=$here/guest-init.sh uroce.ip=$GUEST_CIDR uroce.ip6=$GUEST6_CIDR uroce.mtu=${MTU:-1500}" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no,vnet_hdr=off" \
     -device virtio-net-pci,netdev=n0,mac=52:54:00:51:00:02 \
