@@ -13,7 +13,7 @@ checksum. Then, for each header field below, the set of values each side sent is
   udp.dport udp.sport (below or from 0xC000) udp.checksum (0, valid,
   INVALID) bth.tver bth.pkey bth.migreq bth.byte4 (FECN, BECN, resv6a) bth.resv7 (the 7
   bits beside AckReq), and for each opcode both sent: bth.se, bth.ackreq, bth.padcnt,
-  payload length; aeth.syndrome of ACKs.
+  payload length; aeth.syndrome of ACKs and atomic ACKs.
 
 A request packet whose destination QP and PSN its side already sent is a retransmission:
 it is counted and checked like the others, but its AckReq is not compared (uroce's
@@ -22,7 +22,7 @@ tail-loss probe resends one packet, whichever it is, with AckReq: docs/architect
 
 A field whose sets differ fails the comparison unless the allow-list has a line
 `FIELD RXE_VALUES UROCE_VALUES REASON...` with exactly those sets (values comma-separated,
-'#' starts a comment). An allowed difference that is no longer seen is reported (the line
+'#' starts a comment; a field may have several lines, one per pair of sets). An allowed difference that is no longer seen is reported (the line
 can go). Exit status 0 when both sides sent packets, every check held and every
 difference was allowed; 1 otherwise.
 """
@@ -42,7 +42,11 @@ OPCODES = {
     0x06: "RC_WRITE_FIRST", 0x07: "RC_WRITE_MIDDLE", 0x08: "RC_WRITE_LAST", 0x0A: "RC_WRITE_ONLY",
     0x0C: "RC_READ_REQUEST", 0x0D: "RC_READ_RESPONSE_FIRST", 0x0E: "RC_READ_RESPONSE_MIDDLE",
     0x0F: "RC_READ_RESPONSE_LAST", 0x10: "RC_READ_RESPONSE_ONLY", 0x11: "RC_ACK",
+    0x12: "RC_ATOMIC_ACK", 0x13: "RC_CMP_SWAP", 0x14: "RC_FETCH_ADD",
 }
+# Bytes of extended headers after the BTH: RETH 16, AETH 4, AtomicETH 28, AtomicAckETH 8.
+EXT_HEADERS = {0x06: 16, 0x0A: 16, 0x0C: 16, 0x0D: 4, 0x0F: 4, 0x10: 4, 0x11: 4, 0x12: 12, 0x13: 28,
+               0x14: 28}
 
 
 def ones_complement_sum(data):
@@ -109,10 +113,10 @@ def fields_of(ip, udp, roce):
     f["bth.ackreq[%s]" % name] = roce[8] >> 7
     pad = (roce[1] >> 4) & 3
     f["bth.padcnt[%s]" % name] = pad
-    hdr = 12 + {0x06: 16, 0x0A: 16, 0x0C: 16, 0x0D: 4, 0x0F: 4, 0x10: 4, 0x11: 4}.get(op, 0)
+    hdr = 12 + EXT_HEADERS.get(op, 0)
     f["payload_len[%s]" % name] = len(roce) - hdr - 4 - pad
-    if op == 0x11:
-        f["aeth.syndrome"] = "0x%02x" % roce[12]
+    if op in (0x11, 0x12):
+        f["aeth.syndrome[%s]" % name] = "0x%02x" % roce[12]
     return f
 
 
@@ -167,8 +171,8 @@ def is_request(roce):
 
 
 def read_allow(path):
-    """-> {field: (rxe_values, uroce_values, reason)}"""
-    allow = {}
+    """-> {field: [(rxe_values, uroce_values, reason)...]}"""
+    allow = collections.defaultdict(list)
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
@@ -177,7 +181,7 @@ def read_allow(path):
             parts = line.split(None, 3)
             if len(parts) < 4:
                 raise SystemExit("%s:%d: want FIELD RXE_VALUES UROCE_VALUES REASON" % (path, n))
-            allow[parts[0]] = (set(parts[1].split(",")), set(parts[2].split(",")), parts[3])
+            allow[parts[0]].append((set(parts[1].split(",")), set(parts[2].split(",")), parts[3]))
     return allow
 
 
@@ -204,8 +208,8 @@ def main():
             verdict = "(one side only: not compared)"
         elif r == u:
             verdict = "same"
-        elif k in allow and allow[k][:2] == (r, u):
-            verdict = "allowed: " + allow[k][2]
+        elif any(line[:2] == (r, u) for line in allow.get(k, [])):
+            verdict = "allowed: " + next(line[2] for line in allow[k] if line[:2] == (r, u))
         else:
             verdict = "DIFFERENT"
             unexpected += 1
@@ -214,11 +218,12 @@ def main():
         if verdict == "DIFFERENT":
             problems.append("field %s differs: rxe %s, uroce %s (not in %s)" %
                             (k, sorted(r), sorted(u), a.allow))
-    for k, (r, u, _) in sorted(allow.items()):
-        if {str(v) for v in seen["rxe"].get(k, {})} != r or \
-                {str(v) for v in seen["uroce"].get(k, {})} != u:
-            print("note: allowed difference %s (rxe %s, uroce %s) not seen: the line can go"
-                  % (k, ",".join(sorted(r)), ",".join(sorted(u))))
+    for k, lines in sorted(allow.items()):
+        for r, u, _ in lines:
+            if {str(v) for v in seen["rxe"].get(k, {})} != r or \
+                    {str(v) for v in seen["uroce"].get(k, {})} != u:
+                print("note: allowed difference %s (rxe %s, uroce %s) not seen in this capture"
+                      % (k, ",".join(sorted(r)), ",".join(sorted(u))))
     checked = count["rxe"] + count["uroce"]
     if problems:
         for p in problems[:50]:
