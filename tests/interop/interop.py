@@ -11,6 +11,12 @@
         its summary, writes its outcomes to F (JSON, for run_pyverbs.py --compare). With
         --uroce, then runs it under uroce on the host too and compares the two: fails if a
         test passes on rxe but not on uroce, unless pyverbs-known.txt lists it.
+    interop.py mpi --uroce L --logdir D --program P [--rank0 uroce|rxe] [-- ARGS...]
+        Open MPI's mpirun (on the host) with one rank under uroce here and one on rxe in
+        the guest, both running P (a guest tool): passes when mpirun exits 0 and both
+        ranks print "rank R of 2: OK".
+    interop.py rsh HOST COMMAND...
+        Open MPI's rsh agent for the guest (mpi): runs COMMAND there through its agent.
     interop.py shutdown
         (vm.sh stop) asks the guest's agent to power the guest off.
 
@@ -554,14 +560,74 @@ def pyverbs(argv, state):
                           timeout=60).returncode
 
 
+# ---------------------------------------------------------------------------------------
+# mpi
+
+
+def rsh(argv):
+    """Open MPI's rsh agent: `rsh HOST COMMAND...` runs COMMAND in the guest (the only
+    remote host), waits for it as ssh would, prints its output, exits with its status."""
+    jid = "mpi-rsh-%d" % os.getpid()
+    agent("start", id=jid, cmd=" ".join(argv[1:]))
+    while True:
+        rep = agent("wait", id=jid, timeout=1)
+        if rep["done"]:
+            sys.stdout.write(rep["out"])
+            return rep["rc"] if rep["rc"] is not None else 1
+
+
+def mpi(argv, state):
+    """Open MPI (pml cm, mtl ofi: libfabric's verbs;ofi_rxm) across the two stacks: each
+    rank's context names its side, its GID index (FI_VERBS_GID_IDX) and a universe small
+    enough for rxe's max_cqe (FI_UNIVERSE_SIZE; the fi_pingpong tests say why)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="interop.py mpi")
+    for k in ("--uroce", "--logdir", "--program"):
+        ap.add_argument(k, required=True)
+    ap.add_argument("--rank0", choices=("uroce", "rxe"), default="uroce")
+    ap.add_argument("--timeout", type=int, default=180)
+    ap.add_argument("args", nargs="*")
+    a = ap.parse_args(argv)
+    tools = os.path.join(CACHE, "tools")
+    program = os.path.join(tools, os.path.basename(a.program))
+    ctx = {"uroce": ["--host", HOST_IP, "env", "FI_VERBS_GID_IDX=%d" % state["host_gid"], "FI_UNIVERSE_SIZE=16",
+                     a.uroce, "run", program] + a.args,
+           "rxe": ["--host", GUEST_IP, "env", "FI_VERBS_GID_IDX=%d" % state["guest_gid"], "FI_UNIVERSE_SIZE=16",
+                   program] + a.args}
+    first = a.rank0
+    second = "rxe" if first == "uroce" else "uroce"
+    cmd = ["timeout", "-k", "5", str(a.timeout), "mpirun", "--allow-run-as-root", "--oversubscribe",
+           "--mca", "plm_rsh_agent", os.path.join(tools, "guest_rsh.sh"), "--mca", "plm_rsh_no_tree_spawn", "1",
+           "--mca", "oob_tcp_if_include", HOST_IP + "/24",
+           "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "verbs;ofi_rxm",
+           "--mca", "osc", "pt2pt", "--mca", "btl", "self", "-x", "FI_PROVIDER=verbs;ofi_rxm",
+           "-np", "1"] + ctx[first] + [":", "-np", "1"] + ctx[second]
+    say("mpirun, rank 0 on %s, rank 1 on %s: %s" % (first, second, " ".join(shlex.quote(x) for x in cmd)))
+    env = dict(os.environ, UROCE_INTEROP_PY=os.path.abspath(__file__))
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=a.timeout + 30)
+    os.makedirs(a.logdir, exist_ok=True)
+    with open(os.path.join(a.logdir, "mpi.rank0_%s.log" % first), "w") as f:
+        f.write(r.stdout)
+    print(r.stdout.rstrip())
+    ok = {m.group(1) for m in re.finditer(r"rank (\d) of 2: OK$", r.stdout, re.M)}
+    if r.returncode != 0 or ok != {"0", "1"}:
+        say("mpi FAILED: mpirun exit status %d, ranks OK: %s" % (r.returncode, sorted(ok) or "none"))
+        return 1
+    say("mpi passed: both ranks OK")
+    return 0
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("probe", "pair", "pyverbs", "shutdown"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("probe", "pair", "pyverbs", "mpi", "rsh", "shutdown"):
         print(__doc__)
         return 2
     cmd = sys.argv[1]
     if cmd == "shutdown":
         agent("shutdown", timeout=5, budget=5)
         return 0
+    if cmd == "rsh":
+        return rsh(sys.argv[2:])
     if cmd == "probe":
         import argparse
         ap = argparse.ArgumentParser()
@@ -593,6 +659,8 @@ def main():
         os.execvp("ip", ["ip", "netns", "exec", NS, sys.executable] + sys.argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # ctest's timeout: clean up
     try:
+        if cmd == "mpi":
+            return mpi(sys.argv[2:], state)
         return pair(o, state) if cmd == "pair" else pyverbs(sys.argv[2:], state)
     except (OSError, RuntimeError, ValueError) as e:
         say("FAILED: %s: %s (is the guest still up? see its console in %s/vm/)" %
