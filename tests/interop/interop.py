@@ -35,6 +35,8 @@ pair options:
                             UROCE_INTEROP_RUN_SKIPPED=1 (then it runs)
     --capture ALLOW_LIST    capture the test on the tap and compare the two sides' packets
                             (pcap_compare.py with that allow-list)
+    --persistent-server yes a server that serves until stopped (cmtime): it is stopped once
+                            the client is done, and only an exit of its own is judged
 In the commands, @DEV@ @GID@ @SELF@ @PEER@ @PORT@ stand for the side's device, its GID
 index, its own and its peer's address, and --port (@GID6@ @SELF6@ @PEER6@: the same over
 IPv6; a test that names them skips where the link has no IPv6); @TOOLS@ for the folder where
@@ -266,7 +268,7 @@ def status_text(rc, timeout):
 def parse_pair(argv):
     opts = dict(name="pair", logdir=".", uroce=None, direction=None, timeout=60, port=0,
                 ready_delay=None, expect=[], server_expect=[], client_expect=[], reject=[],
-                skip=None, capture=None, max_waste=None)
+                skip=None, capture=None, max_waste=None, persistent_server=None)
     multi = {"--expect": "expect", "--server-expect": "server_expect",
              "--client-expect": "client_expect", "--reject": "reject"}
     i = 0
@@ -346,7 +348,7 @@ def pair(o, state):
                     srv.sample_stats()
                     cli.sample_stats()
                 s_done, c_done = srv.done(), cli.done()
-                if s_done and c_done:
+                if c_done and (s_done or o["persistent_server"]):
                     break
                 for side in (srv, cli):
                     if failed_at is None and side.done() and side.finish()[0] != 0:
@@ -375,6 +377,8 @@ def pair(o, state):
         with open("%s.%s.%s.log" % (base, role, side), "w") as f:
             f.write("$ %s\n# exit status %s\n%s" % (" ".join(map(shlex.quote, cmds[role])),
                                                     status_text(rc, t), out))
+        if rc is None and role == "server" and o["persistent_server"]:
+            continue  # stopped once the client was done, as such a server must be
         if rc != 0:
             problems.append("%s (%s) exit status %s" % (role, side, status_text(rc, t)))
     for role in outs:
