@@ -40,8 +40,8 @@ UROCE_API ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
 }
 
 UROCE_API int ibv_destroy_ah(ibv_ah* ibah) {
-  if (!ibah) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibah) return EINVAL;
     Pd::from(ibah->pd)->users.fetch_sub(1);
     EngineContext::from(ibah->context)->release(uroce::core::Resource::kAh);
     delete Ah::from(ibah);

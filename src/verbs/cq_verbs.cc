@@ -28,8 +28,8 @@ UROCE_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 }
 
 UROCE_API int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
-  if (!channel) return EINVAL;
   return abi_guard_errno([&] {
+    if (!channel) return EINVAL;
     CompChannel* ch = CompChannel::from(channel);
     if (ch->cq_users.load() != 0) return EBUSY;
     delete ch;
@@ -59,13 +59,15 @@ UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
 }
 
 UROCE_API int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
-  if (!ibcq || cqe < 1 || uint32_t(cqe) > uroce::core::kMaxCqe) return EINVAL;
-  return abi_guard_errno([&] { return Cq::from(ibcq)->resize(uint32_t(cqe)); });
+  return abi_guard_errno([&] {
+    if (!ibcq || cqe < 1 || uint32_t(cqe) > uroce::core::kMaxCqe) return EINVAL;
+    return Cq::from(ibcq)->resize(uint32_t(cqe));
+  });
 }
 
 UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
-  if (!ibcq) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibcq) return EINVAL;
     Cq* cq = Cq::from(ibcq);
     if (cq->qp_users.load() != 0) return EBUSY;
     if (CompChannel* ch = cq->channel()) {

@@ -20,9 +20,9 @@ namespace uroce::verbs {
 // packet pacing, tag matching, CQ moderation, PCI atomics, ODP atomics).
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size) {
-  if (!context || !attr) return EINVAL;
-  if (input && input->comp_mask) return EINVAL;
   return abi_guard_errno([&] {
+    if (!context || !attr) return EINVAL;
+    if (input && input->comp_mask) return EINVAL;
     ibv_device_attr_ex a{};
     EngineContext::from(context)->query_device(&a.orig_attr);
     a.device_cap_flags_ex = unsigned(a.orig_attr.device_cap_flags);  // no flag above bit 31 applies

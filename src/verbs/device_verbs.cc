@@ -104,8 +104,8 @@ UROCE_API ibv_context* ibv_open_device(ibv_device* device) {
 }
 
 UROCE_API int ibv_close_device(ibv_context* context) {
-  if (!context) return EINVAL;
   return abi_guard_errno([&] {
+    if (!context) return EINVAL;
     if (uroce::verbs::close_imported(context)) return 0;  // an imported reference (ibv_import_device)
     EngineContext::from(context)->close();
     return 0;
@@ -113,8 +113,8 @@ UROCE_API int ibv_close_device(ibv_context* context) {
 }
 
 UROCE_API int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
-  if (!context || !attr) return EINVAL;
   return abi_guard_errno([&] {
+    if (!context || !attr) return EINVAL;
     EngineContext::from(context)->query_device(attr);
     return 0;
   });
@@ -194,8 +194,8 @@ UROCE_API int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigne
 // layout gets its unknown tail zeroed, and table entries are entry_size apart.
 UROCE_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
                                 uint32_t flags, size_t entry_size) {
-  if (!context || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num != 1) return EINVAL;
   return abi_guard_errno([&] {
+    if (!context || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry) || port_num != 1) return EINVAL;
     auto* e = EngineContext::from(context);
     ibv_gid gid;
     if (gid_index > INT32_MAX) return EINVAL;
@@ -233,8 +233,8 @@ UROCE_API enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_U
 namespace uroce::verbs {
 
 int query_port_ex(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr, size_t port_attr_len) {
-  if (!context || !port_attr) return EINVAL;
   return abi_guard_errno([&] {
+    if (!context || !port_attr) return EINVAL;
     ibv_port_attr a;
     int r = EngineContext::from(context)->query_port(port_num, &a);
     if (r) return r;

@@ -28,13 +28,17 @@ EngineQp* engine_qp(ibv_qp* qp) { return static_cast<EngineQp*>(uroce::core::Qp:
 
 // The LID is ignored, as on every RoCE device (the GID names the group).
 UROCE_API int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
-  uint32_t group = 0;
-  if (!qp || !multicast_group(gid, &group)) return EINVAL;
-  return abi_guard_errno([&] { return EngineContext::from(qp->context)->attach_mcast(engine_qp(qp), group); });
+  return abi_guard_errno([&] {
+    uint32_t group = 0;
+    if (!qp || !multicast_group(gid, &group)) return EINVAL;
+    return EngineContext::from(qp->context)->attach_mcast(engine_qp(qp), group);
+  });
 }
 
 UROCE_API int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
-  uint32_t group = 0;
-  if (!qp || !multicast_group(gid, &group)) return EINVAL;
-  return abi_guard_errno([&] { return EngineContext::from(qp->context)->detach_mcast(engine_qp(qp), group); });
+  return abi_guard_errno([&] {
+    uint32_t group = 0;
+    if (!qp || !multicast_group(gid, &group)) return EINVAL;
+    return EngineContext::from(qp->context)->detach_mcast(engine_qp(qp), group);
+  });
 }

@@ -42,8 +42,8 @@ UROCE_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
 }
 
 UROCE_API int ibv_dealloc_pd(ibv_pd* ibpd) {
-  if (!ibpd) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibpd) return EINVAL;
     Pd* pd = Pd::own(ibpd);
     if (pd->base) {  // a parent domain: what was created with it counts on its base
       pd->base->users.fetch_sub(1);
@@ -86,8 +86,10 @@ UROCE_API ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_
 }
 
 UROCE_API int ibv_dereg_mr(ibv_mr* ibmr) {
-  if (!ibmr) return EINVAL;
-  return abi_guard_errno([&] { return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr)); });
+  return abi_guard_errno([&] {
+    if (!ibmr) return EINVAL;
+    return EngineContext::from(ibmr->context)->mrs.remove(Mr::from(ibmr));
+  });
 }
 
 // ibv_rereg_mr: libibverbs' own argument checks fail with
@@ -148,17 +150,17 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
 // errors ibv_advise_mr(3) lists, so a program that works here also works on
 // hardware.
 int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sges) {
-  // The application may pass any number: it is read as one (loading an enum
-  // object that holds no enumerator is undefined: UBSan's enum check).
-  uint32_t raw;
-  static_assert(sizeof raw == sizeof advice);
-  std::memcpy(&raw, &advice, sizeof raw);
-  if (raw != IBV_ADVISE_MR_ADVICE_PREFETCH && raw != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
-      raw != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
-    return EOPNOTSUPP;
-  const bool write = raw == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
-  if (!ibpd || (flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sges == 0) return EINVAL;
   return abi_guard_errno([&] {
+    // The application may pass any number: it is read as one (loading an enum
+    // object that holds no enumerator is undefined: UBSan's enum check).
+    uint32_t raw;
+    static_assert(sizeof raw == sizeof advice);
+    std::memcpy(&raw, &advice, sizeof raw);
+    if (raw != IBV_ADVISE_MR_ADVICE_PREFETCH && raw != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        raw != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+      return EOPNOTSUPP;
+    const bool write = raw == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+    if (!ibpd || (flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sges == 0) return EINVAL;
     const auto& mrs = EngineContext::from(ibpd->context)->mrs;
     Pd* pd = Pd::from(ibpd);
     for (uint32_t i = 0; i < num_sges; ++i) {

@@ -94,8 +94,8 @@ UROCE_API ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* init) {
 }
 
 UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
-  if (!ibqp || !attr) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibqp || !attr) return EINVAL;
     EngineQp* qp = engine_qp(ibqp);
     // A disconnect (ERR) flushes the queues: first let the progress thread
     // take in what had already arrived, so that messages the peer delivered
@@ -107,9 +107,9 @@ UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
 }
 
 UROCE_API int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
-  (void)attr_mask;  // every attribute is reported, as rxe does
-  if (!ibqp || !attr) return EINVAL;
   return abi_guard_errno([&] {
+    (void)attr_mask;  // every attribute is reported, as rxe does
+    if (!ibqp || !attr) return EINVAL;
     EngineQp* qp = engine_qp(ibqp);
     std::lock_guard lock(qp->mu);
     if (qp->xrc) return uroce::engine::xrc_target_query(*qp, attr, init_attr);  // any handle on a target
@@ -147,8 +147,8 @@ void drain_sends(EngineQp& qp) {
 }  // namespace
 
 UROCE_API int ibv_destroy_qp(ibv_qp* ibqp) {
-  if (!ibqp) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibqp) return EINVAL;
     EngineQp* qp = engine_qp(ibqp);
     EngineContext* ctx = qp->engine();
     // XRC targets: a handle drops its reference; the QP goes with the last one

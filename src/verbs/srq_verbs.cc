@@ -72,21 +72,23 @@ UROCE_API ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
 }
 
 UROCE_API int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
-  if (!srq || !attr) return EINVAL;
-  return abi_guard_errno([&] { return Srq::from(srq)->modify(*attr, mask); });
+  return abi_guard_errno([&] {
+    if (!srq || !attr) return EINVAL;
+    return Srq::from(srq)->modify(*attr, mask);
+  });
 }
 
 UROCE_API int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-  if (!srq || !attr) return EINVAL;
   return abi_guard_errno([&] {
+    if (!srq || !attr) return EINVAL;
     Srq::from(srq)->query(attr);
     return 0;
   });
 }
 
 UROCE_API int ibv_destroy_srq(ibv_srq* ibsrq) {
-  if (!ibsrq) return EINVAL;
   return abi_guard_errno([&] {
+    if (!ibsrq) return EINVAL;
     Srq* srq = Srq::from(ibsrq);
     if (srq->qp_users.load() != 0) return EBUSY;
     if (srq->xrcd) {
