@@ -594,10 +594,12 @@ def mpi(argv, state):
     a = ap.parse_args(argv)
     tools = os.path.join(CACHE, "tools")
     program = os.path.join(tools, os.path.basename(a.program))
-    ctx = {"uroce": ["--host", HOST_IP, "env", "FI_VERBS_GID_IDX=%d" % state["host_gid"], "FI_UNIVERSE_SIZE=16",
-                     a.uroce, "run", program] + a.args,
-           "rxe": ["--host", GUEST_IP, "env", "FI_VERBS_GID_IDX=%d" % state["guest_gid"], "FI_UNIVERSE_SIZE=16",
-                   program] + a.args}
+    def context(side):  # one rank's app context of mpirun
+        guest = side == "rxe"
+        return ["--host", GUEST_IP if guest else HOST_IP, "env",
+                "FI_VERBS_GID_IDX=%d" % state["guest_gid" if guest else "host_gid"], "FI_UNIVERSE_SIZE=16"] + \
+            ([] if guest else [a.uroce, "run"]) + [program] + a.args
+
     first = a.rank0
     second = "rxe" if first == "uroce" else "uroce"
     cmd = ["timeout", "-k", "5", str(a.timeout), "mpirun", "--allow-run-as-root", "--oversubscribe",
@@ -605,7 +607,7 @@ def mpi(argv, state):
            "--mca", "oob_tcp_if_include", HOST_IP + "/24",
            "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "verbs;ofi_rxm",
            "--mca", "osc", "pt2pt", "--mca", "btl", "self", "-x", "FI_PROVIDER=verbs;ofi_rxm",
-           "-np", "1"] + ctx[first] + [":", "-np", "1"] + ctx[second]
+           "-np", "1"] + context(first) + [":", "-np", "1"] + context(second)
     say("mpirun, rank 0 on %s, rank 1 on %s: %s" % (first, second, " ".join(shlex.quote(x) for x in cmd)))
     env = dict(os.environ, UROCE_INTEROP_PY=os.path.abspath(__file__))
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -27,7 +27,7 @@ case $role in
       echo "rcopy_check: received $(stat -c %s "$copy") bytes, identical"
       exit 0
     fi
-    echo "rcopy_check: no identical copy within 60 s ($(stat -c %s "$copy" 2>/dev/null || echo 0) bytes)"
+    echo "rcopy_check: no identical copy ($(stat -c %s "$copy" 2>/dev/null || echo 0) bytes) after the connection or 60 s"
     exit 1
     ;;
   client)
