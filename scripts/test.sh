@@ -19,7 +19,8 @@
 #   UROCE_TEST_PHASES=normal scripts/test.sh           # no sanitizer or fuzzing phase
 #   UROCE_TEST_PHASES="asan tsan" scripts/test.sh -R rc_pingpong
 # (with arguments, each selected ctest phase gets them). UROCE_ASAN_EXCLUDE_LABELS: labels
-# left out of the ASan suite (see scripts/sanitize.sh; default here: none).
+# left out of the ASan suite (see scripts/sanitize.sh; default here: none). UROCE_TEST_JOBS:
+# how many tests ctest runs at once (default: the number of cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -36,6 +37,11 @@ for phase in $phases; do
 done
 
 scripts/setup.sh
+
+# Every ctest run uses the machine's cores (tests that share a port, a file or the guest
+# say so with RESOURCE_LOCK, and the suite is written for ctest -j). UROCE_TEST_JOBS=1
+# runs them one at a time.
+export CTEST_PARALLEL_LEVEL=${UROCE_TEST_JOBS:-$(nproc)}
 
 # The interop phase is skipped (77) when its guest could not be set up here (not root, no
 # qemu): then every interop test reports skipped, which ctest counts as passed.
