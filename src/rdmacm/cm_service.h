@@ -46,7 +46,11 @@ constexpr uint8_t kHopLimit = 64;  // IPv4 TTL of the path
 
 // uroce's CM timers: how long a side waits for the other's CM (application)
 // to answer, its messages being resent meanwhile (kFirstResendMs).
-constexpr int kSidrTimeoutMs = 5000;  // SIDR_REQ -> SIDR_REP
+// SIDR_REQ -> SIDR_REP: as long as the kernel's rdma_cm waits (cma_resolve_ib_udp: 4096 ms
+// a try, 1 << (CMA_CM_RESPONSE_TIMEOUT - 8), and CMA_MAX_CM_RETRIES = 15 retries), so that
+// a resolution survives the losses the kernel's does (interop.lossy_cm_udaddy: with 5 s,
+// four copies of one SIDR_REQ could all be lost).
+constexpr int kSidrTimeoutMs = 16 * 4096;
 constexpr int kRepTimeoutMs = 60000;  // REQ -> REP and REP -> RTU (the kernel's MRA allows ~68 s)
 constexpr int kDreqTimeoutMs = 4000;  // DREQ -> DREP, then DISCONNECTED with -ETIMEDOUT
 constexpr int kTimewaitMs = 500;      // DISCONNECTED -> TIMEWAIT_EXIT (the kernel's RoCE ~0.5 s)

@@ -27,6 +27,8 @@ pair options:
     --direction D           rxe_server (server in the guest, uroce client) or uroce_server
     --timeout S             limit of each program (default 60)
     --port P                TCP port the server listens on: the client starts once it does
+    --cm-port P             instead: the port of the server's rdma_cm listener (rxe: a cm_id
+                            in LISTEN in `rdma res show cm_id`; uroce: its UDP socket there)
     --ready-delay S         instead of --port: start the client S seconds after the server
     --expect RE             both outputs must have a line matching RE (Python re); repeatable
     --server-expect RE, --client-expect RE   one side's output only
@@ -37,6 +39,13 @@ pair options:
                             (pcap_compare.py with that allow-list)
     --persistent-server yes a server that serves until stopped (cmtime): it is stopped once
                             the client is done, and only an exit of its own is judged
+    --loss PCT              a lossy link: PCT % of the RoCE packets each way (UDP port 4791)
+                            but QP1's (the CM's: --drop-cm) are dropped at random on the tap
+    --drop-cm yes           the first copy of every CM message kind each way (REQ, REP, RTU,
+                            DREP, SIDR_REQ, SIDR_REP: every other copy, by kind) is dropped,
+                            so that each side's CM must resend or answer again (but for
+                            Loss.KEPT: what no CM recovers from)
+                            With either, the test fails if nothing was dropped.
 In the commands, @DEV@ @GID@ @SELF@ @PEER@ @PORT@ stand for the side's device, its GID
 index, its own and its peer's address, and --port (@GID6@ @SELF6@ @PEER6@: the same over
 IPv6; a test that names them skips where the link has no IPv6); @TOOLS@ for the folder where
@@ -97,13 +106,14 @@ def agent(op, timeout=30, budget=60, **kw):
     return rep
 
 
-def listening(port):
-    """Is a TCP socket of this namespace listening on `port`?"""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+def listening(port, proto="tcp"):
+    """Is a TCP socket of this namespace listening on `port` (proto "udp": a UDP socket
+    bound there)?"""
+    for name in ("/proc/net/%s" % proto, "/proc/net/%s6" % proto):
         with open(name) as f:
             for line in f.readlines()[1:]:
                 local, state = line.split()[1], line.split()[3]
-                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                if (proto == "udp" or state == "0A") and int(local.rsplit(":", 1)[1], 16) == port:
                     return True
     return False
 
@@ -177,6 +187,9 @@ class HostSide:
     def listening(self, port):
         return listening(port)
 
+    def cm_listening(self, port):
+        return listening(port, "udp")  # a uroce id bound at the port holds a UDP socket there
+
     def sample_stats(self):
         """Keeps `uroce stats` of the program (timeout's child): one that a signal stops
         does not print its counters, so a failed run's log gets the last sample."""
@@ -230,6 +243,10 @@ class GuestSide:
     def listening(self, port):
         return agent("listening", port=port)["listening"]
 
+    def cm_listening(self, port):
+        out = agent("run", cmd="rdma res show cm_id", timeout=30)["out"]
+        return re.search(r"state LISTEN .*src-addr \S+:%d " % port, out) is not None
+
     def sample_stats(self):
         pass
 
@@ -267,8 +284,9 @@ def status_text(rc, timeout):
 
 def parse_pair(argv):
     opts = dict(name="pair", logdir=".", uroce=None, direction=None, timeout=60, port=0,
-                ready_delay=None, expect=[], server_expect=[], client_expect=[], reject=[],
-                skip=None, capture=None, max_waste=None, persistent_server=None)
+                ready_delay=None, cm_port=0, expect=[], server_expect=[], client_expect=[], reject=[],
+                skip=None, capture=None, max_waste=None, persistent_server=None, loss=None,
+                drop_cm=None)
     multi = {"--expect": "expect", "--server-expect": "server_expect",
              "--client-expect": "client_expect", "--reject": "reject"}
     i = 0
@@ -279,9 +297,9 @@ def parse_pair(argv):
         val = argv[i + 1]
         if key in multi:
             opts[multi[key]].append(val)
-        elif key in ("--timeout", "--port"):
-            opts[key[2:]] = int(val)
-        elif key in ("--ready-delay", "--max-waste"):
+        elif key in ("--timeout", "--port", "--cm-port"):
+            opts[key[2:].replace("-", "_")] = int(val)
+        elif key in ("--ready-delay", "--max-waste", "--loss"):
             opts[key[2:].replace("-", "_")] = float(val)
         elif key.startswith("--") and key[2:].replace("-", "_") in opts:
             opts[key[2:].replace("-", "_")] = val
@@ -324,6 +342,7 @@ def pair(o, state):
     capture = None
     if o["capture"]:
         capture = Capture(base + ".pcap")
+    loss = Loss(o["loss"], o["drop_cm"]) if o["loss"] or o["drop_cm"] else None
     sides = {}
     t0 = time.time()
     try:
@@ -332,9 +351,11 @@ def pair(o, state):
         if o["ready_delay"] is not None:
             time.sleep(o["ready_delay"])
         else:
-            while not srv.listening(o["port"]):
+            ready, what = ((srv.cm_listening, "its rdma_cm port %d" % o["cm_port"]) if o["cm_port"]
+                           else (srv.listening, "TCP port %d" % o["port"]))
+            while not ready(o["cm_port"] or o["port"]):
                 if srv.done() or time.time() > deadline:
-                    problems.append("the server did not listen on TCP port %d" % o["port"])
+                    problems.append("the server did not listen on " + what)
                     break
                 time.sleep(0.2)
         if not problems:
@@ -365,6 +386,8 @@ def pair(o, state):
                 results[role] = (None, "(interop.py: could not stop it: %s)" % e)
         if capture:
             problems += capture.stop()
+        if loss:
+            problems += loss.stop()
     secs = time.time() - t0
     dmesg = agent("run", cmd="dmesg -c", timeout=30)["out"]
     with open(base + ".guest-dmesg.txt", "w") as f:
@@ -444,6 +467,89 @@ def waste_problems(limit, host_out, before, after):
         if n * 100 > limit * max(total, 1):
             problems.append("%s: %d, over %g %% of %d" % (what, n, limit, total))
     return problems
+
+
+class Loss:
+    """A lossy link (pair's --loss and --drop-cm): an nftables table in this namespace that
+    drops RoCE packets on the tap, uroce's on the way out (output hook), rxe's on the way in
+    (input hook); the rules count what they drop."""
+
+    TABLE = "uroce_interop_loss"
+    # CM attribute IDs (IBA 12.6): the messages whose loss a CM must survive.
+    CM_KINDS = {"REQ": 0x10, "REP": 0x13, "RTU": 0x14, "DREP": 0x16, "SIDR_REQ": 0x17,
+                "SIDR_REP": 0x18}
+    # What --drop-cm never drops, because the loss is fatal whichever stack the peer is:
+    # - a DREQ (0x15): the kernel's CM stops resending it when the id is destroyed
+    #   (cm_destroy_id cancels the MAD), which programs do right after rdma_disconnect
+    #   (rping), so its peer stays connected;
+    # - the kernel's SIDR_REP: its CM forgets a SIDR_REQ once answered
+    #   (cm_send_sidr_rep_locked), so the copy the loss makes the client resend is a new
+    #   request, which udaddy's server takes for another client.
+    KEPT = {"uroce": set(), "rxe": {"SIDR_REP"}}
+    # Offsets from the UDP header (nft's @th), in bits: BTH's destination QP (UDP 8 + 5
+    # bytes), the MAD's management class (8 + BTH 12 + DETH 8 + 1) and attribute ID (+ 16).
+    DEST_QP, MGMT_CLASS, ATTR_ID = "@th,104,24", "@th,232,8", "@th,352,16"
+
+    def __init__(self, loss_pct, drop_cm):
+        self.rules = []  # (direction, what)
+        lines = ["table inet %s {" % self.TABLE]
+        for chain, hook, iface, direction in (("out", "output", "oifname", "uroce"),
+                                              ("in", "input", "iifname", "rxe")):
+            lines.append("  chain %s { type filter hook %s priority 0; policy accept;" % (chain, hook))
+            match = '%s "%s" udp dport 4791' % (iface, TAP)
+            if drop_cm:
+                for kind, attr in self.CM_KINDS.items():
+                    if kind in self.KEPT[direction]:
+                        continue
+                    lines.append("    %s %s 1 %s 7 %s %#x numgen inc mod 2 0 counter drop comment \"%s %s\"" %
+                                 (match, self.DEST_QP, self.MGMT_CLASS, self.ATTR_ID, attr, direction, kind))
+                    self.rules.append((direction, kind))
+            if loss_pct:
+                per_mille = max(1, int(round(loss_pct * 10)))
+                lines.append("    %s %s != 1 numgen random mod 1000 < %d counter drop comment \"%s random\"" %
+                             (match, self.DEST_QP, per_mille, direction))
+                self.rules.append((direction, "random"))
+            lines.append("  }")
+        lines.append("}")
+        self.nft("delete table inet " + self.TABLE, check=False)
+        self.nft("\n".join(lines))
+        say("lossy link: %s" % ", ".join(
+            (["%g %% at random" % loss_pct] if loss_pct else []) +
+            (["the first of each CM message kind"] if drop_cm else [])))
+
+    @staticmethod
+    def nft(script, check=True):
+        r = subprocess.run(["nft", "-f", "-"], input=script, capture_output=True, text=True, timeout=30)
+        if check and r.returncode != 0:
+            raise RuntimeError("nft: %s" % r.stderr.strip())
+        return r
+
+    def dropped(self):
+        """{(direction, what): packets dropped} from the rules' counters."""
+        r = subprocess.run(["nft", "-j", "list", "table", "inet", self.TABLE],
+                           capture_output=True, text=True, timeout=30, check=True)
+        counts = {}
+        for item in json.loads(r.stdout)["nftables"]:
+            rule = item.get("rule")
+            if not rule or "comment" not in rule:
+                continue
+            direction, what = rule["comment"].split(" ", 1)
+            n = [e["counter"]["packets"] for e in rule["expr"] if "counter" in e]
+            counts[(direction, what)] = n[0] if n else 0
+        return counts
+
+    def stop(self):
+        """Removes the table -> problems (nothing dropped: the test tested no loss). One
+        way may lose nothing: few packets (ACKs), or none that --drop-cm drops."""
+        try:
+            counts = self.dropped()
+        finally:
+            self.nft("delete table inet " + self.TABLE, check=False)
+        for direction in ("uroce", "rxe"):
+            mine = {what: n for (d, what), n in counts.items() if d == direction and n}
+            say("dropped of %s's packets: %s" % (
+                direction, ", ".join("%s %d" % kv for kv in sorted(mine.items())) or "none"))
+        return [] if any(counts.values()) else ["the lossy link dropped no packet"]
 
 
 class Capture:
