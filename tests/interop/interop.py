@@ -39,6 +39,9 @@ pair options:
                             (pcap_compare.py with that allow-list)
     --persistent-server yes a server that serves until stopped (cmtime): it is stopped once
                             the client is done, and only an exit of its own is judged
+    --rxe-grows NAMES       one of rxe's port counters NAMES (comma-separated hw_counters, e.g.
+                            send_rnr_err,rcvd_rnr_err) must grow in the run: what the test
+                            is about happened
     --loss PCT              a lossy link: PCT % of the RoCE packets each way (UDP port 4791)
                             but QP1's (the CM's: --drop-cm) are dropped at random on the tap
     --drop-cm yes           the first copy of every CM message kind each way (REQ, REP, RTU,
@@ -285,7 +288,7 @@ def status_text(rc, timeout):
 def parse_pair(argv):
     opts = dict(name="pair", logdir=".", uroce=None, direction=None, timeout=60, port=0,
                 ready_delay=None, cm_port=0, expect=[], server_expect=[], client_expect=[], reject=[],
-                skip=None, capture=None, max_waste=None, persistent_server=None, loss=None,
+                skip=None, capture=None, max_waste=None, persistent_server=None, rxe_grows=None, loss=None,
                 drop_cm=None)
     multi = {"--expect": "expect", "--server-expect": "server_expect",
              "--client-expect": "client_expect", "--reject": "reject"}
@@ -337,7 +340,7 @@ def pair(o, state):
                         "%s.%s.host.log" % (base, role), o["uroce"])
 
     agent("run", cmd="dmesg -c >/dev/null", timeout=30)
-    rxe_before = rxe_counters() if o["max_waste"] is not None else {}
+    rxe_before = rxe_counters() if o["max_waste"] is not None or o["rxe_grows"] else {}
     problems = []
     capture = None
     if o["capture"]:
@@ -417,9 +420,15 @@ def pair(o, state):
             say("guest kernel: " + line.strip())
             if o["max_waste"] is not None:
                 problems.append("the guest kernel warned: " + line.strip())
+    rxe_after = rxe_counters() if rxe_before else {}
     if o["max_waste"] is not None:
         host_out = outs.get("server" if srv_side == "host" else "client", "")
-        problems += waste_problems(o["max_waste"], host_out, rxe_before, rxe_counters())
+        problems += waste_problems(o["max_waste"], host_out, rxe_before, rxe_after)
+    if o["rxe_grows"]:
+        grown = {k: rxe_after.get(k, 0) - rxe_before.get(k, 0) for k in o["rxe_grows"].split(",")}
+        say("rxe's counters in the run: %s" % ", ".join("%s +%d" % kv for kv in grown.items()))
+        if not any(n > 0 for n in grown.values()):
+            problems.append("none of rxe's counters %s grew" % o["rxe_grows"])
     if capture and not problems:
         problems += capture.compare(o["capture"], base)
 
