@@ -136,7 +136,10 @@ void CmService::on_gsi_mad(const engine::GsiMad& g) {
       } else {
         // Gone, or our DREP was lost: the IB CM answers a DREQ it cannot
         // place with a DREP.
-        s->send_gsi_from(g.dst_ip, engine::gsi_reply_endpoint(g.src), drep, tid);
+        const transport::Endpoint to = engine::gsi_reply_endpoint(g.src);
+        const Mad mad = encode_mad(tid, drep);
+        s->recent_dreps_.remember(g.dst_ip, to, mad, Clock::now());
+        s->send_gsi_from(g.dst_ip, to, mad);
       }
     }
     void operator()(const DrepMessage& m) const {
@@ -255,6 +258,8 @@ void CmService::abandon_at_exit() {
     abandon(id);  // DREQ, DREP or REJ, by its state
     id->state = CmState::kClosed;
   }
+  // Nobody will answer a DREQ resent after this: its DREP goes again now.
+  recent_dreps_.resend(Clock::now(), [this](const RecentDreps::Sent& d) { send_gsi_from(d.local_ip, d.peer, d.mad); });
 }
 
 void CmService::leave_gsi(CmId* id) {
@@ -281,6 +286,7 @@ int CmService::send_mad(CmId* id, const CmMessage& m, uint64_t tid) {
   if (awaits_answer(m) || std::holds_alternative<SidrRepMessage>(m) || std::holds_alternative<RejMessage>(m))
     id->last_request = mad;
   if (awaits_answer(m)) arm_resend(id, kFirstResendMs);
+  if (std::holds_alternative<DrepMessage>(m)) recent_dreps_.remember(id->src_ip, id->gsi_peer, mad, Clock::now());
   return engine::gsi_send(id->port.device->verbs, id->gsi_peer, id->src_ip, mad);
 }
 

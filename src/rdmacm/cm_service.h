@@ -30,6 +30,7 @@
 #include "rdmacm/log_limiter.h"
 #include "rdmacm/mad_inbox.h"
 #include "rdmacm/neighbour.h"
+#include "rdmacm/recent_dreps.h"
 #include "rdmacm/request_memory.h"
 
 namespace uroce::rdmacm {
@@ -224,7 +225,8 @@ class CmService {
   // At process exit (an atexit handler, registered with the first id over
   // QP1): every connection still open is ended with what the IB CM sends
   // when an id is destroyed (DREQ, DREP, REJ), as the kernel does when a
-  // process's rdma_cm file closes.
+  // process's rdma_cm file closes; and the DREPs of the last seconds go
+  // once more (recent_dreps.h).
   void abandon_at_exit();
   bool peer_process_gone(const CmId* id) const;
   // The REQ or SIDR_REQ of `id` to QP1 of the destination's host.
@@ -314,6 +316,7 @@ class CmService {
   std::unordered_map<uint64_t, CmId*> port_ids_;  // ids with a port socket, by its epoll token
   std::unordered_map<uint32_t, CmId*> gsi_ids_;   // ids over QP1, by local communication ID
   RequestMemory request_memory_;                  // answers of passive ids since destroyed
+  RecentDreps recent_dreps_;                      // sent again at exit
   // MADs the engines' sink queued for the progress thread (inbox_fd_ wakes it).
   MadInbox inbox_{kMaxInbox};
   std::vector<engine::GsiMad> draining_;  // the progress thread's: inbox_ swapped out, reused
