@@ -345,6 +345,7 @@ def pair(o, state):
     capture = None
     if o["capture"]:
         capture = Capture(base + ".pcap")
+    Loss.remove()
     loss = Loss(o["loss"], o["drop_cm"]) if o["loss"] or o["drop_cm"] else None
     sides = {}
     t0 = time.time()
@@ -500,31 +501,39 @@ class Loss:
     DEST_QP, MGMT_CLASS, ATTR_ID = "@th,104,24", "@th,232,8", "@th,352,16"
 
     def __init__(self, loss_pct, drop_cm):
-        self.rules = []  # (direction, what)
-        lines = ["table inet %s {" % self.TABLE]
-        for chain, hook, iface, direction in (("out", "output", "oifname", "uroce"),
-                                              ("in", "input", "iifname", "rxe")):
-            lines.append("  chain %s { type filter hook %s priority 0; policy accept;" % (chain, hook))
-            match = '%s "%s" udp dport 4791' % (iface, TAP)
-            if drop_cm:
-                for kind, attr in self.CM_KINDS.items():
-                    if kind in self.KEPT[direction]:
-                        continue
-                    lines.append("    %s %s 1 %s 7 %s %#x numgen inc mod 2 0 counter drop comment \"%s %s\"" %
-                                 (match, self.DEST_QP, self.MGMT_CLASS, self.ATTR_ID, attr, direction, kind))
-                    self.rules.append((direction, kind))
-            if loss_pct:
-                per_mille = max(1, int(round(loss_pct * 10)))
-                lines.append("    %s %s != 1 numgen random mod 1000 < %d counter drop comment \"%s random\"" %
-                             (match, self.DEST_QP, per_mille, direction))
-                self.rules.append((direction, "random"))
-            lines.append("  }")
-        lines.append("}")
-        self.nft("delete table inet " + self.TABLE, check=False)
-        self.nft("\n".join(lines))
+        chains = [self.chain(name, hook, '%s "%s" udp dport 4791' % (iface, TAP), direction,
+                             loss_pct, drop_cm)
+                  for name, hook, iface, direction in (("out", "output", "oifname", "uroce"),
+                                                       ("in", "input", "iifname", "rxe"))]
+        self.remove()
+        self.nft("table inet %s {\n%s\n}" % (self.TABLE, "\n".join(chains)))
         say("lossy link: %s" % ", ".join(
             (["%g %% at random" % loss_pct] if loss_pct else []) +
             (["the first of each CM message kind"] if drop_cm else [])))
+
+    @classmethod
+    def chain(cls, name, hook, match, direction, loss_pct, drop_cm):
+        """One hook's chain: its rules, each commented "DIRECTION WHAT" (dropped())."""
+        rules = []
+        if drop_cm:  # MADs to QP1 of management class 7 (CM), by attribute
+            for kind, attr in cls.CM_KINDS.items():
+                if kind not in cls.KEPT[direction]:
+                    rules.append('%s %s 1 %s 7 %s %#x numgen inc mod 2 0 counter drop comment "%s %s"' %
+                                 (match, cls.DEST_QP, cls.MGMT_CLASS, cls.ATTR_ID, attr, direction, kind))
+        if loss_pct:
+            per_mille = max(1, int(round(loss_pct * 10)))
+            rules.append('%s %s != 1 numgen random mod 1000 < %d counter drop comment "%s random"' %
+                         (match, cls.DEST_QP, per_mille, direction))
+        return "  chain %s { type filter hook %s priority 0; policy accept;\n%s\n  }" % (
+            name, hook, "\n".join("    " + r for r in rules))
+
+    @classmethod
+    def remove(cls):
+        """No lossy link (also one a killed test left behind: pair starts with this)."""
+        try:
+            cls.nft("delete table inet " + cls.TABLE, check=False)
+        except FileNotFoundError:
+            pass  # no nft here: no table either (a lossy test then fails in __init__)
 
     @staticmethod
     def nft(script, check=True):
@@ -553,7 +562,7 @@ class Loss:
         try:
             counts = self.dropped()
         finally:
-            self.nft("delete table inet " + self.TABLE, check=False)
+            self.remove()
         for direction in ("uroce", "rxe"):
             mine = {what: n for (d, what), n in counts.items() if d == direction and n}
             say("dropped of %s's packets: %s" % (
