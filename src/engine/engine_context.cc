@@ -198,7 +198,8 @@ void EngineContext::print_stats() const {
       "uroce stats %s port %u: rx %llu, malformed %llu, bad_icrc %llu, no_qp %llu, wrong_service %llu, "
       "dropped_state %llu, duplicates %llu, out_of_sequence %llu, retransmits %llu, timeouts %llu, seq_naks_in %llu, "
       "naks %llu, "
-      "rnr_naks %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, no_recv_wqe %llu, "
+      "rnr_naks %llu, rnr_naks_in %llu, qkey_violations %llu, xrc_relayed %llu, bad_path %llu, ghost %llu, "
+      "no_recv_wqe %llu, "
       "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
       "same_host_full_drops %llu, same_host_jumbo %llu, same_host_bare_drops %llu, qp1_in %llu, qp1_out %llu, "
       "qp1_dropped %llu, ecn_ce %llu, "
@@ -210,17 +211,17 @@ void EngineContext::print_stats() const {
       (unsigned long long)stats.rx_out_of_sequence.load(), (unsigned long long)stats.tx_retransmits.load(),
       (unsigned long long)stats.timeouts.load(), (unsigned long long)stats.rx_seq_naks.load(),
       (unsigned long long)stats.tx_naks.load(), (unsigned long long)stats.rnr_naks_sent.load(),
-      (unsigned long long)stats.rx_qkey_violations.load(), (unsigned long long)stats.tx_xrc_relayed.load(),
-      (unsigned long long)stats.rx_bad_path.load(), (unsigned long long)stats.rx_ghost.load(),
-      (unsigned long long)stats.rx_no_recv_wqe.load(), transport_->host_port(), registry_ ? registry_->slot() : 0u,
-      (unsigned long long)stats.tx_host_relayed.load(), (unsigned long long)stats.rx_host_relayed.load(),
-      (unsigned long long)(shm ? shm->shm_sent() : 0), (unsigned long long)(shm ? shm->shm_received() : 0),
-      (unsigned long long)(shm ? shm->full_drops() : 0), (unsigned long long)(shm ? shm->jumbo_sent() : 0),
-      (unsigned long long)(shm ? shm->bare_drops() : 0), (unsigned long long)stats.rx_gsi.load(),
-      (unsigned long long)stats.tx_gsi.load(), (unsigned long long)stats.rx_gsi_dropped.load(),
-      (unsigned long long)stats.rx_ecn_ce.load(), (unsigned long long)stats.tx_cnps.load(),
-      (unsigned long long)stats.rx_cnps.load(), transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg",
-      transport_->gro() ? "gro" : "recvmmsg");
+      (unsigned long long)stats.rx_rnr_naks.load(), (unsigned long long)stats.rx_qkey_violations.load(),
+      (unsigned long long)stats.tx_xrc_relayed.load(), (unsigned long long)stats.rx_bad_path.load(),
+      (unsigned long long)stats.rx_ghost.load(), (unsigned long long)stats.rx_no_recv_wqe.load(),
+      transport_->host_port(), registry_ ? registry_->slot() : 0u, (unsigned long long)stats.tx_host_relayed.load(),
+      (unsigned long long)stats.rx_host_relayed.load(), (unsigned long long)(shm ? shm->shm_sent() : 0),
+      (unsigned long long)(shm ? shm->shm_received() : 0), (unsigned long long)(shm ? shm->full_drops() : 0),
+      (unsigned long long)(shm ? shm->jumbo_sent() : 0), (unsigned long long)(shm ? shm->bare_drops() : 0),
+      (unsigned long long)stats.rx_gsi.load(), (unsigned long long)stats.tx_gsi.load(),
+      (unsigned long long)stats.rx_gsi_dropped.load(), (unsigned long long)stats.rx_ecn_ce.load(),
+      (unsigned long long)stats.tx_cnps.load(), (unsigned long long)stats.rx_cnps.load(),
+      transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
     std::fprintf(stderr,
                  "uroce stats %s port %u: placed_writes %llu, placed_reads %llu, placed_bytes %llu, "
