@@ -4,23 +4,30 @@
 // of RDMA and nothing of the segment it lives in.
 //
 // Layout: a 256-byte header, then `capacity` bytes of records. A record is an
-// 8-byte-aligned RecordHeader followed by its pad (so that a chosen byte of
-// the record starts a cache line; usually none) and its bytes; a record that would not
-// fit before the end of the data area is preceded by a wrap marker and starts
-// at offset 0.
+// 8-byte-aligned RecordHeader (a stamp, then the record's length, pad and
+// Meta) followed by its pad (so that a chosen byte of the record starts a
+// cache line; usually none) and its bytes; a record that would not fit before
+// the end of the data area is preceded by a wrap marker (a stamp alone) and
+// starts at offset 0.
 //
-// Lock and memory-order contract (like rdma-core's rxe_queue.h):
+// Lock and memory-order contract (like rdma-core's rxe_queue.h, with the
+// consumer watching the record's own line instead of the producer's index):
+// - A record's stamp is written only by the producer, last, with release:
+//   its header's fields and then its stamp are stored together by publish(),
+//   after the record's bytes. The consumer loads the stamp at its tail with
+//   acquire; the record is there when the stamp names that position
+//   (record_stamp), and a wrap marker when it names it as one (wrap_stamp).
 // - head (bytes produced) is written only by the producer, with seq_cst
-//   (a release, and ordered before the producer's look at whether the
-//   consumer waits) after the record is complete; the consumer reads it with
-//   acquire.
+//   after the stamp (a release, and ordered before the producer's look at
+//   whether the consumer waits); only has_records and empty_seq_cst read it
+//   (a consumer about to block, and threads without the receive turn).
 // - tail (bytes consumed) is written only by the consumer, with release after
 //   it is done with the record; the producer reads it with acquire, and only
 //   when the tail it read last leaves too little room for a record.
-// - Neither side trusts the other's words: a head or tail that is not
-//   8-aligned, moves backwards or claims more than the capacity, and a record
-//   whose length does not fit, mark the ring corrupt on the side that saw it,
-//   which then stops using it. No read or write ever leaves the data area
+// - Neither side trusts the other's words: a tail that is not 8-aligned,
+//   moves backwards or claims more than the capacity, and a record whose
+//   length or pad does not fit, mark the ring corrupt on the side that saw
+//   it, which then stops using it. No read or write ever leaves the data area
 //   (every offset is taken modulo the capacity this side was given, never the
 //   one in shared memory).
 // - Record bytes may still be changed by a misbehaving peer while they are
@@ -99,6 +106,11 @@ class ShmRing {
  private:
   struct Header;
   struct RecordHeader;
+  struct Fields {  // a record header's, after its stamp
+    uint32_t len;  // the record's bytes
+    uint32_t pad;  // bytes between the header and the record's (< kLineBytes)
+    Meta meta;
+  };
   ShmRing(Header* h, uint8_t* data, uint32_t capacity) : hdr_(h), data_(data), capacity_(capacity) {}
   // Where the producer's or the consumer's position lies in the data (the
   // positions count bytes from the ring's creation; the offsets are kept
@@ -112,10 +124,18 @@ class ShmRing {
     if (off >= capacity_) off -= capacity_;
   }
   bool room_for(uint64_t need);  // producer: `need` bytes free from head_ on
+  void stamp_marker();           // producer: the reserved wrap marker's stamp, if any
+  // A record's stamp names its position (8-aligned: bits 0-2 say which kind),
+  // under the ring's key: zero memory, a stamp of an earlier lap or ring and,
+  // but with odds of 2^-64, a payload's bytes left where a header now starts
+  // are never the stamp the consumer waits for.
+  uint64_t record_stamp(uint64_t pos) const { return (pos | 1) ^ stamp_key_; }
+  uint64_t wrap_stamp(uint64_t pos) const { return (pos | 3) ^ stamp_key_; }
 
   Header* hdr_ = nullptr;
   uint8_t* data_ = nullptr;
   uint32_t capacity_ = 0;
+  uint64_t stamp_key_ = 0;  // the header's, read once
   bool corrupt_ = false;
   // The producer's and the consumer's own positions (authoritative for
   // their side; the shared words only publish them).
@@ -129,6 +149,10 @@ class ShmRing {
   bool tail_read_ = false;
   uint64_t reserved_ = 0;  // bytes the reserved record takes (publish adds them to head_)
   uint32_t peeked_ = 0;    // bytes the record returned by peek() occupies (0: none)
+  // A wrap marker reserved and not yet stamped (publish stamps it).
+  uint8_t* marker_at_ = nullptr;
+  uint64_t marker_pos_ = 0;
+  Fields pending_{};  // the reserved record's header, written by publish()
 };
 
 }  // namespace uroce::transport

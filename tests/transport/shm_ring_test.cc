@@ -1,7 +1,7 @@
 // ShmRing: records come out whole and in order across the wrap, a full ring
-// refuses, a second process streams through it, and a corrupted shared word
-// or record length stops the side that sees it without a read or write
-// outside the ring.
+// refuses, a second process streams through it, an earlier ring's records in
+// the same memory are not taken, and a corrupted shared word or record length
+// stops the side that sees it without a read or write outside the ring.
 #include "transport/shm_ring.h"
 
 #include <gtest/gtest.h>
@@ -149,17 +149,17 @@ TEST(ShmRing, AttachChecksTheLayout) {
   EXPECT_TRUE(ShmRing::attach(mem.p(), kBytes).valid());
 }
 
-// A peer that scribbles over the shared words: the side that sees a head
-// beyond the capacity, or a record longer than what was produced, stops;
-// nothing outside the ring is read (ASan would see it).
-TEST(ShmRing, CorruptHeadOrRecordStopsTheConsumer) {
+// A peer that scribbles over the shared words: a record whose length does
+// not fit stops the consumer; nothing outside the ring is read (ASan would
+// see it). The head is not the consumer's guide (the stamps are): one that
+// claims a megabyte changes nothing it takes.
+TEST(ShmRing, CorruptRecordStopsTheConsumer) {
   Mem mem;
   ShmRing prod = ShmRing::create(mem.p(), kBytes);
   ShmRing cons = ShmRing::attach(mem.p(), kBytes);
   ASSERT_TRUE(push_one(prod, 1, 100));
-  auto* head = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem.p()) + 64);
-  uint64_t saved = *head;
-  *head = saved + (1u << 20);  // claims a megabyte
+  uint32_t huge = 16000;  // the record's length word, after its 8-byte stamp
+  std::memcpy(static_cast<uint8_t*>(mem.p()) + ShmRing::kHeaderBytes + 8, &huge, 4);
   ShmRing::Record rec;
   EXPECT_FALSE(cons.peek(&rec));
   EXPECT_TRUE(cons.corrupt());
@@ -168,10 +168,33 @@ TEST(ShmRing, CorruptHeadOrRecordStopsTheConsumer) {
   ShmRing prod2 = ShmRing::create(mem2.p(), kBytes);
   ShmRing cons2 = ShmRing::attach(mem2.p(), kBytes);
   ASSERT_TRUE(push_one(prod2, 1, 100));
-  uint32_t huge = 16000;  // the record's length word
-  std::memcpy(static_cast<uint8_t*>(mem2.p()) + ShmRing::kHeaderBytes, &huge, 4);
+  auto* head = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem2.p()) + 64);
+  *head += 1u << 20;  // claims a megabyte
+  ASSERT_TRUE(cons2.peek(&rec));
+  EXPECT_EQ(std::vector<uint8_t>(rec.data, rec.data + rec.len), record_bytes(1, 100));
+  cons2.pop();
   EXPECT_FALSE(cons2.peek(&rec));
-  EXPECT_TRUE(cons2.corrupt());
+  EXPECT_FALSE(cons2.corrupt());
+}
+
+// A ring created again over memory that held one (a stamp names the position
+// under the ring's key) / Expect none of the earlier records, then the new
+// ones whole.
+TEST(ShmRing, AnEarlierRingsRecordsAreNotTaken) {
+  Mem mem;
+  ShmRing old_prod = ShmRing::create(mem.p(), kBytes);
+  for (uint32_t i = 0; i < 10; ++i) ASSERT_TRUE(push_one(old_prod, i, 500));
+  ShmRing prod = ShmRing::create(mem.p(), kBytes);
+  ShmRing cons = ShmRing::attach(mem.p(), kBytes);
+  ShmRing::Record rec;
+  EXPECT_FALSE(cons.peek(&rec));
+  ASSERT_TRUE(push_one(prod, 77, 300));
+  ASSERT_TRUE(cons.peek(&rec));
+  EXPECT_EQ(rec.meta.src_ip, 77u);
+  EXPECT_EQ(std::vector<uint8_t>(rec.data, rec.data + rec.len), record_bytes(77, 300));
+  cons.pop();
+  EXPECT_FALSE(cons.peek(&rec));
+  EXPECT_FALSE(cons.corrupt());
 }
 
 // Records pushed with align_at put that byte on a cache line, across the
@@ -198,8 +221,8 @@ TEST(ShmRing, AlignedRecordsPutTheChosenByteOnALine) {
   ShmRing prod2 = ShmRing::create(mem2.p(), kBytes);
   ShmRing cons2 = ShmRing::attach(mem2.p(), kBytes);
   ASSERT_TRUE(push_one(prod2, 1, 100));
-  uint32_t pad = ShmRing::kLineBytes;  // the record's pad word, after its length
-  std::memcpy(static_cast<uint8_t*>(mem2.p()) + ShmRing::kHeaderBytes + 4, &pad, 4);
+  uint32_t pad = ShmRing::kLineBytes;  // the record's pad word, after its stamp and length
+  std::memcpy(static_cast<uint8_t*>(mem2.p()) + ShmRing::kHeaderBytes + 12, &pad, 4);
   ShmRing::Record rec;
   EXPECT_FALSE(cons2.peek(&rec));
   EXPECT_TRUE(cons2.corrupt());
