@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace uroce::wire {
 
@@ -158,5 +159,13 @@ uint32_t crc32_after_head_copying(uint32_t crc, const uint8_t (&head)[64], uint8
                                   const CopyIn& copy);
 // The same by zlib's tables alone (the reference crc32 is tested against).
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len);
+// Every folder this CPU runs ("clmul", "yclmul": 256-bit VPCLMULQDQ, "vclmul":
+// AVX-512), each as a whole crc32 however long the input: crc32 picks the
+// widest for long inputs, and tests check the others too.
+struct Crc32Folder {
+  const char* name;
+  uint32_t (*crc32)(uint32_t crc, const void* data, size_t len);
+};
+std::vector<Crc32Folder> crc32_folders();
 
 }  // namespace uroce::wire

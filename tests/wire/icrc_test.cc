@@ -12,6 +12,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -373,6 +374,22 @@ TEST(Crc32, FoldedEqualsZlibForAllLengthsAndAlignments) {
   for (size_t len = 16; len < 64; ++len)  // one lane (short packets), from a running CRC
     ASSERT_EQ(crc32(seed, buf.data() + 100, len), crc32_portable(seed, buf.data() + 100, len)) << len;
   EXPECT_EQ(crc32(crc32(0, buf.data(), 100), buf.data() + 100, 4000), crc32_portable(0, buf.data(), 4100));
+}
+
+// Each folder the CPU runs (not only the one crc32 picks) against zlib, every
+// length to 600 and packet-sized ones, from a running CRC too.
+TEST(Crc32, EveryFolderEqualsZlib) {
+  std::vector<uint8_t> buf = lcg_bytes(9000 + 16, 4242);
+  for (const Crc32Folder& f : crc32_folders()) {
+    for (size_t len = 0; len <= 600; ++len)
+      ASSERT_EQ(f.crc32(0, buf.data() + 5, len), crc32_portable(0, buf.data() + 5, len)) << f.name << " " << len;
+    for (size_t len : {1023u, 1024u, 1040u, 4095u, 4096u, 4112u, 9000u})
+      ASSERT_EQ(f.crc32(0x5A5Au, buf.data() + 1, len), crc32_portable(0x5A5Au, buf.data() + 1, len))
+          << f.name << " " << len;
+  }
+  std::printf("folders on this CPU:");
+  for (const Crc32Folder& f : crc32_folders()) std::printf(" %s", f.name);
+  std::printf("\n");
 }
 
 // The head-first CRC (the ICRC's 64-byte pseudo-header head, then the packet)
