@@ -86,9 +86,9 @@ class ShmRing {
             uint32_t align_at = kNoAlign);
 
   // Producer, in two steps: a record of `len` bytes written in place.
-  // reserve writes the record's header and returns where its bytes go (null
-  // when push would return false); the consumer sees nothing of it before
-  // publish(). A reservation not published is dropped: the next reserve
+  // reserve returns where its bytes go (null when push would return false);
+  // publish() writes its header and stamp, and the consumer sees nothing of
+  // it before. A reservation not published is dropped: the next reserve
   // takes its room.
   uint8_t* reserve(const Meta& meta, uint32_t len, uint32_t align_at = kNoAlign);
   void publish();
