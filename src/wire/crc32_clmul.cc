@@ -343,23 +343,27 @@ bool have_clmul() {
   return yes;
 }
 
+// crc32 through one folder: the input's whole 16-byte blocks when there are
+// `min` bytes of them (the folder's least), the rest by zlib.
+template <uint32_t (*Fold)(uint32_t, const uint8_t*, size_t), size_t min>
+uint32_t crc32_by(uint32_t crc, const void* data, size_t len) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t body = len & ~size_t(15);
+  if (body < min) return crc32_zlib(crc, data, len);
+  crc = ~Fold(~crc, p, body);
+  return len == body ? crc : crc32_zlib(crc, p + body, len - body);
+}
+
 #endif
 
 }  // namespace
 
 uint32_t crc32(uint32_t crc, const void* data, size_t len) {
 #if defined(__x86_64__)
-  if (len >= 16 && have_clmul()) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    size_t body = len & ~size_t(15);
-    if (body >= 256 && have_vclmul())
-      crc = ~fold_vclmul(~crc, p, body);
-    else if (body >= 256 && have_yclmul())
-      crc = ~fold_yclmul(~crc, p, body);
-    else
-      crc = ~fold_clmul(~crc, p, body);
-    return len == body ? crc : crc32_zlib(crc, p + body, len - body);
-  }
+  // The widest folder from 256 bytes on, the 128-bit one below.
+  if (len >= 256 && have_vclmul()) return crc32_by<fold_vclmul, 256>(crc, data, len);
+  if (len >= 256 && have_yclmul()) return crc32_by<fold_yclmul, 128>(crc, data, len);
+  if (have_clmul()) return crc32_by<fold_clmul, 16>(crc, data, len);
 #endif
   return crc32_zlib(crc, data, len);
 }
@@ -391,21 +395,6 @@ uint32_t crc32_after_head_copying(uint32_t crc, const uint8_t (&head)[64], uint8
 }
 
 uint32_t crc32_portable(uint32_t crc, const void* data, size_t len) { return crc32_zlib(crc, data, len); }
-
-namespace {
-#if defined(__x86_64__)
-// crc32 through one folder: its lengths (a multiple of 16; `min` and up), the
-// rest by zlib.
-template <uint32_t (*Fold)(uint32_t, const uint8_t*, size_t), size_t min>
-uint32_t crc32_by(uint32_t crc, const void* data, size_t len) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  size_t body = len & ~size_t(15);
-  if (body < min) return crc32_zlib(crc, data, len);
-  crc = ~Fold(~crc, p, body);
-  return len == body ? crc : crc32_zlib(crc, p + body, len - body);
-}
-#endif
-}  // namespace
 
 std::vector<Crc32Folder> crc32_folders() {
   std::vector<Crc32Folder> v;
