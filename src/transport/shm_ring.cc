@@ -52,6 +52,9 @@ void store_stamp(uint8_t* at, uint64_t stamp) {
 }
 }  // namespace
 
+ShmRing::ShmRing(Header* h, uint8_t* data, uint32_t capacity)
+    : hdr_(h), data_(data), capacity_(capacity), stamp_key_(h->stamp_key) {}
+
 ShmRing ShmRing::create(void* mem, size_t bytes) {
   static_assert(sizeof(Header) <= kHeaderBytes);
   static_assert(sizeof(RecordHeader) % kAlign == 0);
@@ -66,9 +69,7 @@ ShmRing ShmRing::create(void* mem, size_t bytes) {
   h->head.store(0, std::memory_order_relaxed);
   h->tail.store(0, std::memory_order_relaxed);
   __atomic_store_n(&h->magic, kMagic, __ATOMIC_RELEASE);  // last: the ring is laid out
-  ShmRing r(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
-  r.stamp_key_ = h->stamp_key;
-  return r;
+  return ShmRing(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
 }
 
 ShmRing ShmRing::attach(void* mem, size_t bytes) {
@@ -77,7 +78,6 @@ ShmRing ShmRing::attach(void* mem, size_t bytes) {
   uint32_t cap = uint32_t(std::min<size_t>(bytes - kHeaderBytes, 1u << 30) & ~size_t(kAlign - 1));
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != kMagic || h->capacity != cap) return ShmRing();
   ShmRing r(h, static_cast<uint8_t*>(mem) + kHeaderBytes, cap);
-  r.stamp_key_ = h->stamp_key;
   r.head_ = h->head.load(std::memory_order_acquire);
   r.tail_ = h->tail.load(std::memory_order_acquire);
   if (r.head_ % kAlign || r.tail_ % kAlign || r.head_ - r.tail_ > cap) r.corrupt_ = true;

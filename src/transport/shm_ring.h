@@ -111,7 +111,7 @@ class ShmRing {
     uint32_t pad;  // bytes between the header and the record's (< kLineBytes)
     Meta meta;
   };
-  ShmRing(Header* h, uint8_t* data, uint32_t capacity) : hdr_(h), data_(data), capacity_(capacity) {}
+  ShmRing(Header* h, uint8_t* data, uint32_t capacity);  // (takes the header's stamp key)
   // Where the producer's or the consumer's position lies in the data (the
   // positions count bytes from the ring's creation; the offsets are kept
   // beside them, so that no push or peek divides by the capacity).
