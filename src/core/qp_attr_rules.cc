@@ -125,6 +125,17 @@ TransitionRule transition_rule(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state 
   return {e.valid, e.req[t], e.opt[t]};
 }
 
+int without_ignored_attrs(ibv_qp_type type, int mask) {
+  switch (type) {
+    case IBV_QPT_XRC_SEND:
+      return mask & ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    case IBV_QPT_XRC_RECV:
+      return mask & ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+    default:
+      return mask;
+  }
+}
+
 int check_modify_mask(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, int mask) {
   if (!(mask & IBV_QP_STATE)) next = cur;
   if ((mask & IBV_QP_CUR_STATE) && cur != IBV_QPS_RTR && cur != IBV_QPS_RTS && cur != IBV_QPS_SQD && cur != IBV_QPS_SQE)

@@ -15,6 +15,13 @@ struct TransitionRule {
 
 TransitionRule transition_rule(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
 
+// `mask` without the attributes the kernel's uverbs ignores for `type`
+// (uverbs_cmd.c, modify_qp_mask), before any check: an XRC initiator has no
+// responder (MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER), an XRC target no requester
+// (MAX_QP_RD_ATOMIC, RETRY_CNT, RNR_RETRY). Programs that set up every
+// connected QP alike (perftest -c XRC) pass them, and a NIC takes the modify.
+int without_ignored_attrs(ibv_qp_type type, int mask);
+
 // 0 if `mask` is a legal modify of a `type` QP in state `cur`, else EINVAL.
 // Without IBV_QP_STATE in the mask the QP stays in `cur`.
 int check_modify_mask(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, int mask);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/cq.h"
+#include "core/qp_attr_rules.h"
 #include "core/srq.h"
 #include "engine/engine_context.h"
 #include "engine/post_send.h"
@@ -97,6 +98,7 @@ UROCE_API int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
   return abi_guard_errno([&] {
     if (!ibqp || !attr) return EINVAL;
     EngineQp* qp = engine_qp(ibqp);
+    attr_mask = uroce::core::without_ignored_attrs(qp->type, attr_mask);  // as the kernel's uverbs
     // A disconnect (ERR) flushes the queues: first let the progress thread
     // take in what had already arrived, so that messages the peer delivered
     // are completed (and acknowledged) rather than flushed.

@@ -223,5 +223,21 @@ TEST(QpAttrRules, TransitionRuleAccessor) {
   EXPECT_STREQ(qp_state_name(ibv_qp_state(42)), "UNKNOWN");
 }
 
+// The kernel's uverbs drops, before its checks, what an XRC QP has no use for
+// (uverbs_cmd.c, modify_qp_mask): an initiator's responder attributes, a
+// target's requester ones. perftest -c XRC passes them in every RTR and RTS.
+TEST(QpAttrRules, XrcIgnoredAttributesAreDroppedBeforeTheCheck) {
+  int ini_rtr = STATE | AV | MTU | DQPN | RQPSN | DRD | RNRT;
+  EXPECT_EQ(check(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR, ini_rtr), EINVAL);
+  EXPECT_EQ(without_ignored_attrs(IBV_QPT_XRC_SEND, ini_rtr), STATE | AV | MTU | DQPN | RQPSN);
+  EXPECT_EQ(check(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR, without_ignored_attrs(IBV_QPT_XRC_SEND, ini_rtr)), 0);
+  int tgt_rts = STATE | SQPSN | TMO | RETRY | RNRR | RD;
+  EXPECT_EQ(check(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS, tgt_rts), EINVAL);
+  EXPECT_EQ(without_ignored_attrs(IBV_QPT_XRC_RECV, tgt_rts), STATE | SQPSN | TMO);
+  EXPECT_EQ(check(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS, without_ignored_attrs(IBV_QPT_XRC_RECV, tgt_rts)), 0);
+  // What the other types are given is checked as given.
+  for (ibv_qp_type t : kTypes) EXPECT_EQ(without_ignored_attrs(t, ini_rtr | tgt_rts), ini_rtr | tgt_rts);
+}
+
 }  // namespace
 }  // namespace uroce::core
