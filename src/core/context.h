@@ -77,6 +77,10 @@ class Context {
   bool take_dm_bytes(uint64_t bytes);
   void give_dm_bytes(uint64_t bytes) { dm_bytes_.fetch_sub(bytes); }
 
+  // This context's CQs armed with a completion channel (Cq::count_arms_in): a
+  // thread waits for their events, which only the progress thread raises.
+  std::atomic<int> armed_cqs{0};
+
   int async_fd_write_end() const { return async_write_fd_; }
   // Queues an event for ibv_get_async_event. Never blocks: if the application
   // leaves events unread until the pipe is full, further ones are dropped.

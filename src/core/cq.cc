@@ -28,6 +28,10 @@ Cq::Cq(ibv_context* ctx, uint32_t entries, CompChannel* channel, void* cq_contex
   pthread_cond_init(&ibcq.cond, nullptr);
 }
 
+Cq::~Cq() {
+  if (arm_ != Arm::kNone) note_arm(-1);
+}
+
 bool Cq::push(const ibv_wc& wc, bool solicited) {
   bool raise = false;
   {
@@ -53,6 +57,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
     bool is_error = wc.status != IBV_WC_SUCCESS;
     if (arm_ == Arm::kNext || (arm_ == Arm::kSolicited && (solicited || is_error))) {
       arm_ = Arm::kNone;
+      note_arm(-1);
       raise = channel_ != nullptr;
     }
   }
@@ -112,6 +117,7 @@ bool Cq::pop(CqEntry* out) noexcept {
 
 int Cq::arm(bool solicited_only) noexcept {
   std::lock_guard lock(mu_);
+  if (arm_ == Arm::kNone) note_arm(+1);
   // A stronger arm is not weakened by a later solicited-only arm.
   if (!solicited_only)
     arm_ = Arm::kNext;

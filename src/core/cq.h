@@ -66,6 +66,11 @@ class Cq {
     record_wallclock_ = wallclock;
   }
   int arm(bool solicited_only) noexcept;
+  // Keeps `*armed` (the context's count, Context::armed_cqs) at the number of
+  // this context's CQs armed with a channel: some thread then waits for an
+  // event that only the progress thread can raise. Set before the CQ is used.
+  void count_arms_in(std::atomic<int>* armed) { armed_count_ = armed; }
+  ~Cq();
   // ibv_resize_cq: keeps every queued completion; EINVAL if they would not fit.
   [[nodiscard]] int resize(uint32_t entries);
   uint32_t capacity() const { return capacity_; }
@@ -103,6 +108,10 @@ class Cq {
   }
   std::atomic<uint32_t> count_{0};
   Arm arm_ = Arm::kNone;
+  std::atomic<int>* armed_count_ = nullptr;  // see count_arms_in
+  void note_arm(int delta) {
+    if (channel_ && armed_count_) armed_count_->fetch_add(delta, std::memory_order_relaxed);
+  }
   std::atomic<uint64_t> overruns_{0};
   bool record_completion_ts_ = false;
   bool record_wallclock_ = false;

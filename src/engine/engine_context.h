@@ -153,8 +153,13 @@ class EngineContext : public core::Context {
   }
   // Whether an application thread is polling a CQ of this context now (it
   // called poll_receive within kPollerFresh): it then receives for itself.
+  // Not while a CQ is armed with a channel: a thread waits for its event,
+  // and the datagram that completes it must not wait through a nap (a thread
+  // arms, polls once more and posts, which stamps, then blocks in
+  // ibv_get_cq_event or poll(2): ibv_rc_pingpong -e, rping).
   bool poller_active(Clock::time_point now) const {
-    return now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
+    return armed_cqs.load(std::memory_order_relaxed) == 0 &&
+           now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
   }
   static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   // The application is about to wait without polling (ibv_req_notify_cq):

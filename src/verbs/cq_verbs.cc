@@ -52,6 +52,7 @@ UROCE_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
     }
     CompChannel* ch = channel ? CompChannel::from(channel) : nullptr;
     auto* cq = new Cq(context, uint32_t(cqe), ch, cq_context);
+    cq->count_arms_in(&EngineContext::from(context)->armed_cqs);
     if (ch) ch->cq_users.fetch_add(1);
     slot.keep();
     return reinterpret_cast<ibv_cq*>(&cq->ibcq);

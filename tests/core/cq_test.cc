@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <cerrno>
 #include <memory>
 #include <vector>
@@ -136,6 +137,28 @@ class CqChannel : public ::testing::Test {
   std::unique_ptr<CompChannel, ChannelDeleter> ch;
   std::unique_ptr<Cq> cq;
 };
+
+// Arms counted in the context's count (Context::armed_cqs) / Expect one per
+// armed CQ however often it is re-armed, none once its event is raised or it
+// is destroyed, and none for a CQ without a channel (no thread can wait).
+TEST_F(CqChannel, ArmedCqsAreCountedUntilTheirEvent) {
+  std::atomic<int> armed{0};
+  cq->count_arms_in(&armed);
+  cq->arm(true);
+  cq->arm(false);  // a stronger arm of the same CQ
+  EXPECT_EQ(armed.load(), 1);
+  cq->push(wc(1), false);
+  EXPECT_EQ(armed.load(), 0);
+  EXPECT_EQ(events(), 1);
+  cq->arm(false);
+  EXPECT_EQ(armed.load(), 1);
+  cq.reset();  // destroyed while armed
+  EXPECT_EQ(armed.load(), 0);
+  Cq plain(nullptr, 4, nullptr, nullptr);
+  plain.count_arms_in(&armed);
+  plain.arm(false);
+  EXPECT_EQ(armed.load(), 0);
+}
 
 // No arm / Expect no event.
 TEST_F(CqChannel, UnarmedCqRaisesNothing) {
