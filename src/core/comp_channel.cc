@@ -34,6 +34,7 @@ CompChannel::~CompChannel() {
 void CompChannel::notify(Cq* cq) {
   std::lock_guard lock(mu_);
   events_.push_back(cq);
+  queued_.store(events_.size(), std::memory_order_release);
   char b = 1;
   (void)!write(write_fd_, &b, 1);
 }
@@ -49,12 +50,14 @@ Result<Cq*> CompChannel::get_event() {
   if (events_.empty()) return Result<Cq*>::error(EAGAIN);  // event of a destroyed CQ
   Cq* cq = events_.front();
   events_.pop_front();
+  queued_.store(events_.size(), std::memory_order_release);
   return cq;
 }
 
 void CompChannel::forget(Cq* cq) {
   std::lock_guard lock(mu_);
   events_.erase(std::remove(events_.begin(), events_.end(), cq), events_.end());
+  queued_.store(events_.size(), std::memory_order_release);
 }
 
 }  // namespace uroce::core

@@ -157,9 +157,25 @@ class EngineContext : public core::Context {
   // and the datagram that completes it must not wait through a nap (a thread
   // arms, polls once more and posts, which stamps, then blocks in
   // ibv_get_cq_event or poll(2): ibv_rc_pingpong -e, rping).
+  // A thread that spins in ibv_get_cq_event (event_spin) is a poller.
   bool poller_active(Clock::time_point now) const {
+    if (event_spinners_.load(std::memory_order_relaxed) != 0) return true;
     return armed_cqs.load(std::memory_order_relaxed) == 0 &&
            now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
+  }
+  // An application thread about to block for a completion event receives
+  // for itself until `has_event()` or for `spin`, whichever comes first
+  // (verbs/cq_verbs.cc): an event that a datagram raises then costs no
+  // wake-up of the progress thread and then of the application. The
+  // progress thread naps meanwhile and is woken when the spin ends.
+  template <class HasEvent>
+  void event_spin(Clock::duration spin, HasEvent has_event) {
+    event_spinners_.fetch_add(1, std::memory_order_relaxed);
+    Clock::time_point until = Clock::now() + spin;
+    while (!has_event() && Clock::now() < until)
+      if (!poll_receive()) std::this_thread::yield();  // another thread receives
+    event_spinners_.fetch_sub(1, std::memory_order_relaxed);
+    poller_leaves();
   }
   static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   // The application is about to wait without polling (ibv_req_notify_cq):
@@ -308,6 +324,7 @@ class EngineContext : public core::Context {
   // Set (seq_cst) by the progress thread before it naps in poller mode, after
   // which it looks at poll_stamp_ again: poller_leaves then wakes it.
   std::atomic<bool> napping_{false};
+  std::atomic<int> event_spinners_{0};  // threads in event_spin
   std::unique_ptr<EngineQp> relay_proxy_;
 };
 

@@ -1,6 +1,9 @@
 // Completion channels and completion queues.
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sched.h>
+
+#include <chrono>
 
 #include "core/comp_channel.h"
 #include "core/cq.h"
@@ -81,13 +84,41 @@ UROCE_API int ibv_destroy_cq(ibv_cq* ibcq) {
   });
 }
 
+namespace {
+
+// How long a thread about to block in ibv_get_cq_event first receives for
+// itself (EngineContext::event_spin), while the channel's waits are short.
+constexpr auto kEventSpin = std::chrono::microseconds(50);
+
+// Before a blocking wait for an event: the spin, if the channel's hint says
+// so (CompChannel::spin_hint), and what it found or how long the wait took
+// noted for the next one. A non-blocking channel fd (the application polls
+// it itself) is left alone. A signal handled during the spin does not end the
+// wait (a later one does), as one that lands just before rdma-core's read.
+template <class Wait>
+auto wait_for_event(CompChannel& ch, Wait wait) {
+  if (ch.has_event() || (fcntl(ch.ibch.fd, F_GETFL) & O_NONBLOCK)) return wait();
+  if (ch.spin_hint()) {
+    EngineContext::from(ch.ibch.context)->event_spin(kEventSpin, [&] { return ch.has_event(); });
+    ch.note_spin(ch.has_event());
+    return wait();
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto r = wait();
+  ch.note_wait(std::chrono::steady_clock::now() - start, kEventSpin);
+  return r;
+}
+
+}  // namespace
+
 UROCE_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
   if (!channel || !cq || !cq_context) {
     errno = EINVAL;
     return -1;
   }
   return abi_guard<int>(-1, [&] {
-    auto r = CompChannel::from(channel)->get_event();
+    CompChannel* ch = CompChannel::from(channel);
+    auto r = wait_for_event(*ch, [&] { return ch->get_event(); });
     if (!r.ok()) {
       errno = r.err();
       return -1;

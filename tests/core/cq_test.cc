@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -158,6 +159,38 @@ TEST_F(CqChannel, ArmedCqsAreCountedUntilTheirEvent) {
   plain.count_arms_in(&armed);
   plain.arm(false);
   EXPECT_EQ(armed.load(), 0);
+}
+
+// The spin before a blocking ibv_get_cq_event (CompChannel::spin_hint) / Expect
+// it on at first and while spins find their event, off after one that did not,
+// back on after a wait without a spin shorter than twice the spin, and off
+// while such waits are longer (an idle channel spins no more).
+TEST_F(CqChannel, SpinHintFollowsHowSoonEventsCome) {
+  using std::chrono::microseconds;
+  EXPECT_TRUE(ch->spin_hint());
+  ch->note_spin(true);
+  EXPECT_TRUE(ch->spin_hint());
+  ch->note_spin(false);
+  EXPECT_FALSE(ch->spin_hint());
+  ch->note_wait(microseconds(300), microseconds(50));
+  EXPECT_FALSE(ch->spin_hint());
+  ch->note_wait(microseconds(90), microseconds(50));
+  EXPECT_TRUE(ch->spin_hint());
+}
+
+// An event queued / Expect has_event until it is taken, and not for a
+// destroyed CQ's events (forget).
+TEST_F(CqChannel, HasEventCountsQueuedEvents) {
+  EXPECT_FALSE(ch->has_event());
+  cq->arm(false);
+  cq->push(wc(1), false);
+  EXPECT_TRUE(ch->has_event());
+  EXPECT_EQ(events(), 1);
+  EXPECT_FALSE(ch->has_event());
+  cq->arm(false);
+  cq->push(wc(2), false);
+  ch->forget(cq.get());
+  EXPECT_FALSE(ch->has_event());
 }
 
 // No arm / Expect no event.
