@@ -33,6 +33,10 @@ class HostDirectory;
 class DirectPlacement;
 }  // namespace uroce::host
 
+namespace uroce::core {
+class CompChannel;
+}  // namespace uroce::core
+
 namespace uroce::engine {
 
 class TxBatch;
@@ -163,20 +167,12 @@ class EngineContext : public core::Context {
     return armed_cqs.load(std::memory_order_relaxed) == 0 &&
            now.time_since_epoch().count() - poll_stamp_.load(std::memory_order_relaxed) < kPollerFresh.count();
   }
-  // An application thread about to block for a completion event receives
-  // for itself until `has_event()` or for `spin`, whichever comes first
-  // (verbs/cq_verbs.cc): an event that a datagram raises then costs no
+  // An application thread about to block for an event of `channel`
+  // receives for itself until one is queued or for `spin`, whichever comes
+  // first (verbs/cq_verbs.cc): an event that a datagram raises then costs no
   // wake-up of the progress thread and then of the application. The
   // progress thread naps meanwhile and is woken when the spin ends.
-  template <class HasEvent>
-  void event_spin(Clock::duration spin, HasEvent has_event) {
-    event_spinners_.fetch_add(1, std::memory_order_relaxed);
-    Clock::time_point until = Clock::now() + spin;
-    while (!has_event() && Clock::now() < until)
-      if (!poll_receive()) std::this_thread::yield();  // another thread receives
-    event_spinners_.fetch_sub(1, std::memory_order_relaxed);
-    poller_leaves();
-  }
+  void event_spin(const core::CompChannel& channel, Clock::duration spin);
   static constexpr Clock::duration kPollerFresh = std::chrono::microseconds(50);
   // The application is about to wait without polling (ibv_req_notify_cq):
   // the progress thread watches the sockets again at once.

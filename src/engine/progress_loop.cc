@@ -6,7 +6,9 @@
 #include <chrono>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
 
+#include "core/comp_channel.h"
 #include "core/config.h"
 #include "engine/engine_context.h"
 #include "engine/progress_policy.h"
@@ -158,6 +160,15 @@ bool EngineContext::poll_receive() {
   size_t received;
   receive_turn(&received, Turn::kApplication);
   return true;
+}
+
+void EngineContext::event_spin(const core::CompChannel& channel, Clock::duration spin) {
+  event_spinners_.fetch_add(1, std::memory_order_relaxed);
+  Clock::time_point until = Clock::now() + spin;
+  while (!channel.has_event() && Clock::now() < until)
+    if (!poll_receive()) std::this_thread::yield();  // another thread receives
+  event_spinners_.fetch_sub(1, std::memory_order_relaxed);
+  poller_leaves();
 }
 
 unsigned EngineContext::note_large_write(uint32_t qpn, Clock::time_point now) {

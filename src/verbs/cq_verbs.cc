@@ -99,7 +99,7 @@ template <class Wait>
 auto wait_for_event(CompChannel& ch, Wait wait) {
   if (ch.has_event() || (fcntl(ch.ibch.fd, F_GETFL) & O_NONBLOCK)) return wait();
   if (ch.spin_hint()) {
-    EngineContext::from(ch.ibch.context)->event_spin(kEventSpin, [&] { return ch.has_event(); });
+    EngineContext::from(ch.ibch.context)->event_spin(ch, kEventSpin);
     ch.note_spin(ch.has_event());
     return wait();
   }
