@@ -39,18 +39,22 @@ run_pair() { # NAME ARGS...: the pair with captures in OUTDIR/NAME-<pid>.pcap; L
   [[ $(wc -w <<<"$ports") == 2 ]] || fail "$name: no LIDs in the logs"
 }
 
-# The distinct packets of a capture (ports, opcode, PSN), one per line.
+# The distinct packets between the pair's ports (ports, opcode, PSN), one per line. Only
+# those: every engine also joins the host port 4791, so a MAD another test's process sends
+# there may land in either capture.
 packet_keys() {
-  local decode
+  local decode filter=""
   mapfile -t decode < <(decode_args)
-  tshark -r "$1" "${decode[@]}" -T fields -e udp.srcport -e udp.dstport -e infiniband.bth.opcode \
-    -e infiniband.bth.psn 2>/dev/null | sort -u
+  for p in $ports; do filter+="${filter:+ || }udp.port==$p"; done
+  tshark -r "$1" "${decode[@]}" -Y "$filter" -T fields -e udp.srcport -e udp.dstport \
+    -e infiniband.bth.opcode -e infiniband.bth.psn 2>/dev/null | sort -u
 }
 
 same_packets() { # NAME FILE1 FILE2: both processes recorded the same packets
   # Compared as distinct packets: a retransmission whose receiver had already exited (a
   # tail-loss probe that crossed the peer's last ACK) is in the sender's file only.
   local d
+  [[ -n $(packet_keys "$2") ]] || fail "$1: no packets between the pair's ports in $2"
   d=$(diff <(packet_keys "$2") <(packet_keys "$3") | grep '^[<>]' | head -5 || true)
   [[ -z $d ]] || fail "$1: the two captures differ (ports, opcode, PSN; < only in $2, > only in $3): $d"
 }
