@@ -20,8 +20,6 @@ uint32_t random_psn() {
   return v & 0xFFFFFF;
 }
 
-// A resource count from rdma_conn_param: 0xFF means "the device maximum".
-bool resource_valid(uint8_t v, uint8_t max) { return v == RDMA_MAX_RESP_RES || v <= max; }
 uint8_t resource_value(uint8_t v, uint8_t max) { return v == RDMA_MAX_RESP_RES ? max : v; }
 
 }  // namespace
@@ -47,8 +45,8 @@ int CmService::connect(CmId* id, const rdma_conn_param* param) {
   if (id->state != CmState::kRouteResolved) return EINVAL;
   const CmDevice& dev = *id->port.device;
   if (!id->abi.qp && !param) return EINVAL;
-  if (param && (!resource_valid(param->responder_resources, dev.max_responder_resources) ||
-                !resource_valid(param->initiator_depth, dev.max_initiator_depth)))
+  if (param && (!conn_resource_valid(param->responder_resources, dev.max_responder_resources) ||
+                !conn_resource_valid(param->initiator_depth, dev.max_initiator_depth)))
     return EINVAL;
   // 56 bytes: the REQ's 92 less the cma header (roce-facts §7.7).
   if (param && param->private_data_len > kReqPrivateSize - kCmaHeaderSize) return EINVAL;

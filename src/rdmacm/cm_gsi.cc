@@ -37,7 +37,7 @@ namespace {
 uint16_t attribute_of(const Mad& mad) { return uint16_t(mad[16] << 8 | mad[17]); }
 
 // Whether `ip` is an address of this host (an engine of it passed a request).
-bool is_host_address(const transport::IpAddress& ip) {
+bool from_this_host(const transport::IpAddress& ip) {
   if (ip.loopback()) return true;
   const ibv_gid gid = core::ip_to_gid(ip.bytes);
   for (const core::HostAddress& h : core::host_addresses())
@@ -184,7 +184,7 @@ void CmService::on_port_ready(CmId* id) {
     if (n < 0) return;
     IpEndpoint sender;
     auto g = engine::decode_gsi_envelope(std::span<const uint8_t>(buf, size_t(n)));
-    if (!endpoint_of(from, &sender) || !is_host_address(sender.ip) || !g) {
+    if (!endpoint_of(from, &sender) || !from_this_host(sender.ip) || !g) {
       log_limited(core::LogLevel::kWarn, "rdma_cm: dropping a datagram at port %u that no engine of this host sent",
                   id->src_port);
       continue;
@@ -304,7 +304,7 @@ bool CmService::peer_process_gone(const CmId* id) const {
   const transport::Endpoint& peer = id->gsi_peer;
   const unsigned slot = engine::comm_id_slot(id->conn.remote_comm_id);
   if (!id->port.device || slot == 0 || peer.port == 0 || peer.port >= wire::kRoceSourcePortMin) return false;
-  if (!is_host_address(peer.ip)) return false;  // another host's engine: its registry is not ours
+  if (!from_this_host(peer.ip)) return false;  // another host's engine: its registry is not ours
   return !engine::gsi_engine_alive(id->port.device->verbs, slot, peer.port);
 }
 

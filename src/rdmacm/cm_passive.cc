@@ -11,12 +11,6 @@
 
 namespace uroce::rdmacm {
 
-namespace {
-
-bool resource_valid(uint8_t v, uint8_t max) { return v == RDMA_MAX_RESP_RES || v <= max; }
-
-}  // namespace
-
 int CmService::listen(CmId* id, int backlog) {
   if (id->state != CmState::kIdle) return EINVAL;
   id->backlog = backlog > 0 && backlog < kMaxBacklog ? backlog : kMaxBacklog;
@@ -176,8 +170,8 @@ int CmService::accept(CmId* id, const rdma_conn_param* param) {
   if (id->state != CmState::kReqRcvd) return EINVAL;
   const CmDevice& dev = *id->port.device;
   if (!id->abi.qp && !param) return EINVAL;
-  if (param && (!resource_valid(param->responder_resources, dev.max_responder_resources) ||
-                !resource_valid(param->initiator_depth, dev.max_initiator_depth)))
+  if (param && (!conn_resource_valid(param->responder_resources, dev.max_responder_resources) ||
+                !conn_resource_valid(param->initiator_depth, dev.max_initiator_depth)))
     return EINVAL;
   if (param && param->private_data_len > kRepPrivateSize) return EINVAL;
 

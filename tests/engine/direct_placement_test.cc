@@ -30,8 +30,6 @@ using host::DirectPlacement;
 using host::HostRegistry;
 using host::kLastHostSlot;
 
-constexpr uint32_t kLoopback = 0x7F000001;
-
 class DirectPlacementTest : public EngineTest {
  protected:
   void SetUp() override {

@@ -28,7 +28,6 @@ using host::kLastHostSlot;
 constexpr uint8_t kRcSendOnly = 0x04;
 constexpr uint16_t kOtherPort = 23456;  // the private port of the host's other engine
 constexpr uint16_t kHostPort = 4791;
-constexpr uint32_t kLoopback = 0x7F000001;
 constexpr size_t kRelayHeader = 16;
 
 class HostRelay : public EngineTest {

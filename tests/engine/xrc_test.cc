@@ -46,7 +46,6 @@ struct RelayHdr {
 };
 static_assert(sizeof(RelayHdr) == 40);
 
-constexpr uint32_t kLoopback = 0x7F000001;
 constexpr uint16_t kOtherPort = 20000;  // another context's UDP port (LID)
 
 uint32_t srq_number(uint16_t port, uint32_t index) { return (uint32_t(port) << 8) | index; }
