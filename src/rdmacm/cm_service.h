@@ -43,11 +43,12 @@ constexpr uint8_t kMaxCmRetries = 15;
 // kernel's RoCE default (about 0.5 s) would only slow down the detection of a
 // dead peer, since uroce recovers lost packets with tail-loss probes.
 constexpr uint8_t kDefaultAckTimeout = 14;
+constexpr uint8_t kHopLimit = 64;  // IPv4 TTL of the path
+
 // A resource count of rdma_conn_param (responder_resources, initiator_depth)
 // that rdma_connect and rdma_accept take: at most the device's, or 0xFF for
 // "the device maximum".
 inline bool conn_resource_valid(uint8_t v, uint8_t max) { return v == RDMA_MAX_RESP_RES || v <= max; }
-constexpr uint8_t kHopLimit = 64;  // IPv4 TTL of the path
 
 // uroce's CM timers: how long a side waits for the other's CM (application)
 // to answer, its messages being resent meanwhile (kFirstResendMs).

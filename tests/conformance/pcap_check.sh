@@ -43,20 +43,26 @@ run_pair() { # NAME ARGS...: the pair with captures in OUTDIR/NAME-<pid>.pcap; L
 # those: every engine also joins the host port 4791, so a MAD another test's process sends
 # there may land in either capture.
 packet_keys() {
-  local decode filter=""
+  local decode
   mapfile -t decode < <(decode_args)
-  for p in $ports; do filter+="${filter:+ || }udp.port==$p"; done
-  tshark -r "$1" "${decode[@]}" -Y "$filter" -T fields -e udp.srcport -e udp.dstport \
+  tshark -r "$1" "${decode[@]}" -Y "$(pair_filter)" -T fields -e udp.srcport -e udp.dstport \
     -e infiniband.bth.opcode -e infiniband.bth.psn 2>/dev/null | sort -u
 }
 
 same_packets() { # NAME FILE1 FILE2: both processes recorded the same packets
   # Compared as distinct packets: a retransmission whose receiver had already exited (a
   # tail-loss probe that crossed the peer's last ACK) is in the sender's file only.
-  local d
-  [[ -n $(packet_keys "$2") ]] || fail "$1: no packets between the pair's ports in $2"
-  d=$(diff <(packet_keys "$2") <(packet_keys "$3") | grep '^[<>]' | head -5 || true)
+  local k2 k3 d
+  k2=$(packet_keys "$2") k3=$(packet_keys "$3")
+  [[ -n $k2 ]] || fail "$1: no packets between the pair's ports in $2"
+  d=$(diff <(echo "$k2") <(echo "$k3") | grep '^[<>]' | head -5 || true)
   [[ -z $d ]] || fail "$1: the two captures differ (ports, opcode, PSN; < only in $2, > only in $3): $d"
+}
+
+pair_filter() { # tshark's display filter: a packet from or to one of the pair's ports
+  local filter="" p
+  for p in $ports; do filter+="${filter:+ || }udp.port==$p"; done
+  echo "$filter"
 }
 
 decode_args() { # tshark's arguments: the LIDs' ports as infiniband, no upper-layer heuristics
@@ -67,11 +73,10 @@ decode_args() { # tshark's arguments: the LIDs' ports as infiniband, no upper-la
 }
 
 check_file() { # PCAP: decoded by tshark and every ICRC valid; prints its packet count
-  local pcap=$1 decode filter=""
+  local pcap=$1 decode
   mapfile -t decode < <(decode_args)
-  for p in $ports; do filter+="${filter:+ || }udp.port==$p"; done
   local frames
-  frames=$(tshark -r "$pcap" "${decode[@]}" -Y "$filter" -T fields \
+  frames=$(tshark -r "$pcap" "${decode[@]}" -Y "$(pair_filter)" -T fields \
              -e frame.protocols -e _ws.malformed -e _ws.expert.severity 2>/dev/null)
   [[ -n $frames ]] || fail "$pcap: no frames"
   local bad

@@ -535,8 +535,9 @@ class EngineTest : public ::testing::Test {
   std::vector<core::Mr*> mrs;
 };
 
-// Opcodes used by the tests (RC).
 inline constexpr uint32_t kLoopback = 0x7F000001;  // 127.0.0.1
+
+// Opcodes used by the tests (RC).
 inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03, kSendOnly = 0x04,
                          kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08,
                          kWriteOnly = 0x0A, kWriteOnlyImm = 0x0B, kReadRequest = 0x0C, kReadRespFirst = 0x0D,
