@@ -79,6 +79,8 @@ void print_port(const PortCounters& p) {
                     {"placed_bytes", p.placed_bytes},
                     {"same_host_out", p.same_host_out},
                     {"same_host_in", p.same_host_in},
+                    {"mail_out", p.mail_out},
+                    {"mail_in", p.mail_in},
                     {"relayed_out", p.tx_host_relayed},
                     {"relayed_in", p.rx_host_relayed},
                     {"xrc_relayed", p.tx_xrc_relayed},

@@ -59,7 +59,8 @@ EngineContext::EngineContext(core::Device* dev, std::unique_ptr<transport::Datag
       stats(live_->port()),
       transport_(std::move(t)),
       qps_(transport_.get()),
-      board_watch_(transport::find_layer<transport::ShmTransport>(transport_.get())) {
+      board_watch_(transport::find_layer<transport::ShmTransport>(transport_.get())),
+      mailboxes_(transport_.get()) {
   set_lid(transport_->local_port());
   live_->set_paths(transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (auto* shm = transport::find_layer<transport::ShmTransport>(transport_.get()))
@@ -203,7 +204,7 @@ void EngineContext::print_stats() const {
       "host_port %u, slot %u, relayed_out %llu, relayed_in %llu, same_host_out %llu, same_host_in %llu, "
       "same_host_full_drops %llu, same_host_jumbo %llu, same_host_bare_drops %llu, qp1_in %llu, qp1_out %llu, "
       "qp1_dropped %llu, ecn_ce %llu, "
-      "cnps_out %llu, cnps_in %llu, tx_path %s, rx_path %s\n",
+      "cnps_out %llu, cnps_in %llu, mail_out %llu, mail_in %llu, tx_path %s, rx_path %s\n",
       device->ibdev.name, lid(), (unsigned long long)stats.rx_packets.load(),
       (unsigned long long)stats.rx_malformed.load(), (unsigned long long)stats.rx_bad_icrc.load(),
       (unsigned long long)stats.rx_no_qp.load(), (unsigned long long)stats.rx_wrong_service.load(),
@@ -221,6 +222,7 @@ void EngineContext::print_stats() const {
       (unsigned long long)stats.rx_gsi.load(), (unsigned long long)stats.tx_gsi.load(),
       (unsigned long long)stats.rx_gsi_dropped.load(), (unsigned long long)stats.rx_ecn_ce.load(),
       (unsigned long long)stats.tx_cnps.load(), (unsigned long long)stats.rx_cnps.load(),
+      (unsigned long long)stats.mail_out.load(), (unsigned long long)stats.mail_in.load(),
       transport_->max_gso_segments() > 1 ? "gso" : "sendmmsg", transport_->gro() ? "gro" : "recvmmsg");
   if (placement_)
     std::fprintf(stderr,
@@ -299,6 +301,7 @@ void EngineContext::withdraw_qp(EngineQp* qp) {
   std::unique_lock lock(qps_.mu());
   qps_.erase_locked(qp);  // also leaves the multicast groups it was the last member of
   board_watch_.withdraw(qp);
+  mailboxes_.withdraw(qp);
   std::erase(reading_, qp);
   std::erase(deferred_acks_, qp);
   reading_count_.store(reading_.size(), std::memory_order_relaxed);

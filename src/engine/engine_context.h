@@ -22,6 +22,7 @@
 #include "engine/engine_qp.h"
 #include "engine/gsi_inbox.h"
 #include "engine/live_counters.h"
+#include "engine/mailboxes.h"
 #include "engine/qp_table.h"
 #include "engine/tombstones.h"
 #include "transport/datagram.h"
@@ -128,6 +129,8 @@ class EngineContext : public core::Context {
                      bool board_moved = false);
   // The RC QPs whose same-host ACKs this context reads from its board.
   BoardWatch& board_watch() { return board_watch_; }
+  // The RC QPs whose same-host mailboxes this context reads (mailboxes.h).
+  Mailboxes& mailboxes() { return mailboxes_; }
   // Runs every QP's timers; true if some timer is still armed.
   bool run_timers(Clock::time_point now);
 
@@ -227,6 +230,8 @@ class EngineContext : public core::Context {
   // the burst needs it, process_burst): a burst, then READ responses. True
   // if more is ready to receive or send at once.
   bool receive_turn(size_t* received, Turn turn, Clock::time_point now = {});
+  size_t take_mail();  // the receive turn's look at the mailboxes
+  static constexpr unsigned kMailTurns = 4;
   bool any_timer_armed();
   // A burst being dispatched: this thread's batch (every answer goes into
   // it), the turn's clock reading, and the bytes of the packets QPs took.
@@ -262,8 +267,10 @@ class EngineContext : public core::Context {
   std::unique_ptr<host::HostDirectory> shm_directory_;
   std::unique_ptr<host::DirectPlacement> placement_;  // uses registry_; the MR table's observer
   std::unique_ptr<transport::DatagramTransport> transport_;
-  QpTable qps_;             // its lock also guards reading_ and deferred_acks_ (qp_table.h)
-  BoardWatch board_watch_;  // its watched list: as reading_'s
+  QpTable qps_;              // its lock also guards reading_ and deferred_acks_ (qp_table.h)
+  BoardWatch board_watch_;   // its watched list: as reading_'s
+  Mailboxes mailboxes_;      // its list: as reading_'s
+  unsigned mail_turns_ = 0;  // turns in a row that took mail and skipped the rings (receive_turn; rx_mu_)
   void deliver_multicast(transport::RxDatagram& d, const wire::PacketView& pkt, RxBurst& burst);
   Tombstones tombstones_;
   // Kept XRC targets and opened handles (guarded by xrc_mu_).

@@ -19,6 +19,7 @@
 #include "engine/clock.h"
 #include "engine/delivery.h"
 #include "engine/live_counters.h"
+#include "engine/mailbox.h"
 #include "transport/datagram.h"
 #include "wire/icrc.h"
 #include "wire/opcode.h"
@@ -304,6 +305,10 @@ class EngineQp : public core::Qp {
   // thread's own receive turn they are released at once, and the ACK goes
   // first in the application's next post on the QP: in_ack_list.)
   std::array<DeferredCompletion, kMaxDeferred> deferred{};
+  // Same-host mailboxes (mailbox.h): this QP's short SENDs to its peer's
+  // mailbox, and its own mailbox for its peer's.
+  MailboxSender mail_tx;
+  MailboxReceiver mail_rx;
   uint32_t deferred_count = 0;
   XrcTarget* xrc = nullptr;  // XRC target QPs: their shared state (xrc_target.h)
   bool relay_proxy = false;  // the context's stand-in for other processes' targets

@@ -109,13 +109,15 @@ struct PortCounters {
   std::atomic<uint64_t> rx_ecn_ce{0};  // packets a queue marked Congestion Experienced (ecn.h)
   std::atomic<uint64_t> tx_cnps{0};    // CNPs sent in answer
   std::atomic<uint64_t> rx_cnps{0};    // CNPs received
+  std::atomic<uint64_t> mail_out{0};   // records written into same-host mailboxes (mailbox.h)
+  std::atomic<uint64_t> mail_in{0};    // records taken from this engine's mailboxes
 };
 using Stats = PortCounters;
 
 class LiveCounters {
  public:
   static constexpr uint32_t kMagic = 0x75726373;  // "urcs"
-  static constexpr uint32_t kVersion = 2;
+  static constexpr uint32_t kVersion = 3;
   static constexpr unsigned kMaxQps = 1024;
 
   struct Header {

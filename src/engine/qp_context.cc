@@ -50,6 +50,16 @@ Path resolve_connected_path(EngineContext& ctx, const ibv_qp_attr& attr) {
 
 namespace {
 
+// The peer's mailbox (mailbox.h), for an RC QP whose packets go bare to a
+// process of this host; whether the peer opened it for this QP is read at
+// each post (requester.cc, send_mail).
+void attach_peer_mailbox(EngineQp& qp) {
+  qp.mail_tx = MailboxSender{};
+  if (qp.type != IBV_QPT_RC || !qp.delivery.through_memory() || qp.delivery.icrc() != TxBatch::Icrc::kOmit) return;
+  uint32_t cell = mailbox_cell(qp.attr.dest_qp_num);
+  if (!qp.engine()->transport().peer_mailbox(qp.path.dst, cell, &qp.mail_tx.peer)) qp.mail_tx = MailboxSender{};
+}
+
 // A modify's path: the connected one resolved again when the address
 // vector, MTU or destination QP change, and the QP's Delivery decided (again)
 // with it or when the QP goes to RTR.
@@ -58,8 +68,10 @@ void follow_path(EngineQp& qp, int mask, ibv_qp_state before, ibv_qp_state after
   if (path_changed) qp.path = resolve_connected_path(*qp.engine(), qp.attr);
   // UD: no connected path; messages go by address handle, one packet each.
   if (qp.type == IBV_QPT_UD) qp.path.mtu = core::mtu_bytes(qp.ctx->active_mtu());
-  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR))
+  if (path_changed || (after == IBV_QPS_RTR && before != IBV_QPS_RTR)) {
     qp.delivery.decide(qp.engine()->transport(), qp.engine()->placement(), qp.type, qp.path.dst);
+    attach_peer_mailbox(qp);
+  }
 }
 
 }  // namespace
@@ -90,9 +102,11 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
       resp = ResponderState{};
       timers = QpTimers{};
       deferred_count = 0;
+      Mailboxes::close(*this);
       break;
     case IBV_QPS_RTR:
       engine()->board_watch().join(*this);  // same-host ACKs to this requester: a clean cell
+      engine()->mailboxes().open(*this);    // same-host SENDs to this responder
       resp = ResponderState{};
       resp.epsn = attr.rq_psn;
       resp.resource_count = attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1;
@@ -112,6 +126,7 @@ int EngineQp::modify(const ibv_qp_attr& a, int mask) {
       requester_run(*this, TxBatch::local());
       break;
     case IBV_QPS_ERR:
+      Mailboxes::close(*this);
       flush_send_queue();
       flush_recv_queue();
       raise_last_wqe_reached();
@@ -128,6 +143,7 @@ void EngineQp::enter_error() {
   counters->state.store(IBV_QPS_ERR, std::memory_order_relaxed);
   if (host::DirectPlacement* dp = engine()->placement()) dp->withdraw_qp(qp_num());
   completer_stop_timer(*this);
+  Mailboxes::close(*this);
   engine()->count_sender(*this, false);
   flush_send_queue();
   flush_recv_queue();

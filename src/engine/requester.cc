@@ -23,6 +23,7 @@
 #include "engine/ack.h"
 #include "engine/engine_context.h"
 #include "engine/ip_flow.h"
+#include "engine/mailbox.h"
 #include "engine/roles.h"
 #include "host/direct_placement.h"
 #include "wire/headers.h"
@@ -837,13 +838,69 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
   return true;
 }
 
+// --- a lone SEND into the peer's mailbox (requester_post) ---------------------
+
+// The slot of the sender's next record, if the peer's mailbox is open for
+// this QP pair and has room; a new tag (the peer opened it again) starts
+// the count anew.
+MailboxSlot* next_mail_slot(EngineQp& qp) {
+  MailboxSender& m = qp.mail_tx;
+  auto* box = reinterpret_cast<Mailbox*>(m.peer.box);
+  uint64_t tag = box->open.load(std::memory_order_acquire);
+  if (tag == 0) return nullptr;  // closed
+  if (tag != m.tag) {
+    if (!mailbox_tag_of_pair(tag, qp.qp_num(), qp.attr.dest_qp_num)) return nullptr;
+    m.tag = tag;
+    m.seq = m.consumed = 0;
+  }
+  if (m.seq - m.consumed >= kMailboxSlots) m.consumed = box->consumed.load(std::memory_order_acquire);
+  if (m.seq - m.consumed >= kMailboxSlots) return nullptr;
+  return &box->slots[m.seq % kMailboxSlots];
+}
+
+// Writes the lone packet of a short SEND as a record in the peer's mailbox
+// (mailbox.h): the payload and the fields, then the stamp. Its WQE and the
+// requester then stand as send_lone_packet leaves them. False, having
+// changed nothing, when it cannot (no mailbox open for the pair, no room,
+// another operation, a key that does not check): the caller goes on.
+bool send_mail(EngineQp& qp, uint32_t index, core::SendWqe& w) {
+  if (!qp.mail_tx.peer.box || w.length > kMailboxPayload) return false;
+  if (w.opcode != IBV_WR_SEND && w.opcode != IBV_WR_SEND_WITH_IMM) return false;
+  MailboxSlot* slot = next_mail_slot(qp);
+  if (!slot) return false;
+  {
+    auto mr_lock = qp.ctx->mrs.read_lock();
+    LocalPieces pieces;
+    if (!find_local_pieces(qp, index, w, pieces) || !copy_pieces(pieces, slot->payload)) return false;
+  }
+  bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, true, true));
+  unsigned pad = wire::pad_for(w.length);
+  slot->psn = qp.req.psn;
+  slot->length = w.length;
+  slot->imm = imm ? w.imm_data : 0;
+  slot->op = uint8_t(imm ? MailOp::kSendWithImm : MailOp::kSend);
+  slot->flags = (w.send_flags & IBV_SEND_SOLICITED) ? kMailSolicited : 0;
+  slot->stamp.store(mailbox_stamp(qp.mail_tx.tag, qp.mail_tx.seq), std::memory_order_release);
+  ++qp.mail_tx.seq;
+  qp.engine()->transport().notify_mailbox(qp.mail_tx.peer);
+  qp.engine()->stats.mail_out.fetch_add(1, std::memory_order_relaxed);
+  take_psns(qp, w, 1);
+  ++qp.req.index;
+  qp.req.pkts_since_ack_req = 0;
+  qp.count_sent(wire::opcode_info(opcode).header_len + w.length + pad + wire::kIcrcSize);  // the packet it stands for
+  sample_rtt(qp);
+  advance_psn(qp, 1);
+  return true;
+}
+
 }  // namespace
 
 Clock::time_point requester_post(EngineQp& qp) {
   qp.delivery.count_post();
   uint32_t index = qp.req.index;
   core::SendWqe& w = qp.sq.at(index);  // (when none is left to send, a free slot: not lone)
-  if (is_lone_packet(qp, w) && send_lone_packet(qp, index, w)) {
+  if (is_lone_packet(qp, w) && (send_mail(qp, index, w) || send_lone_packet(qp, index, w))) {
     qp.engine()->count_sender(qp, true);
     return stamp_sent(qp);
   }

@@ -18,6 +18,7 @@
 #include "engine/ack.h"
 #include "engine/ack_board.h"
 #include "engine/engine_context.h"
+#include "engine/mailbox.h"
 #include "engine/roles.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
@@ -691,6 +692,77 @@ void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transpor
                 int(qp.resp.in_message), pkt.payload_len);
     s = step(s, r);
   }
+}
+
+namespace {
+
+// Whether a mailbox record may be delivered now by the common case's path:
+// at the expected PSN, between messages, into the QP's own receive queue's
+// head WQE, which is long enough. Anything else about it — a length or key
+// error — is the state machine's (mail_as_packet).
+bool mail_fits(EngineQp& qp, const MailRecord& r) {
+  if (qp.srq || qp.resp.in_message != InMessage::kNone || qp.rq.empty()) return false;
+  return r.length <= recv_wqe(qp).length;
+}
+
+// The record as the RoCE packet it stands for, run through the state
+// machine (errors, and whatever mail_fits leaves out).
+void mail_as_packet(EngineQp& qp, const MailRecord& r, TxBatch& tx) {
+  bool imm = r.op == MailOp::kSendWithImm;
+  uint8_t opcode = opcode_of_qp(qp.type, imm ? Operation::kSendOnlyImm : Operation::kSendOnly);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  alignas(8) uint8_t buf[64 + kMailboxPayload + 8] = {};
+  unsigned pad = wire::pad_for(r.length);
+  wire::Bth(buf).fill(opcode, r.solicited, pad, wire::kDefaultPkey, qp.qp_num(), true, r.psn);
+  if (imm) wire::ImmDt(buf + info.offset[unsigned(wire::Hdr::kImmDt)]).fill_raw(r.imm);
+  std::memcpy(buf + info.header_len, r.payload, r.length);
+  size_t len = info.header_len + r.length + pad + wire::kIcrcSize;
+  wire::PacketView pkt;
+  if (wire::PacketView::parse(buf, len, pkt) != wire::ParseError::kNone) return;
+  responder_receive(qp, pkt, qp.path.dst, qp.path.src_ip, tx);
+  responder_publish(qp, tx);
+}
+
+// The common case: the payload into the head WQE, the ACK on the peer's
+// board (ACK before completion), the completion.
+bool deliver_mail(EngineQp& qp, const MailRecord& r, TxBatch& tx) {
+  if (!scatter_send(qp, r.payload, r.length)) return false;
+  ResponderState& s = qp.resp;
+  s.epsn = wire::psn_add(r.psn, 1);
+  ++s.msn;
+  s.ack_pending = true;
+  s.ack_psn = r.psn;
+  s.ack_covers_receive = true;
+  if (qp.deferred_count) responder_publish(qp, tx);  // their completions go first
+  responder_flush_ack(qp, tx);
+  if (tx.pending()) tx.flush();
+  bool imm = r.op == MailOp::kSendWithImm;
+  complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, r.length, imm ? IBV_WC_WITH_IMM : 0, r.imm, r.solicited);
+  responder_release_completions(qp);
+  return true;
+}
+
+}  // namespace
+
+MailTake responder_take_mail(EngineQp& qp, const MailRecord& r, TxBatch& tx) {
+  ibv_qp_state st = qp.state();
+  if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) return MailTake::kLeft;
+  int32_t ahead = wire::psn_diff(r.psn, qp.resp.epsn);
+  if (ahead < 0) {
+    qp.engine()->stats.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
+    return MailTake::kDropped;
+  }
+  if (ahead > 0) return MailTake::kLeft;
+  if (r.length > kMailboxPayload || (r.op != MailOp::kSend && r.op != MailOp::kSendWithImm)) {
+    qp.engine()->stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
+    return MailTake::kDropped;
+  }
+  if (!qp.srq && qp.rq.empty()) return MailTake::kLeft;  // no receive WQE: looked at again after a post
+  tx.use(&qp.engine()->transport());
+  qp.counters->count_received(r.length);
+  qp.engine()->stats.mail_in.fetch_add(1, std::memory_order_relaxed);
+  if (!mail_fits(qp, r) || !deliver_mail(qp, r, tx)) mail_as_packet(qp, r, tx);
+  return MailTake::kTaken;
 }
 
 void responder_flush_ack(EngineQp& qp, TxBatch& tx) {

@@ -21,6 +21,7 @@ namespace uroce::engine {
 // Declared, not included: engine_qp.cc calls the roles.
 class EngineQp;
 struct BoardAck;
+struct MailRecord;
 
 // Requester (requester.cc): turns send WQEs into request packets while the
 // PSN window and the read/atomic credits allow. Returns the clock read that
@@ -44,6 +45,12 @@ void requester_after_post(EngineQp& qp, std::unique_lock<base::FastMutex>& lock)
 // `from` and `to_ip` address the datagram (UD: the GRH and the completion's slid).
 void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from,
                        const transport::IpAddress& to_ip, TxBatch& tx);
+// A same-host mailbox record (mailbox.h) at the head of the QP's mailbox:
+// taken (delivered, acknowledged, completed), dropped (a duplicate: a packet
+// with its PSN got there first) or left where it is (earlier PSNs missing, no
+// receive WQE, a QP that does not receive now), to be looked at again.
+enum class MailTake : uint8_t { kTaken, kDropped, kLeft };
+MailTake responder_take_mail(EngineQp& qp, const MailRecord& r, TxBatch& tx);
 // Sends the coalesced ACK, if one is pending.
 void responder_flush_ack(EngineQp& qp, TxBatch& tx);
 // At the end of a burst with requests for an RC QP: whether the application

@@ -12,6 +12,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace uroce::transport {
@@ -148,6 +149,20 @@ struct BareSlot {
   void* ring = nullptr;  // the transport's own: the ring, locked until commit_bare or abandon_bare
 };
 
+// Same-host mailboxes (engine/mailbox.h): a page per QP number's low 16 bits
+// in a receiver's segment, which one sender QP writes and the receiver QP
+// reads. A sender's view of one: its address, the segment it lies in (kept
+// mapped by `keep` while the QP holds it) and the receiver's private port
+// (for its doorbell).
+inline constexpr size_t kMailboxBytes = 4096;
+inline constexpr uint32_t kMailboxes = 1u << 16;
+struct PeerMailbox {
+  uint8_t* box = nullptr;
+  void* segment = nullptr;
+  uint16_t port = 0;
+  std::shared_ptr<void> keep;
+};
+
 class DatagramTransport {
  public:
   virtual ~DatagramTransport() = default;
@@ -229,6 +244,25 @@ class DatagramTransport {
     (void)dst, (void)cell, (void)word;
     return false;
   }
+
+  // Same-host mailboxes (ShmTransport): the page of mailbox `cell` of this
+  // transport's own segment, its memory allocated (null: none, or no
+  // memory); the page of mailbox `cell` of the transport at `dst` (false:
+  // none); and, after a record was written into a peer's mailbox, the wake-up
+  // of a receiver about to block. Decorators answer none: their layer would
+  // not see what goes through a mailbox. Thread-safe.
+  virtual uint8_t* own_mailbox(uint32_t cell) noexcept {
+    (void)cell;
+    return nullptr;
+  }
+  virtual bool peer_mailbox(const Endpoint& dst, uint32_t cell, PeerMailbox* out) noexcept {
+    (void)dst, (void)cell, (void)out;
+    return false;
+  }
+  virtual void notify_mailbox(const PeerMailbox& m) noexcept { (void)m; }
+  // Gives the memory of own mailbox `cell` back (its QP is destroyed): the
+  // segment's pages are the QPs' that live, not those that ever did.
+  virtual void release_mailbox(uint32_t cell) noexcept { (void)cell; }
 
   // Whether a datagram to `dst` is handed over through shared memory (the
   // same-host path: no system call) rather than a socket. Decorators answer

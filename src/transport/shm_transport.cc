@@ -18,13 +18,14 @@
 
 namespace uroce::transport {
 
-// The inbound segment: this header, then the board (kBoardCells words),
-// then kRings rings of kRingBytes.
+// The inbound segment: this header, then the board (kBoardCells words), the
+// mailboxes (kMailboxes pages), then kRings rings of kRingBytes.
 // `senders` bits are set (seq_cst) by a sender before its first push;
 // `waiting` is set (seq_cst) by the receiver about to block and taken by the
 // first sender that then pushes or posts to the board (which rings the
 // doorbell). Both are only hints: a wrong bit costs a look at an empty ring
-// or a spurious wake-up. `board_gen` counts the board's writes (seq_cst).
+// or a spurious wake-up. `board_gen` counts the board's writes (seq_cst),
+// `mail_gen` the mailboxes' records.
 struct ShmTransport::Segment {
   uint64_t magic;
   uint32_t owner_pid;
@@ -32,18 +33,22 @@ struct ShmTransport::Segment {
   alignas(64) std::atomic<uint64_t> senders[kRings / 64];
   alignas(64) std::atomic<uint32_t> waiting;
   alignas(64) std::atomic<uint64_t> board_gen;
+  alignas(64) std::atomic<uint64_t> mail_gen;
 };
 
 namespace {
 
 // The segment's layout and its records' meaning, version included: a process
 // of another uroce build whose rings would not mean the same (records sent
-// bare, without ICRC, since "urocSeg2"; with a board, since "urocSeg3") does
-// not attach, and its packets go through the socket.
-constexpr uint64_t kSegmentMagic = 0x75726f63'53656733ULL;  // "urocSeg3"
+// bare, without ICRC, since "urocSeg2"; with a board, since "urocSeg3"; with
+// mailboxes, since "urocSeg4") does not attach, and its packets go through
+// the socket.
+constexpr uint64_t kSegmentMagic = 0x75726f63'53656734ULL;  // "urocSeg4"
 constexpr size_t kSegmentHeader = 4096;
 constexpr size_t kBoardBytes = size_t(ShmTransport::kBoardCells) * sizeof(uint64_t);
-constexpr size_t kSegmentBytes = kSegmentHeader + kBoardBytes + ShmTransport::kRings * ShmTransport::kRingBytes;
+constexpr size_t kMailboxArea = size_t(kMailboxes) * kMailboxBytes;
+constexpr size_t kSegmentBytes =
+    kSegmentHeader + kBoardBytes + kMailboxArea + ShmTransport::kRings * ShmTransport::kRingBytes;
 constexpr uint32_t kLoopback = 0x7F000001;
 constexpr uint32_t kMaxRecord = 9216 + 64;  // a datagram of the largest MTU plus headers
 constexpr auto kRingsActive = std::chrono::milliseconds(1);
@@ -85,8 +90,12 @@ bool reserve_pages(int fd, size_t offset, size_t len) {
 }  // namespace
 
 size_t ShmTransport::ring_offset(unsigned index) noexcept {
-  return kSegmentHeader + kBoardBytes + size_t(index) * kRingBytes;
+  return kSegmentHeader + kBoardBytes + kMailboxArea + size_t(index) * kRingBytes;
 }
+
+namespace {
+size_t mailbox_offset(uint32_t cell) { return kSegmentHeader + kBoardBytes + size_t(cell) * kMailboxBytes; }
+}  // namespace
 
 // A mapping of a segment, unmapped when its last user lets go.
 struct ShmTransport::Mapping {
@@ -335,6 +344,44 @@ bool ShmTransport::post_board(const Endpoint& dst, uint32_t cell, uint64_t word)
   board_posts_.fetch_add(1, std::memory_order_relaxed);
   wake_if_waiting(*o);
   return true;
+}
+
+uint8_t* ShmTransport::own_mailbox(uint32_t cell) noexcept {
+  if (cell >= kMailboxes) return nullptr;
+  int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return nullptr;
+  bool ok = reserve_pages(fd, mailbox_offset(cell), kMailboxBytes);
+  ::close(fd);
+  return ok ? static_cast<uint8_t*>(map_) + mailbox_offset(cell) : nullptr;
+}
+
+// A sender that still maps the page reads zero there from now on: closed.
+void ShmTransport::release_mailbox(uint32_t cell) noexcept {
+  if (cell >= kMailboxes) return;
+  int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(mailbox_offset(cell)), off_t(kMailboxBytes));
+  ::close(fd);
+}
+
+bool ShmTransport::peer_mailbox(const Endpoint& dst, uint32_t cell, PeerMailbox* out) noexcept {
+  Outbound* o = cell < kMailboxes ? outbound_to(dst) : nullptr;
+  if (!o) return false;
+  std::lock_guard lock(o->mu);
+  if (!o->live()) return false;
+  out->box = static_cast<uint8_t*>(o->map) + mailbox_offset(cell);
+  out->segment = o->map;
+  out->port = o->key;
+  out->keep = o->mapping;
+  return true;
+}
+
+// seq_cst, as a ring's head: with wait()'s load, either the receiver sees
+// the generation move or this thread sees its waiting word.
+void ShmTransport::notify_mailbox(const PeerMailbox& m) noexcept {
+  auto* receiver = static_cast<Segment*>(m.segment);
+  receiver->mail_gen.fetch_add(1, std::memory_order_seq_cst);
+  if (receiver->waiting.load(std::memory_order_seq_cst) && receiver->waiting.exchange(0)) ring_doorbell(m.port);
 }
 
 bool ShmTransport::board_polled() noexcept {
@@ -601,8 +648,11 @@ void ShmTransport::wait(int timeout_ms) noexcept {
   }
   waiter_blocked_.store(true, std::memory_order_seq_cst);
   segment_->waiting.store(1, std::memory_order_seq_cst);
+  uint64_t mail = segment_->mail_gen.load(std::memory_order_seq_cst);
   bool ready = rings_ready_.load(std::memory_order_relaxed) || rings_have_records() ||
-               segment_->board_gen.load(std::memory_order_seq_cst) != board_seen_.load(std::memory_order_relaxed);
+               segment_->board_gen.load(std::memory_order_seq_cst) != board_seen_.load(std::memory_order_relaxed) ||
+               mail != mail_seen_;
+  mail_seen_ = mail;  // the receive turn that follows looks at the mailboxes
   if (!ready) inner_->wait(timeout_ms);
   segment_->waiting.store(0, std::memory_order_relaxed);
   waiter_blocked_.store(false, std::memory_order_relaxed);

@@ -38,6 +38,13 @@
 // progress thread in poller mode) watches the sockets instead and tells the
 // poller to ask when one has datagrams (inner_due_).
 //
+// Mailboxes (own_mailbox, peer_mailbox): after the board, a segment holds
+// kMailboxes pages, one per QP number's low 16 bits, whose pages are
+// allocated when the receiver opens one (engine/mailbox.h says what they
+// hold). A sender that wrote one counts the segment's mail generation up
+// (seq_cst) and wakes a receiver about to block (notify_mailbox), which
+// wait() does not do while the generation moved unseen.
+//
 // The board (post_board): besides its rings, a segment holds kBoardCells
 // words that its senders write and its receiver reads, one per cell, each the
 // latest of a monotonic value (the engine keeps a same-host ACK there:
@@ -103,6 +110,10 @@ class ShmTransport final : public DatagramTransport {
   void commit_bare(BareSlot& slot) noexcept override;
   void abandon_bare(BareSlot& slot) noexcept override;
   bool post_board(const Endpoint& dst, uint32_t cell, uint64_t word) noexcept override;
+  uint8_t* own_mailbox(uint32_t cell) noexcept override;
+  bool peer_mailbox(const Endpoint& dst, uint32_t cell, PeerMailbox* out) noexcept override;
+  void notify_mailbox(const PeerMailbox& m) noexcept override;
+  void release_mailbox(uint32_t cell) noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   // Receiver (the receive turn's holder): whether a sender wrote the board
   // since the last call that said so; then the word of `cell` (acquire), which
@@ -222,6 +233,7 @@ class ShmTransport final : public DatagramTransport {
   std::atomic<bool> waiter_blocked_{false};                  // a thread is in wait()
   std::atomic<bool> inner_due_{false};                       // a wait ended since the socket was last asked
   std::atomic<uint64_t> board_seen_{0};                      // the board generation take_board_change last saw
+  uint64_t mail_seen_ = 0;                                   // the mail generation wait() last saw (the waiter)
   uint64_t board_polled_ = 0;                                // and the one recv_burst last saw
   size_t rotate_ = 0;                                        // which active ring is read first (< active_.size())
   unsigned inner_skip_ = 0;                                  // receives since the inner transport was last asked

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -154,6 +155,21 @@ class FakeTransport : public transport::DatagramTransport {
   };
   bool board_open = false;
   std::vector<BoardPost> board;
+  // Same-host mailboxes (engine/mailbox.h), when `mailboxes`: this engine's
+  // own (whichever cell) and the peer's, a page each here.
+  uint8_t* own_mailbox(uint32_t) noexcept override { return mailboxes ? own_page->data() : nullptr; }
+  bool peer_mailbox(const transport::Endpoint& dst, uint32_t, transport::PeerMailbox* out) noexcept override {
+    if (!mailboxes) return false;
+    out->box = peer_page->data();
+    out->port = dst.port;
+    return true;
+  }
+  void notify_mailbox(const transport::PeerMailbox&) noexcept override { ++mail_notices; }
+  struct alignas(64) Page : std::array<uint8_t, transport::kMailboxBytes> {};
+  bool mailboxes = false;
+  std::unique_ptr<Page> own_page = std::make_unique<Page>();
+  std::unique_ptr<Page> peer_page = std::make_unique<Page>();
+  unsigned mail_notices = 0;
   size_t recv_burst(std::span<transport::RxDatagram>, int) noexcept override { return 0; }
   void wake() noexcept override {}
   uint16_t local_port() const noexcept override { return port_; }
