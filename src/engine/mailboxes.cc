@@ -67,18 +67,29 @@ bool Mailboxes::has_record(const EngineQp& qp) {
   return box->slots[seq % kMailboxSlots].stamp.load(std::memory_order_acquire) == stamp;
 }
 
+// A few mailboxes are looked at directly (a ping-pong's record then costs
+// one line, not the generation's line and then its own); more only when the
+// generation moved or a record was left where it was.
 bool Mailboxes::ready() {
   if (joining_count_.load(std::memory_order_relaxed) != 0) admit_joiners();
+  if (listed_.size() > kAlwaysLooked && !left_) {
+    uint64_t gen = transport_->mail_generation();
+    if (gen == gen_seen_) return false;
+    gen_seen_ = gen;
+  }
   return std::any_of(listed_.begin(), listed_.end(), [](const EngineQp* qp) { return has_record(*qp); });
 }
 
 size_t Mailboxes::take(TxBatch& tx) {
   size_t taken = 0;
+  bool left = false;
   for (EngineQp* qp : listed_) {
     if (!has_record(*qp)) continue;  // most mailboxes hold nothing new
     std::lock_guard ql(qp->mu);
     taken += take_from(*qp, tx);
+    left = left || has_record(*qp);
   }
+  left_ = left;
   return taken;
 }
 

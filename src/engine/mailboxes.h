@@ -54,8 +54,12 @@ class Mailboxes {
   static bool has_record(const EngineQp& qp);
   static size_t take_from(EngineQp& qp, TxBatch& tx);
 
+  static constexpr size_t kAlwaysLooked = 4;
+
   transport::DatagramTransport* transport_;
   std::vector<EngineQp*> listed_;  // the turn's holder; withdraw
+  uint64_t gen_seen_ = 0;          // the turn's holder: the mail generation last seen
+  bool left_ = false;              // the turn's holder: a record was left where it was
   std::mutex join_mu_;             // guards joining_
   std::vector<EngineQp*> joining_;
   std::atomic<size_t> joining_count_{0};  // joining_.size(), read without the lock

@@ -260,6 +260,9 @@ class DatagramTransport {
     return false;
   }
   virtual void notify_mailbox(const PeerMailbox& m) noexcept { (void)m; }
+  // How many records senders have written into this transport's mailboxes
+  // (a count that only grows; the receiver asks whether it moved).
+  virtual uint64_t mail_generation() const noexcept { return 0; }
   // Gives the memory of own mailbox `cell` back (its QP is destroyed): the
   // segment's pages are the QPs' that live, not those that ever did.
   virtual void release_mailbox(uint32_t cell) noexcept { (void)cell; }

@@ -355,6 +355,8 @@ uint8_t* ShmTransport::own_mailbox(uint32_t cell) noexcept {
   return ok ? static_cast<uint8_t*>(map_) + mailbox_offset(cell) : nullptr;
 }
 
+uint64_t ShmTransport::mail_generation() const noexcept { return segment_->mail_gen.load(std::memory_order_acquire); }
+
 // A sender that still maps the page reads zero there from now on: closed.
 void ShmTransport::release_mailbox(uint32_t cell) noexcept {
   if (cell >= kMailboxes) return;

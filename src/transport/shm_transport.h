@@ -114,6 +114,7 @@ class ShmTransport final : public DatagramTransport {
   bool peer_mailbox(const Endpoint& dst, uint32_t cell, PeerMailbox* out) noexcept override;
   void notify_mailbox(const PeerMailbox& m) noexcept override;
   void release_mailbox(uint32_t cell) noexcept override;
+  uint64_t mail_generation() const noexcept override;
   size_t recv_burst(std::span<RxDatagram> out, int timeout_ms) noexcept override;
   // Receiver (the receive turn's holder): whether a sender wrote the board
   // since the last call that said so; then the word of `cell` (acquire), which
