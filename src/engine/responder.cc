@@ -757,7 +757,6 @@ MailTake responder_take_mail(EngineQp& qp, const MailRecord& r, TxBatch& tx) {
     qp.engine()->stats.rx_malformed.fetch_add(1, std::memory_order_relaxed);
     return MailTake::kDropped;
   }
-  if (!qp.srq && qp.rq.empty()) return MailTake::kLeft;  // no receive WQE: looked at again after a post
   tx.use(&qp.engine()->transport());
   qp.counters->count_received(r.length);
   qp.engine()->stats.mail_in.fetch_add(1, std::memory_order_relaxed);

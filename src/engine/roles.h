@@ -46,9 +46,11 @@ void requester_after_post(EngineQp& qp, std::unique_lock<base::FastMutex>& lock)
 void responder_receive(EngineQp& qp, const wire::PacketView& pkt, const transport::Endpoint& from,
                        const transport::IpAddress& to_ip, TxBatch& tx);
 // A same-host mailbox record (mailbox.h) at the head of the QP's mailbox:
-// taken (delivered, acknowledged, completed), dropped (a duplicate: a packet
-// with its PSN got there first) or left where it is (earlier PSNs missing, no
-// receive WQE, a QP that does not receive now), to be looked at again.
+// taken (delivered, acknowledged, completed; or, without a receive WQE that
+// holds it, run through the state machine as its packet: an RNR NAK as rxe
+// sends, an error), dropped (a duplicate: a packet with its PSN got there
+// first) or left where it is (earlier PSNs missing, a QP that does not
+// receive now), to be looked at again.
 enum class MailTake : uint8_t { kTaken, kDropped, kLeft };
 MailTake responder_take_mail(EngineQp& qp, const MailRecord& r, TxBatch& tx);
 // Sends the coalesced ACK, if one is pending.

@@ -1,8 +1,8 @@
 // Same-host mailboxes (engine/mailbox.h): a lone short SEND of an RC QP
 // whose peer opened its mailbox for the pair is written there as a record,
 // with the requester's state as for a packet; a record in the QP's own
-// mailbox is taken at its expected PSN, dropped behind it, left ahead of it
-// or without a receive WQE, and anything else about it is the responder's
+// mailbox is taken at its expected PSN, dropped behind it, left ahead of it,
+// and anything else about it (no receive WQE: an RNR NAK) is the responder's
 // state machine's, as for the packet it stands for.
 #include "engine/mailbox.h"
 
@@ -176,29 +176,37 @@ TEST_F(MailboxTest, RecordBehindTheExpectedPsnIsDroppedAheadIsLeft) {
   EXPECT_EQ(engine->stats.rx_duplicates.load(), 1u);
   deliver(Craft{.opcode = kSendOnly, .psn = rq(1), .ack_req = true, .payload = pattern(10, 3), .bare = true});
   EXPECT_EQ(poll(*rcq).size(), 1u);
+  take();
   EXPECT_TRUE(engine->poll_receive());
-  EXPECT_EQ(own_box().consumed.load(), 1u) << "no receive WQE left: the record waits";
-  auto wc = poll(*rcq);
-  ASSERT_EQ(wc.size(), 0u);
-  std::vector<uint8_t> buf3(64, 0);
-  recv_buf(buf3, 3);
-  EXPECT_TRUE(engine->poll_receive());
-  wc = poll(*rcq);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].wr_id, 3u);
-  EXPECT_EQ(own_box().consumed.load(), 2u);
+  EXPECT_EQ(own_box().consumed.load(), 2u) << "at its PSN now: taken (no receive WQE left: an RNR NAK)";
+  auto pkts = take();
+  ASSERT_EQ(pkts.size(), 1u);
+  EXPECT_EQ(pkts[0].syndrome, rnr_nak(min_rnr_timer));
+  EXPECT_EQ(pkts[0].psn, rq(2));
+  EXPECT_TRUE(poll(*rcq).empty());
 }
 
-TEST_F(MailboxTest, RecordWithoutAReceiveWqeWaitsForOne) {
+// As rxe answers a SEND that finds no receive WQE: an RNR NAK at once, so
+// that the sender's RNR timer and rnr_retry apply (not its ACK timer and
+// retry_cnt); the record is handed back and the resend is a packet.
+TEST_F(MailboxTest, RecordWithoutAReceiveWqeIsAnRnrNak) {
   write_record(0, rq(0), pattern(10, 1));
   EXPECT_TRUE(engine->poll_receive());
-  EXPECT_EQ(own_box().consumed.load(), 0u);
-  EXPECT_TRUE(sent.empty()) << "no RNR NAK: the sender's timer resends if no receive comes";
+  EXPECT_EQ(own_box().consumed.load(), 1u);
+  auto pkts = take();
+  ASSERT_EQ(pkts.size(), 1u);
+  EXPECT_EQ(pkts[0].opcode, kAck);
+  EXPECT_EQ(pkts[0].syndrome, rnr_nak(min_rnr_timer));
+  EXPECT_EQ(pkts[0].psn, rq(0));
+  EXPECT_TRUE(poll(*rcq).empty());
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
   std::vector<uint8_t> buf(64, 0);
   recv_buf(buf, 9);
-  EXPECT_TRUE(engine->poll_receive());
-  EXPECT_EQ(own_box().consumed.load(), 1u);
-  EXPECT_EQ(poll(*rcq).size(), 1u);
+  deliver(Craft{.opcode = kSendOnly, .psn = rq(0), .ack_req = true, .payload = pattern(10, 1), .bare = true});
+  auto wc = poll(*rcq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 9u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
 }
 
 // Longer than the receive WQE: what the packet would have done — a NAK
