@@ -93,6 +93,59 @@ uroce_guarded_compare_swap_fixup:
   .cfi_endproc
   .size uroce_guarded_compare_swap, . - uroce_guarded_compare_swap
 
+  .p2align 4
+  .globl uroce_guarded_load64, uroce_guarded_load64_fault, uroce_guarded_load64_fixup
+  .hidden uroce_guarded_load64, uroce_guarded_load64_fault, uroce_guarded_load64_fixup
+  .type uroce_guarded_load64, @function
+uroce_guarded_load64:
+  .cfi_startproc
+  endbr64
+uroce_guarded_load64_fault:
+  movq (%rdi), %rax
+  movq %rax, (%rsi)
+  movl $1, %eax
+  ret
+uroce_guarded_load64_fixup:
+  xorl %eax, %eax
+  ret
+  .cfi_endproc
+  .size uroce_guarded_load64, . - uroce_guarded_load64
+
+  .p2align 4
+  .globl uroce_guarded_load32, uroce_guarded_load32_fault, uroce_guarded_load32_fixup
+  .hidden uroce_guarded_load32, uroce_guarded_load32_fault, uroce_guarded_load32_fixup
+  .type uroce_guarded_load32, @function
+uroce_guarded_load32:
+  .cfi_startproc
+  endbr64
+uroce_guarded_load32_fault:
+  movl (%rdi), %eax
+  movl %eax, (%rsi)
+  movl $1, %eax
+  ret
+uroce_guarded_load32_fixup:
+  xorl %eax, %eax
+  ret
+  .cfi_endproc
+  .size uroce_guarded_load32, . - uroce_guarded_load32
+
+  .p2align 4
+  .globl uroce_guarded_store64, uroce_guarded_store64_fault, uroce_guarded_store64_fixup
+  .hidden uroce_guarded_store64, uroce_guarded_store64_fault, uroce_guarded_store64_fixup
+  .type uroce_guarded_store64, @function
+uroce_guarded_store64:
+  .cfi_startproc
+  endbr64
+uroce_guarded_store64_fault:
+  movq %rsi, (%rdi)
+  movl $1, %eax
+  ret
+uroce_guarded_store64_fixup:
+  xorl %eax, %eax
+  ret
+  .cfi_endproc
+  .size uroce_guarded_store64, . - uroce_guarded_store64
+
   .popsection
 )");
 
@@ -101,6 +154,9 @@ extern "C" {
 [[gnu::visibility("hidden")]] extern const char uroce_guarded_readable_fault[], uroce_guarded_readable_fixup[];
 [[gnu::visibility("hidden")]] extern const char uroce_guarded_fetch_add_fault[], uroce_guarded_fetch_add_fixup[];
 [[gnu::visibility("hidden")]] extern const char uroce_guarded_compare_swap_fault[], uroce_guarded_compare_swap_fixup[];
+[[gnu::visibility("hidden")]] extern const char uroce_guarded_load64_fault[], uroce_guarded_load64_fixup[];
+[[gnu::visibility("hidden")]] extern const char uroce_guarded_load32_fault[], uroce_guarded_load32_fixup[];
+[[gnu::visibility("hidden")]] extern const char uroce_guarded_store64_fault[], uroce_guarded_store64_fixup[];
 }
 
 namespace {
@@ -112,7 +168,10 @@ struct Guarded {
 const Guarded kGuarded[] = {{uroce_guarded_copy_fault, uroce_guarded_copy_fixup},
                             {uroce_guarded_readable_fault, uroce_guarded_readable_fixup},
                             {uroce_guarded_fetch_add_fault, uroce_guarded_fetch_add_fixup},
-                            {uroce_guarded_compare_swap_fault, uroce_guarded_compare_swap_fixup}};
+                            {uroce_guarded_compare_swap_fault, uroce_guarded_compare_swap_fixup},
+                            {uroce_guarded_load64_fault, uroce_guarded_load64_fixup},
+                            {uroce_guarded_load32_fault, uroce_guarded_load32_fixup},
+                            {uroce_guarded_store64_fault, uroce_guarded_store64_fixup}};
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS};
 // The actions found before ours, by kSignals' order. Written before our

@@ -19,6 +19,10 @@
 // registration still sees its faults; one installed after it (without
 // chaining to ours) takes our faults too, and those end the process again.
 //
+// The same routines reach a page of another process's shared segment that
+// its owner may give back (a same-host mailbox, engine/mailbox.h): touched
+// again, a punched page of a full /dev/shm raises SIGBUS.
+//
 // x86-64 only: elsewhere the routines are plain accesses, and a fault ends
 // the process as before.
 #pragma once
@@ -42,6 +46,9 @@ extern "C" {
 [[gnu::visibility("hidden")]] bool uroce_guarded_fetch_add(uint64_t* p, uint64_t add, uint64_t* old) noexcept;
 [[gnu::visibility("hidden")]] bool uroce_guarded_compare_swap(uint64_t* p, uint64_t compare, uint64_t swap,
                                                               uint64_t* old) noexcept;
+[[gnu::visibility("hidden")]] bool uroce_guarded_load64(const void* p, uint64_t* out) noexcept;
+[[gnu::visibility("hidden")]] bool uroce_guarded_load32(const void* p, uint32_t* out) noexcept;
+[[gnu::visibility("hidden")]] bool uroce_guarded_store64(void* p, uint64_t value) noexcept;
 }
 #endif
 
@@ -73,6 +80,15 @@ inline bool guarded_fetch_add(uint64_t* p, uint64_t add, uint64_t* old) noexcept
 inline bool guarded_compare_swap(uint64_t* p, uint64_t compare, uint64_t swap, uint64_t* old) noexcept {
   return uroce_guarded_compare_swap(p, compare, swap, old);
 }
+// One load or store of the naturally aligned word at `p` (a plain mov:
+// single-copy atomic, an acquire load and a release store on x86-64, and a
+// call the compiler orders as any other); false when the memory cannot be
+// read or written (for a store: nothing changed). For memory another
+// process may take away under us: a page of a shared file punched or
+// truncated, whose next touch needs a page the file system may not have.
+inline bool guarded_load(const void* p, uint64_t* out) noexcept { return uroce_guarded_load64(p, out); }
+inline bool guarded_load(const void* p, uint32_t* out) noexcept { return uroce_guarded_load32(p, out); }
+inline bool guarded_store(void* p, uint64_t value) noexcept { return uroce_guarded_store64(p, value); }
 
 #else
 
@@ -88,6 +104,18 @@ inline bool guarded_fetch_add(uint64_t* p, uint64_t add, uint64_t* old) noexcept
 inline bool guarded_compare_swap(uint64_t* p, uint64_t compare, uint64_t swap, uint64_t* old) noexcept {
   std::atomic_ref<uint64_t>(*p).compare_exchange_strong(compare, swap);
   *old = compare;
+  return true;
+}
+inline bool guarded_load(const void* p, uint64_t* out) noexcept {
+  *out = std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(const_cast<void*>(p))).load(std::memory_order_acquire);
+  return true;
+}
+inline bool guarded_load(const void* p, uint32_t* out) noexcept {
+  *out = std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(const_cast<void*>(p))).load(std::memory_order_acquire);
+  return true;
+}
+inline bool guarded_store(void* p, uint64_t value) noexcept {
+  std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).store(value, std::memory_order_release);
   return true;
 }
 

@@ -22,6 +22,13 @@
 // record of an earlier tag or lap and, but with odds of 2^-63, anything else
 // is never taken for one. It reuses a slot only once `consumed` passed it.
 //
+// The sender touches the page only through guarded accesses
+// (core/guarded_access.h): the receiver gives it back to the file system
+// when its QP is destroyed (punched), and a sender that read it open just
+// before writes a page the file system must find again, which raises
+// SIGBUS on a full /dev/shm. A fault sends the message as a packet and
+// closes the mailbox on the sender's side until its next RTR.
+//
 // Trust: as a ring's record, a slot is written by another process of the
 // same user. The receiver reads its fields once; a length beyond the slot is
 // dropped; the payload is copied out under the receive WQE's key check, so a
@@ -29,6 +36,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -44,17 +52,24 @@ inline constexpr uint32_t kMailboxPayload = kMailboxSlotBytes - kMailboxSlotHead
 enum class MailOp : uint8_t { kSend = 1, kSendWithImm = 2 };
 inline constexpr uint8_t kMailSolicited = 1;  // MailboxSlot::flags
 
-struct MailboxSlot {
-  std::atomic<uint64_t> stamp;
+// A record's fields but its stamp and payload, written in one piece.
+struct MailHead {
   uint32_t psn;
   uint32_t length;
   uint32_t imm;  // network order, as ibv_send_wr's
   uint8_t op;    // MailOp
   uint8_t flags;
   uint16_t reserved;
+};
+
+struct MailboxSlot {
+  std::atomic<uint64_t> stamp;
+  MailHead head;
   uint8_t payload[kMailboxPayload];
 };
 static_assert(sizeof(MailboxSlot) == kMailboxSlotBytes);
+static_assert(sizeof(MailHead) == 16 && offsetof(MailboxSlot, head) == 8);
+static_assert(offsetof(MailboxSlot, payload) == kMailboxSlotHeader);
 
 struct Mailbox {
   alignas(64) std::atomic<uint64_t> open;

@@ -104,7 +104,8 @@ size_t Mailboxes::take_from(EngineQp& qp, TxBatch& tx) {
     uint32_t seq = qp.mail_rx.seq.load(std::memory_order_relaxed);
     MailboxSlot& s = box->slots[seq % kMailboxSlots];
     if (s.stamp.load(std::memory_order_acquire) != mailbox_stamp(tag, seq)) break;
-    MailRecord r{s.psn, s.length, s.imm, MailOp(s.op), (s.flags & kMailSolicited) != 0, s.payload};
+    const MailHead& h = s.head;
+    MailRecord r{h.psn, h.length, h.imm, MailOp(h.op), (h.flags & kMailSolicited) != 0, s.payload};
     if (responder_take_mail(qp, r, tx) == MailTake::kLeft) break;
     qp.mail_rx.seq.store(seq + 1, std::memory_order_relaxed);
     box->consumed.store(seq + 1, std::memory_order_release);

@@ -6,6 +6,7 @@
 #include "core/ah.h"
 #include "core/cq.h"
 #include "core/device.h"
+#include "core/guarded_access.h"
 #include "engine/engine_context.h"
 #include "engine/engine_qp.h"
 #include "engine/ip_flow.h"
@@ -52,10 +53,12 @@ namespace {
 
 // The peer's mailbox (mailbox.h), for an RC QP whose packets go bare to a
 // process of this host; whether the peer opened it for this QP is read at
-// each post (requester.cc, send_mail).
+// each post (requester.cc, send_mail), by guarded accesses: the fault
+// guard is armed here for a QP that sends from inline bytes only.
 void attach_peer_mailbox(EngineQp& qp) {
   qp.mail_tx = MailboxSender{};
   if (qp.type != IBV_QPT_RC || !qp.delivery.through_memory() || qp.delivery.icrc() != TxBatch::Icrc::kOmit) return;
+  core::arm_fault_guard();
   uint32_t cell = mailbox_cell(qp.attr.dest_qp_num);
   if (!qp.engine()->transport().peer_mailbox(qp.path.dst, cell, &qp.mail_tx.peer)) qp.mail_tx = MailboxSender{};
 }

@@ -12,12 +12,14 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <bit>
 #include <cstring>
 #include <utility>
 
 #include "core/config.h"
 #include "core/context.h"
 #include "core/cq.h"
+#include "core/guarded_access.h"
 #include "core/mr_access.h"
 #include "core/wr_opcode.h"
 #include "engine/ack.h"
@@ -787,16 +789,16 @@ bool is_lone_packet(const EngineQp& qp, const core::SendWqe& w) {
   return uint32_t(wire::psn_diff(qp.req.psn, qp.comp.unacked_psn)) < kMinWindowPsns;
 }
 
-// Copies a WQE's pieces to `to`: inline bytes as they are, registered memory
-// by the copy that survives a fault (core/mr_access.h); false if a piece
-// cannot be read.
+// Copies a WQE's pieces to `to`, each by a copy that survives a fault on
+// either side (core/mr_access.h; `to` may be a mailbox page its receiver
+// gave back): false if a piece cannot be read or `to` written.
 bool copy_pieces(const LocalPieces& p, uint8_t* to) {
   for (unsigned i = 0; i < p.count; ++i) {
-    if (!p.mr[i])
-      std::memcpy(to, p.at[i].iov_base, p.at[i].iov_len);
-    else if (!core::copy_from_mr(*p.mr[i], to, p.at[i].iov_base, p.at[i].iov_len))
-      return false;
-    to += p.at[i].iov_len;
+    const iovec& at = p.at[i];
+    bool ok = p.mr[i] ? core::copy_from_mr(*p.mr[i], to, at.iov_base, at.iov_len)
+                      : core::guarded_copy(to, at.iov_base, at.iov_len) == 0;
+    if (!ok) return false;
+    to += at.iov_len;
   }
   return true;
 }
@@ -840,20 +842,28 @@ bool send_lone_packet(EngineQp& qp, uint32_t index, core::SendWqe& w) {
 
 // --- a lone SEND into the peer's mailbox (requester_post) ---------------------
 
+// The peer's mailbox page faulted (mailbox.h: given back by its receiver,
+// and not found again): no more records to it until the QP's next RTR.
+MailboxSlot* lose_mailbox(MailboxSender& m) {
+  m.peer.box = nullptr;
+  return nullptr;
+}
+
 // The slot of the sender's next record, if the peer's mailbox is open for
 // this QP pair and has room; a new tag (the peer opened it again) starts
 // the count anew.
 MailboxSlot* next_mail_slot(EngineQp& qp) {
   MailboxSender& m = qp.mail_tx;
   auto* box = reinterpret_cast<Mailbox*>(m.peer.box);
-  uint64_t tag = box->open.load(std::memory_order_acquire);
+  uint64_t tag = 0;
+  if (!core::guarded_load(&box->open, &tag)) return lose_mailbox(m);
   if (tag == 0) return nullptr;  // closed
   if (tag != m.tag) {
     if (!mailbox_tag_of_pair(tag, qp.qp_num(), qp.attr.dest_qp_num)) return nullptr;
     m.tag = tag;
     m.seq = m.consumed = 0;
   }
-  if (m.seq - m.consumed >= kMailboxSlots) m.consumed = box->consumed.load(std::memory_order_acquire);
+  if (m.seq - m.consumed >= kMailboxSlots && !core::guarded_load(&box->consumed, &m.consumed)) return lose_mailbox(m);
   if (m.seq - m.consumed >= kMailboxSlots) return nullptr;
   return &box->slots[m.seq % kMailboxSlots];
 }
@@ -874,15 +884,22 @@ bool send_mail(EngineQp& qp, uint32_t index, core::SendWqe& w) {
     if (!find_local_pieces(qp, index, w, pieces) || !copy_pieces(pieces, slot->payload)) return false;
   }
   bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  MailHead head{.psn = qp.req.psn,
+                .length = w.length,
+                .imm = imm ? w.imm_data : 0,
+                .op = uint8_t(imm ? MailOp::kSendWithImm : MailOp::kSend),
+                .flags = uint8_t((w.send_flags & IBV_SEND_SOLICITED) ? kMailSolicited : 0),
+                .reserved = 0};
+  auto words = std::bit_cast<std::array<uint64_t, 2>>(head);  // two stores: cheaper than a copy's
+  auto* at = reinterpret_cast<uint64_t*>(&slot->head);
+  if (!core::guarded_store(at, words[0]) || !core::guarded_store(at + 1, words[1]) ||
+      !core::guarded_store(&slot->stamp, mailbox_stamp(qp.mail_tx.tag, qp.mail_tx.seq))) {
+    lose_mailbox(qp.mail_tx);
+    return false;
+  }
+  ++qp.mail_tx.seq;
   uint8_t opcode = opcode_of_qp(qp.type, send_operation(w, true, true));
   unsigned pad = wire::pad_for(w.length);
-  slot->psn = qp.req.psn;
-  slot->length = w.length;
-  slot->imm = imm ? w.imm_data : 0;
-  slot->op = uint8_t(imm ? MailOp::kSendWithImm : MailOp::kSend);
-  slot->flags = (w.send_flags & IBV_SEND_SOLICITED) ? kMailSolicited : 0;
-  slot->stamp.store(mailbox_stamp(qp.mail_tx.tag, qp.mail_tx.seq), std::memory_order_release);
-  ++qp.mail_tx.seq;
   qp.engine()->transport().notify_mailbox(qp.mail_tx.peer);
   qp.engine()->stats.mail_out.fetch_add(1, std::memory_order_relaxed);
   take_psns(qp, w, 1);

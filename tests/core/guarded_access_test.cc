@@ -190,6 +190,50 @@ TEST_F(GuardedAccess, Atomics) {
   EXPECT_EQ(v[0], 7u);
 }
 
+// Expect the loads to read and the store to write accessible memory, and
+// each to refuse, changing nothing, memory it cannot touch: a PROT_NONE page,
+// a read-only page for the store, and a shared file's page cut from under
+// its mapping (SIGBUS rather than SIGSEGV).
+TEST_F(GuardedAccess, LoadsAndStores) {
+  Pages p(1);
+  ASSERT_TRUE(p.ok());
+  auto* v = reinterpret_cast<uint64_t*>(p.at(0));
+  v[0] = 0x1122334455667788;
+  uint64_t word = 0;
+  uint32_t half = 0;
+  EXPECT_TRUE(guarded_load(v, &word));
+  EXPECT_EQ(word, 0x1122334455667788u);
+  EXPECT_TRUE(guarded_load(v, &half));
+  EXPECT_EQ(half, 0x55667788u);
+  EXPECT_TRUE(guarded_store(v, 42));
+  EXPECT_EQ(v[0], 42u);
+  p.protect(PROT_READ);
+  EXPECT_FALSE(guarded_store(v, 7));
+  EXPECT_TRUE(guarded_load(v, &word));
+  EXPECT_EQ(word, 42u);
+  p.protect(PROT_NONE);
+  word = half = 9;
+  EXPECT_FALSE(guarded_load(v, &word));
+  EXPECT_FALSE(guarded_load(v, &half));
+  EXPECT_EQ(word, 9u) << "nothing written on a fault";
+  EXPECT_EQ(half, 9u);
+  p.protect(PROT_READ | PROT_WRITE);
+  EXPECT_EQ(v[0], 42u);
+
+  int fd = memfd_create("guarded", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t(kPage)), 0);
+  {
+    Pages shared(1, MAP_SHARED, fd);
+    ASSERT_TRUE(shared.ok());
+    ASSERT_TRUE(guarded_store(shared.at(0), 5));
+    ASSERT_EQ(ftruncate(fd, 0), 0);
+    EXPECT_FALSE(guarded_load(shared.at(0), &word));
+    EXPECT_FALSE(guarded_store(shared.at(0), 6));
+  }
+  close(fd);
+}
+
 // Expect a copy into a plain region made read-only after registration to
 // land whole, as on a NIC's pinned pages, and one from a region made
 // PROT_NONE to read it whole.

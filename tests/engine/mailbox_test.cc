@@ -7,7 +7,10 @@
 #include "engine/mailbox.h"
 
 #include <endian.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "core/guarded_access.h"
 #include "engine/ack_board.h"
 #include "engine_harness.h"
 
@@ -26,6 +29,11 @@ class MailboxTest : public EngineTest {
     a_mr = reg(a, IBV_ACCESS_LOCAL_WRITE);
   }
 
+  // Points this QP's sender at `box` instead of the page it found at RTR.
+  void set_peer_box(Mailbox& box) {
+    std::lock_guard lock(qp->mu);
+    qp->mail_tx.peer.box = reinterpret_cast<uint8_t*>(&box);
+  }
   Mailbox& peer_box() { return *reinterpret_cast<Mailbox*>(transport->peer_page->data()); }
   Mailbox& own_box() { return *reinterpret_cast<Mailbox*>(transport->own_page->data()); }
   uint64_t peer_tag(uint16_t generation = 7) const { return mailbox_tag(generation, qp->qp_num(), kPeerQpn); }
@@ -42,11 +50,11 @@ class MailboxTest : public EngineTest {
   // Writes record `seq` of the peer into this QP's mailbox, as a sender does.
   void write_record(uint32_t seq, uint32_t psn, const std::vector<uint8_t>& payload, MailOp op = MailOp::kSend) {
     MailboxSlot& s = own_box().slots[seq % kMailboxSlots];
-    s.psn = psn;
-    s.length = uint32_t(payload.size());
-    s.imm = htobe32(0x01020304);
-    s.op = uint8_t(op);
-    s.flags = 0;
+    s.head.psn = psn;
+    s.head.length = uint32_t(payload.size());
+    s.head.imm = htobe32(0x01020304);
+    s.head.op = uint8_t(op);
+    s.head.flags = 0;
     std::memcpy(s.payload, payload.data(), std::min<size_t>(payload.size(), kMailboxPayload));
     s.stamp.store(mailbox_stamp(own_box().open.load(), seq));
   }
@@ -65,11 +73,11 @@ TEST_F(MailboxTest, LoneShortSendIsARecordInTheOpenMailbox) {
   EXPECT_EQ(transport->mail_notices, 1u);
   const MailboxSlot& s = peer_box().slots[0];
   EXPECT_EQ(s.stamp.load(), mailbox_stamp(peer_tag(), 0));
-  EXPECT_EQ(s.psn, psn0);
-  EXPECT_EQ(s.length, 64u);
-  EXPECT_EQ(s.op, uint8_t(MailOp::kSendWithImm));
-  EXPECT_EQ(s.imm, htobe32(0xA1B2C3D4));
-  EXPECT_EQ(s.flags, kMailSolicited);
+  EXPECT_EQ(s.head.psn, psn0);
+  EXPECT_EQ(s.head.length, 64u);
+  EXPECT_EQ(s.head.op, uint8_t(MailOp::kSendWithImm));
+  EXPECT_EQ(s.head.imm, htobe32(0xA1B2C3D4));
+  EXPECT_EQ(s.head.flags, kMailSolicited);
   EXPECT_EQ(0, std::memcmp(s.payload, a.data(), 64));
   {
     std::lock_guard lock(qp->mu);
@@ -118,7 +126,7 @@ TEST_F(MailboxTest, FullMailboxWaitsForConsumed) {
   post(8);
   EXPECT_TRUE(sent.empty());
   EXPECT_EQ(peer_box().slots[0].stamp.load(), mailbox_stamp(peer_tag(), kMailboxSlots)) << "slot 0's next lap";
-  EXPECT_EQ(peer_box().slots[0].psn, psn);
+  EXPECT_EQ(peer_box().slots[0].head.psn, psn);
 }
 
 TEST_F(MailboxTest, ReopenedMailboxCountsFromZero) {
@@ -128,6 +136,80 @@ TEST_F(MailboxTest, ReopenedMailboxCountsFromZero) {
   peer_box().open.store(peer_tag(8));
   post(8);
   EXPECT_EQ(peer_box().slots[0].stamp.load(), mailbox_stamp(peer_tag(8), 0));
+}
+
+// A shared page as a peer's mailbox, whose file can be cut under the
+// mapping: the next touch raises SIGBUS, as a mailbox page its receiver gave
+// back does on a full /dev/shm.
+class SharedPage {
+ public:
+  SharedPage() {
+    fd_ = memfd_create("mailbox", MFD_CLOEXEC);
+    if (fd_ >= 0 && ftruncate(fd_, kBytes) == 0)
+      map_ = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  }
+  ~SharedPage() {
+    if (map_ != MAP_FAILED) munmap(map_, kBytes);
+    if (fd_ >= 0) close(fd_);
+  }
+  SharedPage(const SharedPage&) = delete;
+  SharedPage& operator=(const SharedPage&) = delete;
+
+  bool ok() const { return map_ != MAP_FAILED; }
+  Mailbox& box() const { return *static_cast<Mailbox*>(map_); }
+  bool cut() const { return ftruncate(fd_, 0) == 0; }
+  bool read_only() const { return mprotect(map_, kBytes, PROT_READ) == 0; }
+
+ private:
+  static constexpr size_t kBytes = transport::kMailboxBytes;
+  int fd_ = -1;
+  void* map_ = MAP_FAILED;
+};
+
+TEST_F(MailboxTest, PageThatFaultsSendsAPacketAndClosesTheMailbox) {
+  core::arm_fault_guard();
+  SharedPage page;
+  ASSERT_TRUE(page.ok());
+  page.box().open.store(peer_tag());
+  set_peer_box(page.box());
+  post(8);
+  ASSERT_TRUE(sent.empty()) << "a record while the page is there";
+  deliver(Craft{.opcode = kAck, .psn = sq(0), .syndrome = 0x1F, .msn = 1});
+  ASSERT_TRUE(page.cut());
+  post(8);  // SIGBUS on the tag's load, taken by the guard
+  EXPECT_EQ(take().size(), 1u) << "sent as a packet";
+  {
+    std::lock_guard lock(qp->mu);
+    EXPECT_EQ(qp->mail_tx.peer.box, nullptr) << "not tried again";
+  }
+  EXPECT_EQ(engine->stats.mail_out.load(), 1u);
+}
+
+// The tag reads, the slot's writes fault: the payload's copy (inline bytes
+// or registered memory) and, for an empty SEND, the fields.
+TEST_F(MailboxTest, SlotThatCannotBeWrittenSendsAPacket) {
+  core::arm_fault_guard();
+  SharedPage page;
+  ASSERT_TRUE(page.ok());
+  page.box().open.store(peer_tag());
+  set_peer_box(page.box());
+  ASSERT_TRUE(page.read_only());
+  post(8, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  EXPECT_EQ(take().size(), 1u) << "inline bytes: sent as a packet";
+  post(8);
+  EXPECT_EQ(take().size(), 1u) << "registered memory: sent as a packet";
+  {
+    std::lock_guard lock(qp->mu);
+    EXPECT_NE(qp->mail_tx.peer.box, nullptr) << "a payload's fault may be the source's: the mailbox stays";
+  }
+  post(0);
+  EXPECT_EQ(take().size(), 1u) << "no payload, the fields' write faults: sent as a packet";
+  {
+    std::lock_guard lock(qp->mu);
+    EXPECT_EQ(qp->mail_tx.peer.box, nullptr) << "not tried again";
+  }
+  EXPECT_EQ(page.box().slots[0].stamp.load(), 0u);
+  EXPECT_EQ(transport->mail_notices, 0u);
 }
 
 // The receiver's side.
